@@ -1,0 +1,23 @@
+"""Test-suite setup: one TFF runtime owned by the suite, stopped at the end.
+
+Every test runs under a single local `worker_binary` started by
+`experiment_driver.runtime`; it is stopped when the session ends, and the
+kernel kills it if pytest itself dies. Tests that start the driver as a
+subprocess check that it leaves no worker behind.
+"""
+
+import os
+import sys
+
+import pytest
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
+
+from experiment_driver import runtime  # pylint: disable=g-import-not-at-top
+
+
+@pytest.fixture(scope='session', autouse=True)
+def tff_runtime():
+  with runtime.local_runtime() as address:
+    yield address

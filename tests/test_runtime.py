@@ -1,0 +1,63 @@
+"""The package's TFF runtime computes and never leaves a worker behind."""
+
+import subprocess
+import sys
+import textwrap
+import time
+
+import numpy as np
+import tensorflow_federated as tff
+
+from experiment_driver import runtime
+
+
+def _worker_pids_of(parent_pid: int) -> list[int]:
+  out = subprocess.run(
+      ['pgrep', '-P', str(parent_pid), '-f', 'worker_binary'],
+      capture_output=True, text=True, check=False,
+  ).stdout
+  return [int(pid) for pid in out.split()]
+
+
+def test_federated_mean_runs_on_package_runtime():
+  @tff.tensorflow.computation(np.float32)
+  def add_one(x):
+    return x + 1.0
+
+  @tff.federated_computation(tff.FederatedType(np.float32, tff.CLIENTS))
+  def mean_plus_one(values):
+    return tff.federated_mean(tff.federated_map(add_one, values))
+
+  assert mean_plus_one([1.0, 2.0, 6.0]) == 4.0
+
+
+def test_local_runtime_stops_its_worker():
+  with runtime.local_runtime(max_concurrent_clients=1):
+    process = runtime._started_workers[-1]
+    assert process.poll() is None
+  assert process.poll() is not None
+
+
+def test_worker_dies_with_killed_parent():
+  script = textwrap.dedent("""
+      import time
+      from experiment_driver import runtime
+      process, _ = runtime.start_worker()
+      print(process.pid, flush=True)
+      time.sleep(60)
+  """)
+  parent = subprocess.Popen(
+      [sys.executable, '-c', script], stdout=subprocess.PIPE, text=True,
+      cwd=runtime.os.path.dirname(runtime.os.path.dirname(runtime.__file__)),
+  )
+  worker_pid = int(parent.stdout.readline())
+  assert _worker_pids_of(parent.pid) == [worker_pid]
+  parent.kill()
+  parent.wait()
+  for _ in range(100):
+    if subprocess.run(['kill', '-0', str(worker_pid)],
+                      capture_output=True).returncode != 0:
+      break
+    time.sleep(0.05)
+  else:
+    raise AssertionError(f'worker {worker_pid} outlived its killed parent')
