@@ -1,0 +1,57 @@
+"""What the driver hands an algorithm family, and what it gets back.
+
+Each algorithm family has one module `experiment_driver/<family>_setup.py`
+that defines its absl flags and a mapping `ALGORITHMS` from the name used with
+`--algorithm` to a function `BuildContext -> AlgorithmSetup`. The algorithm
+itself (`build_<name>(model_fn, ...)`) lives in its paper's package and never
+sees flags.
+"""
+
+import dataclasses
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Optional, Union
+
+import tensorflow as tf
+import tensorflow_federated as tff
+
+# round number (1-based), sampled client ids -> one dataset per client.
+ClientDatasetsFn = Callable[[int, Sequence[str]], list[tf.data.Dataset]]
+# round number, sampled client ids, the round's metrics -> extra scalars.
+RoundMetricsFn = Callable[[int, Sequence[str], Mapping[str, Any]],
+                          Mapping[str, float]]
+
+
+@dataclasses.dataclass(frozen=True)
+class BuildContext:
+  """Everything built from the shared flags, ready for an algorithm builder."""
+
+  task_name: str
+  task: tff.simulation.baselines.BaselineTask
+  # Optimizers built from --client_optimizer / --server_optimizer and their
+  # learning-rate, momentum, beta and epsilon flags (tuned defaults applied).
+  client_optimizer: tff.learning.optimizers.Optimizer
+  server_optimizer: tff.learning.optimizers.Optimizer
+  client_learning_rate: float
+  server_learning_rate: float
+  # The model-update aggregator chosen by --clipping/--zeroing (and the
+  # diagnostics), weighted unless --uniform_weighting.
+  model_aggregator: Union[tff.aggregators.WeightedAggregationFactory,
+                          tff.aggregators.UnweightedAggregationFactory]
+  uniform_weighting: bool
+  clients_per_round: int
+  num_train_clients: int  # the population size |S|
+  total_rounds: int
+  seed: int
+
+
+@dataclasses.dataclass(frozen=True)
+class AlgorithmSetup:
+  """A learning process plus the optional per-round hooks it needs."""
+
+  process: tff.learning.templates.LearningProcess
+  # Replaces the task's default `train_preprocess_fn` pipeline (e.g. GeL's
+  # per-client step budgets). None: the default pipeline.
+  client_datasets_fn: Optional[ClientDatasetsFn] = None
+  # Extra per-round scalars computed in Python (bytes exchanged, gradient
+  # computations, ...). None: no extra metrics.
+  round_metrics_fn: Optional[RoundMetricsFn] = None
