@@ -17,6 +17,7 @@ through this module.
 import atexit
 import contextlib
 import ctypes
+import gc
 import os
 import signal
 import subprocess
@@ -30,6 +31,7 @@ import tensorflow_federated as tff
 from tensorflow_federated.python.core.backends.native import compiler
 from tensorflow_federated.python.core.environments.tensorflow_frontend import tensorflow_computation
 from tensorflow_federated.python.core.impl.context_stack import context_stack_impl
+from tensorflow_federated.python.core.impl.context_stack import runtime_error_context
 from tensorflow_federated.python.core.impl.execution_contexts import async_execution_context
 from tensorflow_federated.python.core.impl.execution_contexts import sync_execution_context
 from tensorflow_federated.python.core.impl.executor_stacks import python_executor_stacks
@@ -47,6 +49,21 @@ _GRPC_OPTIONS = [
 ]
 _PR_SET_PDEATHSIG = 1
 _started_workers: list[subprocess.Popen] = []
+
+
+def _drop_tff_default_context() -> None:
+  """Replaces the context TFF installs at import, which would start its own
+  unmanaged worker, by one that refuses to run: every computation must run
+  inside `local_runtime()` or `remote_runtime()`. Dropping it now (rather than
+  at interpreter exit, when `subprocess` is gone) also silences the
+  `ServiceManager.__del__` traceback TFF prints at exit.
+  """
+  context_stack_impl.context_stack.set_default_context(
+      runtime_error_context.RuntimeErrorContext())
+  gc.collect()
+
+
+_drop_tff_default_context()
 
 
 class WorkerUnavailableError(RuntimeError):

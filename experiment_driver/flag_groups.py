@@ -1,0 +1,121 @@
+"""The shared absl flags of `run_experiment.py`, grouped by concern.
+
+Algorithm families add their own flags in `experiment_driver/<family>_setup.py`.
+Learning rates left unset take the tuned defaults of SPEC.md
+(`experiment_driver.tuned_defaults`).
+"""
+
+from absl import flags
+
+from large_cohort import optimizers
+
+# Task and data.
+TASK = flags.DEFINE_string(
+    'task', 'synthetic',
+    'Task name: emnist, shakespeare, stackoverflow, cifar100, synthetic, ...'
+    ' (see README).')
+DATA_DIR = flags.DEFINE_string(
+    'data_dir', None,
+    'Directory holding the files TFF/TFDS would have cached; no network is'
+    ' used when they are there.')
+USE_SYNTHETIC_DATA = flags.DEFINE_bool(
+    'use_synthetic_data', False,
+    "Use TFF's small synthetic version of the task's data (no download).")
+TRAIN_BATCH_SIZE = flags.DEFINE_integer(
+    'train_batch_size', None, 'Client batch size; default: the task\'s.',
+    lower_bound=1)
+EVAL_BATCH_SIZE = flags.DEFINE_integer(
+    'eval_batch_size', 64, 'Batch size for evaluation.', lower_bound=1)
+CLIENT_EPOCHS = flags.DEFINE_integer(
+    'client_epochs', 1, 'Local epochs per round (E).', lower_bound=1)
+MAX_ELEMENTS_PER_CLIENT = flags.DEFINE_integer(
+    'max_elements_per_client', None,
+    'Use at most this many examples of each client (default: all).',
+    lower_bound=1)
+VALIDATION_FRACTION = flags.DEFINE_float(
+    'validation_fraction', 0.2,
+    'For tasks without a validation split, the fraction of training clients'
+    ' held out for validation (SPEC.md: 80/20).', lower_bound=0.0,
+    upper_bound=0.9)
+
+# Process.
+ALGORITHM = flags.DEFINE_string(
+    'algorithm', 'fedopt',
+    'Learning process: fedopt, fedsgd, or one of the algorithm families\''
+    ' names (see README).')
+flags.DEFINE_alias('iterative_process', 'algorithm')
+UNIFORM_WEIGHTING = flags.DEFINE_bool(
+    'uniform_weighting', False,
+    'Weight client updates equally instead of by number of examples.')
+CLIPPING = flags.DEFINE_bool(
+    'clipping', True,
+    'Adaptive clipping of client updates (Andrew et al. 2019; q=0.8, rho_1=1,'
+    ' eta_a=0.2, no noise).')
+ZEROING = flags.DEFINE_bool(
+    'zeroing', False, 'Adaptive zeroing of outlier client updates.')
+
+# Optimizers.
+CLIENT_OPTIMIZER = flags.DEFINE_enum(
+    'client_optimizer', 'sgd', optimizers.OPTIMIZER_NAMES, 'Client optimizer.')
+CLIENT_LEARNING_RATE = flags.DEFINE_float(
+    'client_learning_rate', None,
+    'Client learning rate; default: the tuned rate for task and server'
+    ' optimizer.')
+CLIENT_MOMENTUM = flags.DEFINE_float(
+    'client_momentum', 0.9, 'Client momentum (sgdm, lars).')
+CLIENT_BETA_1 = flags.DEFINE_float(
+    'client_beta_1', 0.9, 'Client beta_1 (adam, yogi, lamb).')
+CLIENT_BETA_2 = flags.DEFINE_float(
+    'client_beta_2', 0.99, 'Client beta_2 (adam, yogi, lamb).')
+CLIENT_EPSILON = flags.DEFINE_float(
+    'client_epsilon', 1e-3, 'Client epsilon (adagrad, adam, yogi, lars, lamb).')
+SERVER_OPTIMIZER = flags.DEFINE_enum(
+    'server_optimizer', 'sgd', optimizers.OPTIMIZER_NAMES,
+    'Server optimizer: sgd = FedAvg, sgdm = FedAvgM, adagrad, adam, yogi,'
+    ' lars = FedLARS, lamb = FedLamb.')
+SERVER_LEARNING_RATE = flags.DEFINE_float(
+    'server_learning_rate', None,
+    'Server learning rate; default: the tuned rate for task and optimizer.')
+SERVER_MOMENTUM = flags.DEFINE_float(
+    'server_momentum', 0.9, 'Server momentum (sgdm, lars).')
+SERVER_BETA_1 = flags.DEFINE_float(
+    'server_beta_1', 0.9, 'Server beta_1 (adam, yogi, lamb).')
+SERVER_BETA_2 = flags.DEFINE_float(
+    'server_beta_2', 0.99, 'Server beta_2 (adam, yogi, lamb).')
+SERVER_EPSILON = flags.DEFINE_float(
+    'server_epsilon', 1e-3, 'Server epsilon (adagrad, adam, yogi, lars, lamb).')
+
+# Cohort.
+CLIENTS_PER_ROUND = flags.DEFINE_integer(
+    'clients_per_round', 10, 'Cohort size M.', lower_bound=1)
+TOTAL_ROUNDS = flags.DEFINE_integer(
+    'total_rounds', 100, 'Number of training rounds.', lower_bound=1)
+
+# Evaluation.
+ROUNDS_PER_EVAL = flags.DEFINE_integer(
+    'rounds_per_eval', 10, 'Evaluate every this many rounds (and at the end).',
+    lower_bound=1)
+MAX_EVAL_CLIENTS = flags.DEFINE_integer(
+    'max_eval_clients', 1000,
+    'Evaluate on at most this many validation/test clients (a fixed, seeded'
+    ' sample); 0 means all.', lower_bound=0)
+
+# Output.
+ROOT_OUTPUT_DIR = flags.DEFINE_string(
+    'root_output_dir', '/tmp/fl_papers', 'Root directory of run directories.')
+EXPERIMENT_NAME = flags.DEFINE_string(
+    'experiment_name', None,
+    'Run directory name under --root_output_dir; default: built from task,'
+    ' algorithm, optimizers, cohort size and seed. Rerunning a command resumes'
+    ' its run.')
+ROUNDS_PER_CHECKPOINT = flags.DEFINE_integer(
+    'rounds_per_checkpoint', 10, 'Save program state every this many rounds.',
+    lower_bound=1)
+
+# Runtime and seed.
+MAX_CONCURRENT_CLIENTS = flags.DEFINE_integer(
+    'max_concurrent_clients', -1,
+    'How many clients the local TFF worker trains at once; non-positive: no'
+    ' limit (all cores).')
+SEED = flags.DEFINE_integer(
+    'seed', 0, 'Seed of client sampling, data splits and model init.')

@@ -1,0 +1,216 @@
+"""The training loop: sample, train, evaluate, release metrics, checkpoint.
+
+It follows `tff.simulation.run_training_process` (resume from the latest
+program state, evaluate every `rounds_per_eval` rounds, release metrics keyed
+by round) and adds what the papers measure per round: round time, examples
+processed and their running total, the algorithm's own per-round scalars, a
+progress line with ETA, and stateful clients (AdaBest, FedDyn, SCAFFOLD),
+whose states are loaded and saved around each round and committed with the
+checkpoint.
+"""
+
+import dataclasses
+import time
+from collections.abc import Callable, Sequence
+from typing import Any, Optional
+
+import numpy as np
+import tensorflow as tf
+import tensorflow_federated as tff
+
+from experiment_driver import algorithm_setup
+from experiment_driver import outputs
+
+# Per-round metrics whose running totals are kept (as `cumulative_<name>`).
+CUMULATIVE_METRICS = ('examples_processed', 'gradient_computations',
+                      'bytes_up', 'bytes_down', 'simulated_round_time')
+_TRAIN_PREFIX = 'client_work/train/'
+
+
+@dataclasses.dataclass(frozen=True)
+class LoopConfig:
+  total_rounds: int
+  cohort_size_fn: Callable[[int], int]  # round number -> cohort size
+  rounds_per_eval: int
+  rounds_per_checkpoint: int
+  max_eval_clients: int
+  seed: int
+  print_fn: Callable[[str], Any] = print
+
+
+def _preprocessed(client_data: tff.simulation.datasets.ClientData,
+                  preprocess_fn: Optional[Callable[[tf.data.Dataset],
+                                                   tf.data.Dataset]],
+                  client_ids: Sequence[str]) -> list[tf.data.Dataset]:
+  datasets = [client_data.create_tf_dataset_for_client(i) for i in client_ids]
+  return [preprocess_fn(d) for d in datasets] if preprocess_fn else datasets
+
+
+def _accuracy_key(flat: dict[str, float], prefix: str) -> Optional[str]:
+  """The first accuracy-like metric under `prefix` (task-specific names)."""
+  for key in flat:
+    if key.startswith(prefix) and 'accuracy' in key[len(prefix):]:
+      return key
+  return None
+
+
+def summarize_training_metrics(flat: dict[str, float]) -> dict[str, float]:
+  """Adds the canonical columns the papers read to TFF's flat metrics."""
+  summary = {}
+  loss_key = _TRAIN_PREFIX + 'loss'
+  if loss_key in flat:
+    summary['train/loss'] = flat[loss_key]
+  accuracy_key = _accuracy_key(flat, _TRAIN_PREFIX)
+  if accuracy_key:
+    summary['train/accuracy'] = flat[accuracy_key]
+  if _TRAIN_PREFIX + 'num_examples' in flat:
+    summary['examples_processed'] = flat[_TRAIN_PREFIX + 'num_examples']
+  for key, value in flat.items():
+    if key.endswith('/clipping_norm') or key.endswith('/clip'):
+      summary['clipping_norm'] = value
+  return summary
+
+
+class Evaluator:
+  """Evaluates the deployed model on fixed validation and test clients."""
+
+  def __init__(self, task: tff.simulation.baselines.BaselineTask,
+               max_clients: int, seed: int):
+    self._process = tff.learning.algorithms.build_fed_eval(task.model_fn)
+    self._splits = {}
+    datasets = task.datasets
+    rng = np.random.default_rng(seed)
+    for name, data in (('validation', datasets.validation_data),
+                       ('test', datasets.test_data)):
+      if data is None:
+        continue
+      if isinstance(data, tf.data.Dataset):
+        self._splits[name] = [datasets.eval_preprocess_fn(data)
+                              if datasets.eval_preprocess_fn else data]
+        continue
+      ids = list(data.client_ids)
+      if max_clients and len(ids) > max_clients:
+        ids = sorted(rng.choice(ids, size=max_clients, replace=False))
+      self._splits[name] = _preprocessed(data, datasets.eval_preprocess_fn,
+                                         ids)
+
+  def __call__(self, model_weights) -> dict[str, float]:
+    metrics = {}
+    state = self._process.set_model_weights(self._process.initialize(),
+                                            model_weights)
+    for name, client_datasets in self._splits.items():
+      output = self._process.next(state, client_datasets)
+      flat = outputs.flatten_metrics(
+          output.metrics['client_work']['eval']['current_round_metrics'])
+      for key, value in flat.items():
+        metrics[f'{name}/{key}'] = value
+      accuracy_key = _accuracy_key(flat, '')
+      if accuracy_key and accuracy_key != 'accuracy':
+        metrics[f'{name}/accuracy'] = flat[accuracy_key]
+    return metrics
+
+
+def _initial_program_state(server_state) -> dict[str, Any]:
+  return {
+      'server_state': server_state,
+      'totals': {name: np.float64(0.0) for name in CUMULATIVE_METRICS},
+      'last_train_accuracy': np.float64(np.nan),
+  }
+
+
+def run_training(
+    setup: algorithm_setup.AlgorithmSetup,
+    task: tff.simulation.baselines.BaselineTask,
+    run_dir: outputs.RunDirectory,
+    config: LoopConfig,
+    round_runner: Optional[Callable[..., Any]] = None,
+    on_checkpoint: Optional[Callable[[int], None]] = None,
+) -> dict[str, float]:
+  """Trains for `config.total_rounds`, resuming from the latest checkpoint.
+
+  Args:
+    setup: The learning process and its per-round hooks.
+    task: The task whose training/validation/test data are used.
+    run_dir: Where metrics and checkpoints go (already created).
+    config: Loop settings.
+    round_runner: `(process, state, round_num, client_ids, datasets) ->
+      LearningProcessOutput`; default `process.next(state, datasets)`. Stateful
+      clients use it to load and save their states.
+    on_checkpoint: Called with the round number right after each checkpoint
+      (stateful clients commit their store there) and with the resumed round
+      on resume.
+
+  Returns:
+    The last round's metrics.
+  """
+  process = setup.process
+  train_data = task.datasets.train_data
+  sample_clients = tff.simulation.build_uniform_sampling_fn(
+      train_data.client_ids, replace=False, random_seed=config.seed)
+  client_datasets_fn = setup.client_datasets_fn or (
+      lambda _, ids: _preprocessed(train_data,
+                                   task.datasets.train_preprocess_fn, ids))
+  round_runner = round_runner or (
+      lambda process, state, round_num, ids, datasets: process.next(
+          state, datasets))
+  evaluator = Evaluator(task, config.max_eval_clients, config.seed)
+
+  structure = _initial_program_state(process.initialize())
+  program_state, start_round = run_dir.load_latest_checkpoint(structure)
+  if program_state is None:
+    program_state = structure
+    run_dir.save_checkpoint(program_state, 0)
+  elif on_checkpoint is not None:
+    on_checkpoint(start_round)
+  state = program_state['server_state']
+  totals = {k: float(v) for k, v in program_state['totals'].items()}
+  last_train_accuracy = float(program_state['last_train_accuracy'])
+  if start_round:
+    config.print_fn(f'resuming from the checkpoint of round {start_round}')
+
+  metrics: dict[str, float] = {}
+  round_times = []
+  for round_num in range(start_round + 1, config.total_rounds + 1):
+    started = time.perf_counter()
+    client_ids = sample_clients(round_num, config.cohort_size_fn(round_num))
+    datasets = client_datasets_fn(round_num, client_ids)
+    output = round_runner(process, state, round_num, client_ids, datasets)
+    state = output.state
+    round_seconds = time.perf_counter() - started
+    round_times.append(round_seconds)
+
+    flat = outputs.flatten_metrics(output.metrics)
+    metrics = {'round_time_sec': round_seconds,
+               'clients_per_round': float(len(client_ids))}
+    metrics.update(flat)
+    metrics.update(summarize_training_metrics(flat))
+    if setup.round_metrics_fn is not None:
+      metrics.update(setup.round_metrics_fn(round_num, client_ids, metrics))
+    for name in CUMULATIVE_METRICS:
+      if name in metrics:
+        totals[name] += metrics[name]
+        metrics[f'cumulative_{name}'] = totals[name]
+    train_accuracy = metrics.get('train/accuracy', np.nan)
+    # Catastrophic failure (SPEC.md §1): train accuracy at least halves.
+    metrics['catastrophic_failure'] = float(
+        train_accuracy <= 0.5 * last_train_accuracy)
+    last_train_accuracy = train_accuracy
+
+    if (round_num % config.rounds_per_eval == 0 or
+        round_num == config.total_rounds):
+      metrics.update(evaluator(process.get_model_weights(state)))
+    run_dir.release_metrics(metrics, round_num)
+    config.print_fn(outputs.progress_line(
+        round_num, config.total_rounds, round_seconds,
+        float(np.mean(round_times)), metrics))
+
+    if (round_num % config.rounds_per_checkpoint == 0 or
+        round_num == config.total_rounds):
+      run_dir.save_checkpoint({
+          'server_state': state,
+          'totals': {k: np.float64(v) for k, v in totals.items()},
+          'last_train_accuracy': np.float64(last_train_accuracy),
+      }, round_num)
+      if on_checkpoint is not None:
+        on_checkpoint(round_num)
+  return metrics

@@ -1,0 +1,77 @@
+"""Runs one federated-learning experiment from absl flags.
+
+    python run_experiment.py --task=stackoverflow --server_optimizer=lamb \
+        --use_synthetic_data --total_rounds=3
+
+Flags in, one call out: build the task and the learning process named by the
+flags, then hand both to the training loop. Results go to
+`<root_output_dir>/<experiment_name>/` (metrics.csv, tensorboard/,
+checkpoints/, hparams.json); rerunning the same command resumes the run.
+"""
+
+import os
+import sys
+
+os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
+
+from absl import app  # pylint: disable=g-import-not-at-top
+from absl import logging
+
+from experiment_driver import build
+from experiment_driver import flag_groups as f
+from experiment_driver import outputs
+from experiment_driver import runtime
+from experiment_driver import training_loop
+import tasks
+
+# Errors that a user's input causes: reported in one line, exit code 2.
+USER_ERRORS = (ValueError, tasks.MissingDataError, outputs.CheckpointError,
+               runtime.WorkerUnavailableError)
+
+
+def run() -> None:
+  """Runs the experiment the flags describe."""
+  run_dir = build.run_directory()
+  hparams = build.hparams()
+  run_dir.check_hparams(hparams)
+  with runtime.local_runtime(f.MAX_CONCURRENT_CLIENTS.value):
+    task = build.create_task()
+    ctx = build.build_context(task)
+    setup = build.build_algorithm(ctx)
+    run_dir.create(hparams)
+    print(f'run directory: {run_dir.path}', flush=True)
+    final_metrics = training_loop.run_training(
+        setup, task, run_dir,
+        training_loop.LoopConfig(
+            total_rounds=f.TOTAL_ROUNDS.value,
+            cohort_size_fn=lambda _: f.CLIENTS_PER_ROUND.value,
+            rounds_per_eval=f.ROUNDS_PER_EVAL.value,
+            rounds_per_checkpoint=f.ROUNDS_PER_CHECKPOINT.value,
+            max_eval_clients=f.MAX_EVAL_CLIENTS.value,
+            seed=f.SEED.value,
+            print_fn=lambda line: print(line, flush=True),
+        ))
+  print(f'metrics:     {run_dir.metrics_csv}')
+  print(f'tensorboard: {run_dir.tensorboard_dir}')
+  for key in ('validation/accuracy', 'test/accuracy'):
+    if key in final_metrics:
+      print(f'final {key}: {final_metrics[key]:.4f}')
+
+
+def main(argv) -> None:
+  if len(argv) > 1:
+    raise app.UsageError(f'unexpected arguments: {" ".join(argv[1:])}')
+  logging.set_verbosity(logging.WARNING)
+  try:
+    run()
+  except USER_ERRORS as e:
+    print(f'error: {e}', file=sys.stderr)
+    sys.exit(2)
+
+
+def entry_point() -> None:
+  app.run(main)
+
+
+if __name__ == '__main__':
+  entry_point()

@@ -1,0 +1,152 @@
+"""FedOpt and FedSGD match a NumPy reference on a tiny linear model."""
+
+import collections
+
+import numpy as np
+import pytest
+import tensorflow as tf
+import tensorflow_federated as tff
+
+from large_cohort import fedopt
+from large_cohort import optimizers
+
+_NUM_FEATURES = 3
+_CLIENT_LR = 0.05
+_SERVER_LR = 0.3
+_EPS = 1e-3
+_BATCH = 2
+
+
+def _client_arrays():
+  rng = np.random.default_rng(7)
+  sizes = (4, 3)  # unequal: example weighting matters, second has a short batch
+  return [(rng.normal(size=(n, _NUM_FEATURES)).astype(np.float32),
+           rng.normal(size=(n, 1)).astype(np.float32)) for n in sizes]
+
+
+def _datasets(arrays, batch_size=_BATCH):
+  return [tf.data.Dataset.from_tensor_slices(
+      collections.OrderedDict(x=x, y=y)).batch(batch_size) for x, y in arrays]
+
+
+def _model_fn():
+  keras_model = tf.keras.Sequential([
+      tf.keras.layers.InputLayer(input_shape=(_NUM_FEATURES,)),
+      tf.keras.layers.Dense(1, kernel_initializer='zeros',
+                            bias_initializer='zeros'),
+  ])
+  return tff.learning.models.from_keras_model(
+      keras_model,
+      loss=tf.keras.losses.MeanSquaredError(),
+      input_spec=_datasets(_client_arrays())[0].element_spec,
+  )
+
+
+def _gradient(w, b, x, y):
+  """Gradient of the batch-mean squared error of the model x @ w + b."""
+  residual = x @ w + b - y
+  return 2 * x.T @ residual / len(x), 2 * residual.sum(axis=0) / len(x)
+
+
+def _client_delta(w, b, x, y, learning_rate):
+  w_k, b_k = w.copy(), b.copy()
+  for start in range(0, len(x), _BATCH):
+    gw, gb = _gradient(w_k, b_k, x[start:start + _BATCH], y[start:start + _BATCH])
+    w_k, b_k = w_k - learning_rate * gw, b_k - learning_rate * gb
+  return w_k - w, b_k - b
+
+
+class _NumpyServerOptimizer:
+  """The published updates, in TFF's conventions (eps placement, bias fix)."""
+
+  def __init__(self, name):
+    self.name, self.step, self.m, self.v = name, 0, None, None
+
+  def apply(self, params, grads):
+    if self.m is None:
+      self.m = [np.zeros_like(p) for p in params]
+      self.v = [np.zeros_like(p) for p in params]
+    self.step += 1
+    t = self.step
+    out = []
+    for i, (p, g) in enumerate(zip(params, grads)):
+      if self.name == 'sgd':
+        out.append(p - _SERVER_LR * g)
+      elif self.name == 'sgdm':
+        self.m[i] = 0.9 * self.m[i] + g
+        out.append(p - _SERVER_LR * self.m[i])
+      elif self.name == 'adagrad':
+        self.v[i] = self.v[i] + g**2
+        out.append(p - _SERVER_LR * g / np.sqrt(self.v[i] + _EPS))
+      elif self.name in ('adam', 'yogi'):
+        self.m[i] = 0.9 * self.m[i] + 0.1 * g
+        if self.name == 'adam':
+          self.v[i] = 0.99 * self.v[i] + 0.01 * g**2
+        else:
+          self.v[i] = self.v[i] + 0.01 * np.sign(g**2 - self.v[i]) * g**2
+        lr_t = _SERVER_LR * np.sqrt(1 - 0.99**t) / (1 - 0.9**t)
+        out.append(p - lr_t * self.m[i] / (np.sqrt(self.v[i]) + _EPS))
+    return out
+
+
+def _weights(process, state):
+  weights = process.get_model_weights(state).trainable
+  return [np.asarray(v) for v in weights]
+
+
+@pytest.mark.parametrize('server_optimizer',
+                         ['sgd', 'sgdm', 'adagrad', 'adam', 'yogi'])
+def test_fedopt_two_rounds_match_numpy(server_optimizer):
+  process = fedopt.build_fedopt(
+      _model_fn,
+      client_optimizer=optimizers.build_optimizer('sgd', _CLIENT_LR),
+      server_optimizer=optimizers.build_optimizer(
+          server_optimizer, _SERVER_LR, epsilon=_EPS))
+  arrays = _client_arrays()
+  state = process.initialize()
+  reference = _NumpyServerOptimizer(server_optimizer)
+  w = np.zeros((_NUM_FEATURES, 1), np.float32)
+  b = np.zeros((1,), np.float32)
+  for _ in range(2):
+    state = process.next(state, _datasets(arrays)).state
+    deltas = [_client_delta(w, b, x, y, _CLIENT_LR) for x, y in arrays]
+    weights = np.array([len(x) for x, _ in arrays], np.float64)
+    mean_delta = [sum(wt * d[i] for wt, d in zip(weights, deltas)) /
+                  weights.sum() for i in range(2)]
+    w, b = reference.apply([w, b], [-d for d in mean_delta])
+    got_w, got_b = _weights(process, state)
+    np.testing.assert_allclose(got_w, w, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(got_b, b, rtol=1e-5, atol=1e-6)
+
+
+def test_uniform_weighting_averages_clients_equally():
+  process = fedopt.build_fedopt(
+      _model_fn,
+      client_optimizer=optimizers.build_optimizer('sgd', _CLIENT_LR),
+      server_optimizer=optimizers.build_optimizer('sgd', 1.0),
+      uniform_weighting=True)
+  arrays = _client_arrays()
+  state = process.next(process.initialize(), _datasets(arrays)).state
+  zeros_w, zeros_b = np.zeros((_NUM_FEATURES, 1)), np.zeros((1,))
+  deltas = [_client_delta(zeros_w, zeros_b, x, y, _CLIENT_LR) for x, y in arrays]
+  np.testing.assert_allclose(_weights(process, state)[0],
+                             (deltas[0][0] + deltas[1][0]) / 2, rtol=1e-5)
+
+
+def test_fedsgd_takes_one_full_batch_gradient_step():
+  process = fedopt.build_fedsgd(
+      _model_fn, server_optimizer=optimizers.build_optimizer('sgd', _SERVER_LR))
+  arrays = _client_arrays()
+  state = process.next(process.initialize(), _datasets(arrays)).state
+  zeros_w, zeros_b = np.zeros((_NUM_FEATURES, 1)), np.zeros((1,))
+  x = np.concatenate([a[0] for a in arrays])
+  y = np.concatenate([a[1] for a in arrays])
+  gw, gb = _gradient(zeros_w, zeros_b, x, y)  # full-batch over all examples
+  got_w, got_b = _weights(process, state)
+  np.testing.assert_allclose(got_w, -_SERVER_LR * gw, rtol=1e-5, atol=1e-6)
+  np.testing.assert_allclose(got_b, -_SERVER_LR * gb, rtol=1e-5, atol=1e-6)
+
+
+def test_unknown_optimizer_is_rejected():
+  with pytest.raises(ValueError, match='unknown optimizer'):
+    optimizers.build_optimizer('rmsprop', 0.1)
