@@ -1,0 +1,176 @@
+"""`run_experiment.py` as a user runs it: outputs, resume, bad input, cleanup."""
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+import pandas as pd
+import pytest
+
+_REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_SMALL_RUN = ['--task=synthetic', '--clients_per_round=3', '--total_rounds=4',
+              '--rounds_per_eval=2', '--rounds_per_checkpoint=2',
+              '--max_eval_clients=20', '--seed=3']
+# Columns that measure the machine, not the computation.
+_TIMING_COLUMNS = ('round_time_sec',)
+
+
+def _command(*args):
+  return [sys.executable, os.path.join(_REPO, 'run_experiment.py'), *args]
+
+
+def _run(*args, check=True):
+  result = subprocess.run(_command(*args), capture_output=True, text=True,
+                          cwd=_REPO, timeout=600, stdin=subprocess.DEVNULL)
+  if check and result.returncode != 0:
+    raise AssertionError(f'exit {result.returncode}:\n{result.stderr[-3000:]}')
+  return result
+
+
+def _metrics(run_dir):
+  frame = pd.read_csv(os.path.join(run_dir, 'metrics.csv'))
+  return frame.drop(columns=[c for c in _TIMING_COLUMNS if c in frame])
+
+
+def _worker_pids_with_parent(parent_pid):
+  pids = subprocess.run(['pgrep', '-f', 'worker_binary'], capture_output=True,
+                        text=True).stdout.split()
+  parents = {}
+  for pid in pids:
+    try:
+      with open(f'/proc/{pid}/stat') as f:
+        parents[pid] = int(f.read().split()[3])
+    except FileNotFoundError:
+      continue
+  return [pid for pid, parent in parents.items() if parent == parent_pid]
+
+
+def _assert_no_orphaned_workers():
+  """A leaked worker is re-parented to init; a dying one may take a moment."""
+  for _ in range(50):
+    if not _worker_pids_with_parent(1):
+      return
+    time.sleep(0.1)
+  raise AssertionError(f'orphaned workers: {_worker_pids_with_parent(1)}')
+
+
+def _error_line(result):
+  lines = [l for l in result.stderr.splitlines() if l.startswith('error:')]
+  assert len(lines) == 1, result.stderr[-2000:]
+  return lines[0]
+
+
+@pytest.fixture(scope='module')
+def full_run(tmp_path_factory):
+  root = str(tmp_path_factory.mktemp('runs'))
+  result = _run(*_SMALL_RUN, f'--root_output_dir={root}',
+                '--experiment_name=full')
+  return os.path.join(root, 'full'), result
+
+
+def test_run_writes_outputs_and_progress(full_run):
+  run_dir, result = full_run
+  metrics = _metrics(run_dir)
+  assert list(metrics['round']) == [1, 2, 3, 4]
+  for column in ('train/loss', 'train/accuracy', 'examples_processed',
+                 'cumulative_examples_processed', 'clipping_norm',
+                 'test/accuracy', 'validation/accuracy'):
+    assert column in metrics, column
+  assert metrics['examples_processed'].gt(0).all()
+  assert metrics['cumulative_examples_processed'].iloc[-1] == pytest.approx(
+      metrics['examples_processed'].sum())
+  # Evaluation only on eval rounds (2 and 4).
+  assert metrics['test/accuracy'].notna().tolist() == [False, True, False, True]
+  assert os.listdir(os.path.join(run_dir, 'tensorboard'))
+  assert os.path.exists(os.path.join(run_dir, 'hparams.json'))
+  progress = [l for l in result.stdout.splitlines() if l.startswith('round ')]
+  assert len(progress) == 4 and 'ETA' in progress[0]
+
+
+def test_killed_run_resumes_to_the_same_metrics(full_run, tmp_path):
+  run_dir, _ = full_run
+  args = [*_SMALL_RUN, f'--root_output_dir={tmp_path}',
+          '--experiment_name=resumed']
+  process = subprocess.Popen(_command(*args), stdout=subprocess.PIPE,
+                             stderr=subprocess.DEVNULL, text=True, cwd=_REPO)
+  for line in process.stdout:
+    if line.startswith('round 3/4'):  # checkpoint of round 2 is on disk
+      process.send_signal(signal.SIGKILL)
+      break
+  process.wait()
+  assert process.returncode == -signal.SIGKILL
+  _assert_no_orphaned_workers()
+
+  result = _run(*args)
+  assert 'resuming from the checkpoint of round 2' in result.stdout
+  pd.testing.assert_frame_equal(_metrics(os.path.join(tmp_path, 'resumed')),
+                                _metrics(run_dir))
+
+
+def test_no_worker_survives_a_run(full_run):
+  del full_run  # the run has exited
+  _assert_no_orphaned_workers()
+
+
+@pytest.mark.parametrize('flag,message', [
+    ('--task=nonexistent', "unknown --task='nonexistent'"),
+    ('--clients_per_round=100000', 'larger than the'),
+    ('--algorithm=fedmagic', "unknown --algorithm='fedmagic'"),
+])
+def test_bad_values_give_one_error_line(tmp_path, flag, message):
+  result = _run(*_SMALL_RUN, flag, f'--root_output_dir={tmp_path}', check=False)
+  assert result.returncode == 2
+  assert message in _error_line(result)
+  assert not os.listdir(tmp_path)  # nothing half-written
+
+
+@pytest.mark.parametrize('flag', ['--server_optimizer=rmsprop',
+                                  '--clients_per_round=0', '--total_rounds=-1'])
+def test_bad_flags_are_rejected_before_anything_runs(tmp_path, flag):
+  result = _run(*_SMALL_RUN, flag, f'--root_output_dir={tmp_path}', check=False)
+  assert result.returncode != 0
+  assert flag.split('=')[0] in result.stderr
+  assert not os.listdir(tmp_path)
+
+
+def test_missing_data_names_the_file(tmp_path):
+  empty = tmp_path / 'empty'
+  empty.mkdir()
+  out = tmp_path / 'out'
+  result = _run('--task=emnist', f'--data_dir={empty}', '--total_rounds=1',
+                f'--root_output_dir={out}', check=False)
+  assert result.returncode == 2
+  line = _error_line(result)
+  assert str(empty) in line and '--use_synthetic_data' in line
+  assert not out.exists() and not os.listdir(empty)
+
+
+def test_corrupt_checkpoint_is_reported_and_left_alone(full_run, tmp_path):
+  run_dir, _ = full_run
+  copy = tmp_path / 'full'
+  shutil.copytree(run_dir, copy)
+  checkpoint_dir = copy / 'checkpoints'
+  latest = max(checkpoint_dir.iterdir(), key=lambda p: int(p.name.split('_')[-1]))
+  for path in latest.rglob('*'):
+    if path.is_file():
+      path.write_bytes(b'not a checkpoint')
+  before = {p: p.read_bytes() for p in copy.rglob('*') if p.is_file()}
+  result = _run(*_SMALL_RUN, f'--root_output_dir={tmp_path}',
+                '--experiment_name=full', '--total_rounds=6', check=False)
+  assert result.returncode == 2
+  assert 'cannot be read' in _error_line(result)
+  after = {p: p.read_bytes() for p in copy.rglob('*') if p.is_file()}
+  assert after == before
+
+
+def test_other_flags_on_an_existing_run_are_refused(full_run, tmp_path):
+  run_dir, _ = full_run
+  shutil.copytree(run_dir, tmp_path / 'full')
+  result = _run(*_SMALL_RUN, '--client_learning_rate=0.5',
+                f'--root_output_dir={tmp_path}', '--experiment_name=full',
+                check=False)
+  assert result.returncode == 2
+  assert 'client_learning_rate' in _error_line(result)
