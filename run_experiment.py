@@ -12,7 +12,7 @@ checkpoints/, hparams.json); rerunning the same command resumes the run.
 import os
 import sys
 
-os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
+os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '3')
 
 from absl import app  # pylint: disable=g-import-not-at-top
 from absl import logging
@@ -29,12 +29,18 @@ USER_ERRORS = (ValueError, tasks.MissingDataError, outputs.CheckpointError,
                runtime.WorkerUnavailableError)
 
 
+def _runtime():
+  if f.WORKER_ADDRESSES.value:
+    return runtime.remote_runtime(f.WORKER_ADDRESSES.value)
+  return runtime.local_runtime(f.MAX_CONCURRENT_CLIENTS.value)
+
+
 def run() -> None:
   """Runs the experiment the flags describe."""
   run_dir = build.run_directory()
   hparams = build.hparams()
   run_dir.check_hparams(hparams)
-  with runtime.local_runtime(f.MAX_CONCURRENT_CLIENTS.value):
+  with _runtime():
     task = build.create_task()
     ctx = build.build_context(task)
     setup = build.build_algorithm(ctx)
@@ -44,11 +50,13 @@ def run() -> None:
         setup, task, run_dir,
         training_loop.LoopConfig(
             total_rounds=f.TOTAL_ROUNDS.value,
-            cohort_size_fn=lambda _: f.CLIENTS_PER_ROUND.value,
+            cohort_size_fn=build.cohort_size_fn(ctx.num_train_clients),
             rounds_per_eval=f.ROUNDS_PER_EVAL.value,
             rounds_per_checkpoint=f.ROUNDS_PER_CHECKPOINT.value,
             max_eval_clients=f.MAX_EVAL_CLIENTS.value,
             seed=f.SEED.value,
+            extra_metrics_fns=[m for m in [build.straggler_metrics_fn(task)]
+                               if m is not None],
             print_fn=lambda line: print(line, flush=True),
         ))
   print(f'metrics:     {run_dir.metrics_csv}')

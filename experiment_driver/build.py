@@ -4,6 +4,7 @@ import os
 from typing import Any
 
 from absl import flags
+import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
@@ -12,7 +13,12 @@ from experiment_driver import fedopt_setup
 from experiment_driver import flag_groups as f
 from experiment_driver import outputs
 from experiment_driver import tuned_defaults
+from large_cohort import cohort_schedule
+from large_cohort import diagnostics
+from large_cohort import lr_schedules
+from large_cohort import normalized_update
 from large_cohort import optimizers
+from large_cohort import straggler
 import tasks
 
 FLAGS = flags.FLAGS
@@ -21,7 +27,7 @@ ALGORITHMS = {**fedopt_setup.ALGORITHMS}
 # may be resumed with other values of these.
 _NOT_HPARAMS = frozenset({
     'root_output_dir', 'experiment_name', 'total_rounds',
-    'rounds_per_checkpoint', 'max_concurrent_clients',
+    'rounds_per_checkpoint', 'max_concurrent_clients', 'worker_addresses',
 })
 
 
@@ -86,9 +92,15 @@ def build_context(
       f.SERVER_OPTIMIZER.value, server_lr, momentum=f.SERVER_MOMENTUM.value,
       beta_1=f.SERVER_BETA_1.value, beta_2=f.SERVER_BETA_2.value,
       epsilon=f.SERVER_EPSILON.value)
-  model_aggregator = tff.learning.robust_aggregator(
-      zeroing=f.ZEROING.value, clipping=f.CLIPPING.value,
-      weighted=not f.UNIFORM_WEIGHTING.value)
+  if f.SERVER_LR_SCALING.value != 'none':
+    server_optimizer = tff.learning.optimizers.schedule_learning_rate(
+        server_optimizer,
+        lr_schedules.build_server_lr_schedule(
+            server_lr,
+            scaling=f.SERVER_LR_SCALING.value,
+            cohort_size=cohort_size_fn(num_train_clients),
+            reference_cohort_size=f.REFERENCE_COHORT_SIZE.value,
+            warmup_rounds=f.SERVER_WARMUP_ROUNDS.value))
   return algorithm_setup.BuildContext(
       task_name=f.TASK.value,
       task=task,
@@ -96,13 +108,65 @@ def build_context(
       server_optimizer=server_optimizer,
       client_learning_rate=client_lr,
       server_learning_rate=server_lr,
-      model_aggregator=model_aggregator,
+      model_aggregator=model_aggregator(),
       uniform_weighting=f.UNIFORM_WEIGHTING.value,
       clients_per_round=f.CLIENTS_PER_ROUND.value,
       num_train_clients=num_train_clients,
       total_rounds=f.TOTAL_ROUNDS.value,
       seed=f.SEED.value,
   )
+
+
+def model_aggregator():
+  """Client-update aggregation: diagnostics see the raw updates, then
+  adaptive zeroing/clipping and the mean, then (optionally) normalization."""
+  aggregator = diagnostics.diagnostics_factory(tff.learning.robust_aggregator(
+      zeroing=f.ZEROING.value, clipping=f.CLIPPING.value,
+      weighted=not f.UNIFORM_WEIGHTING.value))
+  if f.NORMALIZE_SERVER_UPDATE.value:
+    aggregator = normalized_update.normalized_update_factory(aggregator)
+  return aggregator
+
+
+def cohort_size_fn(num_train_clients: int):
+  """Round number (1-based) -> cohort size: fixed or doubling."""
+  if not f.ROUNDS_TO_DOUBLE_COHORT.value:
+    return lambda _: f.CLIENTS_PER_ROUND.value
+  return cohort_schedule.DoublingCohortSchedule(
+      initial_cohort_size=f.CLIENTS_PER_ROUND.value,
+      rounds_per_doubling=f.ROUNDS_TO_DOUBLE_COHORT.value,
+      max_cohort_size=f.MAX_COHORT_SIZE.value,
+      population_size=num_train_clients)
+
+
+def straggler_metrics_fn(task: tff.simulation.baselines.BaselineTask):
+  """The straggler model's simulated round time (appendix B.5), if asked.
+
+  `N_k` is the number of examples client k trains on this round: its dataset
+  size (capped by --max_elements_per_client) times --client_epochs; sizes are
+  counted once per client and cached.
+  """
+  if f.STRAGGLER_LAMBDA.value is None:
+    return None
+  train_data = task.datasets.train_data
+  sizes = {}
+  max_elements = f.MAX_ELEMENTS_PER_CLIENT.value
+
+  def client_size(client_id: str) -> int:
+    if client_id not in sizes:
+      count = int(train_data.create_tf_dataset_for_client(client_id).reduce(
+          0, lambda n, _: n + 1))
+      sizes[client_id] = min(count, max_elements or count)
+    return sizes[client_id] * f.CLIENT_EPOCHS.value
+
+  def metrics_fn(round_num, client_ids, metrics):
+    del metrics
+    rng = np.random.default_rng([f.SEED.value, round_num])
+    return {'simulated_round_time': straggler.simulated_round_time(
+        [client_size(c) for c in client_ids], f.STRAGGLER_ALPHA.value,
+        f.STRAGGLER_LAMBDA.value, rng)}
+
+  return metrics_fn
 
 
 def build_algorithm(

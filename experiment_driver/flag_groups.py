@@ -87,9 +87,45 @@ SERVER_EPSILON = flags.DEFINE_float(
 
 # Cohort.
 CLIENTS_PER_ROUND = flags.DEFINE_integer(
-    'clients_per_round', 10, 'Cohort size M.', lower_bound=1)
+    'clients_per_round', 10,
+    'Cohort size M (the starting size with --rounds_to_double_cohort).',
+    lower_bound=1)
 TOTAL_ROUNDS = flags.DEFINE_integer(
     'total_rounds', 100, 'Number of training rounds.', lower_bound=1)
+
+# Large-cohort techniques (Charles et al. 2021, SPEC.md §1).
+SERVER_LR_SCALING = flags.DEFINE_enum(
+    'server_lr_scaling', 'none', ['none', 'sqrt', 'linear'],
+    'Scale the server learning rate for the cohort M\' relative to'
+    ' --reference_cohort_size M: sqrt(M\'/M) or M\'/M, with linear warmup'
+    ' over --server_warmup_rounds (no warmup with none).')
+REFERENCE_COHORT_SIZE = flags.DEFINE_integer(
+    'reference_cohort_size', 50,
+    'The cohort size the server learning rate was tuned for.', lower_bound=1)
+SERVER_WARMUP_ROUNDS = flags.DEFINE_integer(
+    'server_warmup_rounds', 100,
+    'Rounds of linear server learning-rate warmup when scaling.',
+    lower_bound=0)
+ROUNDS_TO_DOUBLE_COHORT = flags.DEFINE_integer(
+    'rounds_to_double_cohort', 0,
+    'Dynamic cohort: double the cohort every this many rounds, starting from'
+    ' --clients_per_round (0: fixed cohort).', lower_bound=0)
+MAX_COHORT_SIZE = flags.DEFINE_integer(
+    'max_cohort_size', 800,
+    'Cap of the dynamic cohort (also capped by the population).',
+    lower_bound=1)
+NORMALIZE_SERVER_UPDATE = flags.DEFINE_bool(
+    'normalize_server_update', False,
+    'Normalized FedAvg: the server steps along Delta/||Delta||_2.')
+STRAGGLER_ALPHA = flags.DEFINE_float(
+    'straggler_alpha', 1.0,
+    'Straggler model: seconds per example of a client (appendix B.5).',
+    lower_bound=0.0)
+STRAGGLER_LAMBDA = flags.DEFINE_float(
+    'straggler_lambda', None,
+    'Straggler model: mean extra time per example (Exp); when set, each round'
+    ' reports simulated_round_time = max over the cohort of'
+    ' alpha*N_k + Exp(lambda*N_k).', lower_bound=0.0)
 
 # Evaluation.
 ROUNDS_PER_EVAL = flags.DEFINE_integer(
@@ -117,5 +153,10 @@ MAX_CONCURRENT_CLIENTS = flags.DEFINE_integer(
     'max_concurrent_clients', -1,
     'How many clients the local TFF worker trains at once; non-positive: no'
     ' limit (all cores).')
+WORKER_ADDRESSES = flags.DEFINE_list(
+    'worker_addresses', [],
+    'host:port of TFF worker_binary executor services (one per machine);'
+    ' with it, each round\'s cohort is split among these workers instead of'
+    ' the local runtime (see README, "More than one machine").')
 SEED = flags.DEFINE_integer(
     'seed', 0, 'Seed of client sampling, data splits and model init.')

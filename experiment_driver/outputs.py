@@ -47,7 +47,7 @@ class RunDirectory:
     self.tensorboard_dir = os.path.join(self.path, 'tensorboard')
     self.checkpoint_dir = os.path.join(self.path, 'checkpoints')
     self.hparams_json = os.path.join(self.path, 'hparams.json')
-    self._loop = asyncio.new_event_loop()
+    self._loop = asyncio.get_event_loop()
     self._release_managers = []
     self._state_manager: Optional[tff.program.FileProgramStateManager] = None
 

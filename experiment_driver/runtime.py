@@ -191,13 +191,23 @@ def local_runtime(max_concurrent_clients: int = -1) -> Iterator[str]:
 def remote_runtime(addresses: Sequence[str]) -> Iterator[None]:
   """Spreads each TFF computation over the workers at `addresses`.
 
-  Uses TFF's mergeable-computation context: the cohort is split into one
-  part per worker, each worker runs its part's client work, and the partial
-  aggregates are merged in this process.
+  Uses TFF's mergeable-computation context: each round's cohort is split into
+  one part per worker, each worker runs its part's client work and partial
+  aggregation, and the parts are merged here. A worker that stops answering
+  mid-run is named in a `WorkerUnavailableError`.
   """
-  stubs = [_connect(address, timeout_seconds=30) for address in addresses]
+  stubs = {address: _connect(address, timeout_seconds=30)
+           for address in addresses}
   context = tff.backends.native.create_mergeable_comp_execution_context(
-      [_async_context(stub) for stub in stubs]
-  )
-  with context_stack_impl.context_stack.install(context):
-    yield
+      [_async_context(stub) for stub in stubs.values()])
+  try:
+    with context_stack_impl.context_stack.install(context):
+      yield
+  except Exception as e:  # pylint: disable=broad-except
+    lost = [address for address, stub in stubs.items() if not stub.is_ready]
+    if lost:
+      raise WorkerUnavailableError(
+          f'TFF worker {", ".join(lost)} stopped answering'
+          f' ({type(e).__name__}); restart it and rerun the same command to'
+          ' resume from the last checkpoint') from e
+    raise

@@ -20,6 +20,8 @@ import tensorflow_federated as tff
 
 from experiment_driver import algorithm_setup
 from experiment_driver import outputs
+from large_cohort import diagnostics
+from large_cohort import per_client_evaluation
 
 # Per-round metrics whose running totals are kept (as `cumulative_<name>`).
 CUMULATIVE_METRICS = ('examples_processed', 'gradient_computations',
@@ -35,6 +37,8 @@ class LoopConfig:
   rounds_per_checkpoint: int
   max_eval_clients: int
   seed: int
+  # Extra per-round scalars beside the algorithm's own (e.g. straggler time).
+  extra_metrics_fns: Sequence[algorithm_setup.RoundMetricsFn] = ()
   print_fn: Callable[[str], Any] = print
 
 
@@ -66,17 +70,30 @@ def summarize_training_metrics(flat: dict[str, float]) -> dict[str, float]:
   if _TRAIN_PREFIX + 'num_examples' in flat:
     summary['examples_processed'] = flat[_TRAIN_PREFIX + 'num_examples']
   for key, value in flat.items():
-    if key.endswith('/clipping_norm') or key.endswith('/clip'):
-      summary['clipping_norm'] = value
+    for name in ('clipping_norm', 'update_norm', 'mean_pairwise_cosine',
+                 'num_nonfinite_updates'):
+      if key.endswith('/' + name):
+        summary[name] = value
   return summary
 
 
 class Evaluator:
-  """Evaluates the deployed model on fixed validation and test clients."""
+  """Evaluates the deployed model on fixed validation and test clients.
+
+  Reports the example-weighted metrics of each split (TFF's `build_fed_eval`)
+  and, for test clients, the percentiles 5/25/50/75/95 of per-client accuracy
+  (the paper's fairness measurement, §3.4).
+  """
 
   def __init__(self, task: tff.simulation.baselines.BaselineTask,
                max_clients: int, seed: int):
     self._process = tff.learning.algorithms.build_fed_eval(task.model_fn)
+    with tf.Graph().as_default():
+      metric_names = list(task.model_fn().metric_finalizers())
+    accuracy_name = next((m for m in metric_names if 'accuracy' in m), None)
+    self._per_client_accuracy = accuracy_name and (
+        per_client_evaluation.build_per_client_evaluation(
+            task.model_fn, metric_name=accuracy_name))
     self._splits = {}
     datasets = task.datasets
     rng = np.random.default_rng(seed)
@@ -107,6 +124,13 @@ class Evaluator:
       accuracy_key = _accuracy_key(flat, '')
       if accuracy_key and accuracy_key != 'accuracy':
         metrics[f'{name}/accuracy'] = flat[accuracy_key]
+    test_datasets = self._splits.get('test')
+    if self._per_client_accuracy and test_datasets and len(test_datasets) > 1:
+      accuracies = [a for a in self._per_client_accuracy(
+          model_weights, test_datasets) if np.isfinite(a)]
+      for q, value in per_client_evaluation.accuracy_percentiles(
+          accuracies).items():
+        metrics[f'test/accuracy_p{q}'] = float(value)
     return metrics
 
 
@@ -172,6 +196,10 @@ def run_training(
   round_times = []
   for round_num in range(start_round + 1, config.total_rounds + 1):
     started = time.perf_counter()
+    # Seeds of this round's data pipelines (shuffling, augmentation) depend on
+    # (seed, round) only, not on the rounds this process ran before: a resumed
+    # run builds the same datasets as an uninterrupted one.
+    tf.random.set_seed(hash((config.seed, round_num)) % 2**31)
     client_ids = sample_clients(round_num, config.cohort_size_fn(round_num))
     datasets = client_datasets_fn(round_num, client_ids)
     output = round_runner(process, state, round_num, client_ids, datasets)
@@ -184,16 +212,18 @@ def run_training(
                'clients_per_round': float(len(client_ids))}
     metrics.update(flat)
     metrics.update(summarize_training_metrics(flat))
-    if setup.round_metrics_fn is not None:
-      metrics.update(setup.round_metrics_fn(round_num, client_ids, metrics))
+    for metrics_fn in (setup.round_metrics_fn, *config.extra_metrics_fns):
+      if metrics_fn is not None:
+        metrics.update(metrics_fn(round_num, client_ids, metrics))
     for name in CUMULATIVE_METRICS:
       if name in metrics:
         totals[name] += metrics[name]
         metrics[f'cumulative_{name}'] = totals[name]
     train_accuracy = metrics.get('train/accuracy', np.nan)
-    # Catastrophic failure (SPEC.md §1): train accuracy at least halves.
-    metrics['catastrophic_failure'] = float(
-        train_accuracy <= 0.5 * last_train_accuracy)
+    if np.isfinite(train_accuracy) and np.isfinite(last_train_accuracy):
+      metrics['catastrophic_failure'] = float(
+          diagnostics.is_catastrophic_failure(last_train_accuracy,
+                                              train_accuracy))
     last_train_accuracy = train_accuracy
 
     if (round_num % config.rounds_per_eval == 0 or

@@ -1,0 +1,228 @@
+"""On-disk store of per-client states, versioned by round for exact resumes.
+
+Stateful algorithms (AdaBest, FedDyn, SCAFFOLD) keep a model-sized vector per
+client; 1,000 clients of a CIFAR model do not fit in memory, and only the
+round's cohort is needed at a time. `ClientStateStore` keeps each client's
+state on disk and in memory holds only the last cohort's states (plus, per
+client, the list of round numbers it has versions for).
+
+Layout: one `.npz` file per (client, round) version, named
+`client-<quoted client id>@<round, 8 digits>.npz`, holding the flattened state
+leaves; each file is written to a temporary name in the same directory,
+flushed, fsync'ed and `os.replace`d, so it is either absent or complete.
+`MANIFEST.json` records the last committed round (also replaced atomically).
+
+Exact resume: the training loop checkpoints its server state at round r and
+then calls `commit(r)`; after a crash it resumes from the last checkpoint r and
+calls `restore(r)`. The state of a client as of round r is its newest version
+at a round <= r. Both calls delete the versions newer than r (written by
+rounds that ran after the checkpoint before the crash, or by a crash right
+after the checkpoint and before `commit`) and the versions superseded at r,
+which no resume can need since resumes only go to the last checkpoint or a
+later one. A crash during either call leaves the store valid: it only ever
+deletes files that the state as of r does not use.
+"""
+
+import json
+import os
+import tempfile
+import urllib.parse
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import tensorflow as tf
+
+MANIFEST_NAME = 'MANIFEST.json'
+_PREFIX = 'client-'
+_SUFFIX = '.npz'
+_TEMP_PREFIX = '.tmp-'
+_VERSION_SEPARATOR = '@'  # urllib.parse.quote(..., safe='') escapes it.
+
+
+def _atomic_write(path: str, write_fn) -> None:
+  """Writes `path` via a temporary file in its directory and `os.replace`."""
+  directory = os.path.dirname(path)
+  fd, temp_path = tempfile.mkstemp(dir=directory, prefix=_TEMP_PREFIX)
+  try:
+    with os.fdopen(fd, 'wb') as f:
+      write_fn(f)
+      f.flush()
+      os.fsync(f.fileno())
+    os.replace(temp_path, path)
+  except BaseException:
+    if os.path.exists(temp_path):
+      os.remove(temp_path)
+    raise
+
+
+class ClientStateStore:
+  """Per-client states on disk, keyed by client id and versioned by round.
+
+  Example, around a training loop::
+
+    store = ClientStateStore(os.path.join(run_dir, 'client_states'),
+                             fresh_state=process.initial_client_state())
+    store.restore(resumed_round)       # on resume from a checkpoint
+    for round_num in ...:
+      states = store.load(client_ids)  # fresh states for new clients
+      ...
+      store.save(client_ids, new_states, round_num)
+      if checkpointed: store.commit(round_num)
+  """
+
+  def __init__(self, directory: str, fresh_state: Any):
+    """Opens (creating if needed) the store in `directory`.
+
+    Args:
+      directory: Where the state files live.
+      fresh_state: The (nested) state of a client that has never taken part;
+        every saved state must have its structure, shapes and dtypes.
+    """
+    self._directory = directory
+    os.makedirs(directory, exist_ok=True)
+    self._fresh_leaves = [np.asarray(x) for x in tf.nest.flatten(fresh_state)]
+    self._fresh_state = fresh_state
+    self._versions: dict[str, list[int]] = {}
+    self._cache: dict[str, Any] = {}
+    for name in os.listdir(directory):
+      if name.startswith(_PREFIX) and name.endswith(_SUFFIX):
+        client_id, round_num = self._parse_file_name(name)
+        self._versions.setdefault(client_id, []).append(round_num)
+    for versions in self._versions.values():
+      versions.sort()
+
+  @property
+  def directory(self) -> str:
+    return self._directory
+
+  @property
+  def cached_client_ids(self) -> list[str]:
+    """The clients whose states are held in memory: the last cohort."""
+    return list(self._cache)
+
+  @property
+  def committed_round(self) -> int:
+    """The round of the last `commit`/`restore` (0 before any)."""
+    path = os.path.join(self._directory, MANIFEST_NAME)
+    if not os.path.exists(path):
+      return 0
+    with open(path) as f:
+      return int(json.load(f)['committed_round'])
+
+  def load(self, client_ids: Sequence[str]) -> list[Any]:
+    """Returns the clients' latest states (fresh ones for unknown clients).
+
+    The returned states become the in-memory cache, replacing the previous
+    cohort's.
+    """
+    states = [
+        self._cache[i] if i in self._cache else self._read(i)
+        for i in client_ids
+    ]
+    self._cache = dict(zip(client_ids, states))
+    return states
+
+  def save(self, client_ids: Sequence[str], states: Sequence[Any],
+           round_num: int) -> None:
+    """Writes the clients' states as their version of `round_num`.
+
+    The saved states become the in-memory cache, replacing the previous
+    cohort's.
+
+    Raises:
+      ValueError: If lengths differ, `round_num` is not positive or not newer
+        than the committed round, or a state does not match `fresh_state`.
+    """
+    if len(client_ids) != len(states):
+      raise ValueError(f'Got {len(client_ids)} client ids and {len(states)} '
+                       'states; expected one state per client.')
+    if round_num < 1 or round_num <= self.committed_round:
+      raise ValueError(
+          f'round_num={round_num} must be positive and newer than the '
+          f'committed round {self.committed_round}.')
+    for client_id, state in zip(client_ids, states):
+      leaves = self._checked_leaves(client_id, state)
+      path = os.path.join(self._directory,
+                          self._file_name(client_id, round_num))
+      _atomic_write(path, lambda f, leaves=leaves: np.savez(
+          f, **{f'leaf_{k}': leaf for k, leaf in enumerate(leaves)}))
+      versions = self._versions.setdefault(client_id, [])
+      if round_num not in versions:
+        versions.append(round_num)
+        versions.sort()
+    self._cache = dict(zip(client_ids, states))
+
+  def commit(self, round_num: int) -> None:
+    """Makes the states as of `round_num` durable; call after a checkpoint.
+
+    Deletes versions newer than `round_num` and versions superseded by a newer
+    one at or before it, then records `round_num` in the manifest.
+
+    Raises:
+      ValueError: If `round_num` is older than the committed round (versions
+        it needs may already be deleted) or negative.
+    """
+    committed = self.committed_round
+    if round_num < committed or round_num < 0:
+      raise ValueError(
+          f'round_num={round_num} is older than the committed round '
+          f'{committed}: the store can only keep or move forward from it.')
+    for client_id in list(self._versions):
+      versions = self._versions[client_id]
+      kept = [v for v in versions if v <= round_num][-1:]
+      for version in versions:
+        if version not in kept:
+          os.remove(os.path.join(self._directory,
+                                 self._file_name(client_id, version)))
+      if kept:
+        self._versions[client_id] = kept
+      else:
+        del self._versions[client_id]
+    for name in os.listdir(self._directory):
+      if name.startswith(_TEMP_PREFIX):  # left by a crash during a write
+        os.remove(os.path.join(self._directory, name))
+    self._cache = {}
+    _atomic_write(
+        os.path.join(self._directory, MANIFEST_NAME),
+        lambda f: f.write(json.dumps({'committed_round': round_num}).encode()))
+
+  def restore(self, round_num: int) -> None:
+    """Rewinds to the states as of checkpoint `round_num`; call on resume.
+
+    The same operation as `commit`: it discards whatever rounds after
+    `round_num` wrote before a crash.
+    """
+    self.commit(round_num)
+
+  def _read(self, client_id: str) -> Any:
+    versions = self._versions.get(client_id)
+    if not versions:
+      return self._fresh_state
+    path = os.path.join(self._directory,
+                        self._file_name(client_id, versions[-1]))
+    with np.load(path) as npz:
+      leaves = [npz[f'leaf_{k}'] for k in range(len(self._fresh_leaves))]
+    return tf.nest.pack_sequence_as(self._fresh_state, leaves)
+
+  def _checked_leaves(self, client_id: str, state: Any) -> list[np.ndarray]:
+    leaves = [np.asarray(x) for x in tf.nest.flatten(state)]
+    if len(leaves) != len(self._fresh_leaves) or any(
+        a.shape != b.shape or a.dtype != b.dtype
+        for a, b in zip(leaves, self._fresh_leaves)):
+      raise ValueError(
+          f'The state of client {client_id!r} has leaves '
+          f'{[(a.shape, a.dtype) for a in leaves]}, expected '
+          f'{[(b.shape, b.dtype) for b in self._fresh_leaves]}.')
+    return leaves
+
+  @staticmethod
+  def _file_name(client_id: str, round_num: int) -> str:
+    quoted = urllib.parse.quote(client_id, safe='')
+    return f'{_PREFIX}{quoted}{_VERSION_SEPARATOR}{round_num:08d}{_SUFFIX}'
+
+  @staticmethod
+  def _parse_file_name(name: str) -> tuple[str, int]:
+    quoted, round_text = name[len(_PREFIX):-len(_SUFFIX)].rsplit(
+        _VERSION_SEPARATOR, 1)
+    return urllib.parse.unquote(quoted), int(round_text)

@@ -1,0 +1,272 @@
+"""FedDyn (Acar et al. 2021) as written in Varno et al. 2022, Algorithm 1.
+
+Round `t`, cohort `P^t` out of a population of `|S|` clients:
+
+* Client `i` starts from the cloud model `x^{t−1}`, keeps `h_i` (zero before
+  its first round) and runs `K` local SGD steps on
+  `∇L_i(θ) − h_i − μ_i(x^{t−1} − θ)` (Algorithm 1, the FedDyn line of the
+  local loop; `∇L_i` includes the model's own regularization losses).
+* `g_i = x^{t−1} − θ_K`; `h_i ← h_i + μ_i·g_i`. The client sends `g_i`.
+* Server: `x̄^t = x^{t−1} − ḡ^t` with `ḡ^t` the mean of the `g_i`,
+  `h^t = h^{t−1} + (|P^t|/|S|)·ḡ^t`, `x^t = x̄^t − h^t`. As in AdaBest the
+  cloud model `x^t` is broadcast and the aggregate `x̄^t = x^t + h^t` is
+  deployed (`get_model_weights`), following the paper's evaluation of the
+  averaged client models. With `|P^t| = |S|` the server rule is AdaBest's
+  with `β = 1` (Remark 5); the factor `|P^t|/|S|` is why FedDyn needs the
+  population size.
+
+`|P^t|` is counted each round by the aggregator (`CohortMean`), so cohorts
+may vary in size. Unbalanced data: the paper runs FedDyn "in its original
+form", whose reference code divides `μ` (in both the linear and the proximal
+term) by the client's relative size `n_i/n̄`; here `n̄` is AdaBest's progressive
+estimate (the paper reports this modification does not change FedDyn's
+behaviour), and as in `adabest.build_adabest` the scaling applies with
+`client_weighting=UNIFORM` (default) and not with `NUM_EXAMPLES`. With
+scaling the client counts its examples in a pass over its data before
+training, since `μ_i` enters every local step. Defaults: client SGD 0.1
+decayed ×0.998 per round, `μ = 0.02` (Section 4.1).
+"""
+
+import collections
+from collections.abc import Callable
+from typing import Any, NamedTuple, Optional
+
+import numpy as np
+import tensorflow as tf
+import tensorflow_federated as tff
+
+from adabest_tff import adabest
+from adabest_tff import stateful_process
+
+
+class CohortMean(NamedTuple):
+  """The aggregate FedDyn's server needs: the mean update and `|P^t|`."""
+
+  mean: Any
+  cohort_size: Any
+
+
+def feddyn_server_update(oracle_gradient_estimate: Any, weights: Any,
+                         mean_pseudo_gradient: Any,
+                         participation_fraction: tf.Tensor) -> tuple[Any, Any]:
+  """One FedDyn server step (Algorithm 1, server lines).
+
+  Args:
+    oracle_gradient_estimate: `h^{t−1}`.
+    weights: The cloud model `x^{t−1}`.
+    mean_pseudo_gradient: `ḡ^t = x^{t−1} − x̄^t`.
+    participation_fraction: `|P^t|/|S|`.
+
+  Returns:
+    `(h^t, x^t)` with `h^t = h^{t−1} + (|P^t|/|S|)·ḡ^t`, `x^t = x̄^t − h^t`.
+  """
+  new_estimate = tf.nest.map_structure(
+      lambda h, g: h + participation_fraction * g, oracle_gradient_estimate,
+      mean_pseudo_gradient)
+  new_weights = tf.nest.map_structure(lambda x, g, h: x - g - h, weights,
+                                      mean_pseudo_gradient, new_estimate)
+  return new_estimate, new_weights
+
+
+def _build_cohort_mean_aggregator(
+    factory: tff.aggregators.WeightedAggregationFactory,
+    value_type: tff.Type) -> tff.templates.AggregationProcess:
+  """`factory`'s weighted mean, together with the number of clients."""
+  inner = factory.create(value_type, tff.TensorType(np.float32))
+
+  @tff.tensorflow.computation(np.float32)
+  def one(_):
+    return tf.constant(1.0, tf.float32)
+
+  @tff.federated_computation(inner.next.type_signature.parameter)
+  def next_fn(state, value, weight):
+    output = inner.next(state, value, weight)
+    cohort_size = tff.federated_sum(tff.federated_map(one, weight))
+    return tff.templates.MeasuredProcessOutput(
+        output.state, tff.federated_zip(CohortMean(output.result, cohort_size)),
+        output.measurements)
+
+  return tff.templates.AggregationProcess(inner.initialize, next_fn)
+
+
+def _build_feddyn_finalizer(
+    model_weights_type: tff.Type,
+    population_size: int) -> tff.learning.templates.FinalizerProcess:
+  """Applies `feddyn_server_update` with `|P^t|` from the `CohortMean`."""
+  trainable_type = model_weights_type.trainable
+
+  @tff.tensorflow.computation
+  def initial_state_fn():
+    return collections.OrderedDict([
+        (adabest.ORACLE_GRADIENT_ESTIMATE,
+         stateful_process.zeros_of_type(trainable_type))
+    ])
+
+  state_type = initial_state_fn.type_signature.result
+
+  @tff.tensorflow.computation(state_type, trainable_type, trainable_type,
+                              np.float32)
+  def update_fn(state, weights, mean_pseudo_gradient, cohort_size):
+    estimate, new_weights = feddyn_server_update(
+        state[adabest.ORACLE_GRADIENT_ESTIMATE], weights,
+        mean_pseudo_gradient, cohort_size / population_size)
+    finite = tf.reduce_all([
+        tf.reduce_all(tf.math.is_finite(t))
+        for t in tf.nest.flatten(mean_pseudo_gradient)
+    ])
+    # As TFF's `reject_non_finite_update`: keep the state and weights.
+    estimate, new_weights = tf.nest.map_structure(
+        lambda new, old: tf.where(finite, new, old), (estimate, new_weights),
+        (state[adabest.ORACLE_GRADIENT_ESTIMATE], weights))
+    measurements = collections.OrderedDict([
+        ('update_non_finite', tf.cast(tf.logical_not(finite), tf.int32)),
+        (f'{adabest.ORACLE_GRADIENT_ESTIMATE}_norm',
+         tf.linalg.global_norm(tf.nest.flatten(estimate))),
+    ])
+    return (collections.OrderedDict([(adabest.ORACLE_GRADIENT_ESTIMATE,
+                                      estimate)]),
+            new_weights, measurements)
+
+  @tff.federated_computation
+  def init_fn():
+    return tff.federated_eval(initial_state_fn, tff.SERVER)
+
+  @tff.federated_computation(
+      init_fn.type_signature.result,
+      tff.FederatedType(model_weights_type, tff.SERVER),
+      tff.FederatedType(CohortMean(trainable_type, tff.TensorType(np.float32)),
+                        tff.SERVER))
+  def next_fn(state, weights, aggregate):
+    new_state, new_trainable, measurements = tff.federated_map(
+        update_fn, (state, weights.trainable, aggregate.mean,
+                    aggregate.cohort_size))
+    new_weights = tff.federated_zip(tff.learning.models.ModelWeights(
+        new_trainable, weights.non_trainable))
+    return tff.templates.MeasuredProcessOutput(new_state, new_weights,
+                                               measurements)
+
+  return tff.learning.templates.FinalizerProcess(init_fn, next_fn)
+
+
+def _count_examples(data: tf.data.Dataset) -> tf.Tensor:
+  """The number of examples in `data` (the leading dim of each batch)."""
+  return data.reduce(
+      tf.constant(0, tf.int64),
+      lambda count, batch: count + tf.shape(
+          tf.nest.flatten(batch)[0], out_type=tf.int64)[0])
+
+
+def build_feddyn(
+    model_fn: Callable[[], tff.learning.models.VariableModel],
+    *,
+    population_size: int,
+    client_learning_rate: float = 0.1,
+    client_learning_rate_decay: float = 0.998,
+    mu: float = 0.02,
+    client_weighting: tff.learning.ClientWeighting = (
+        tff.learning.ClientWeighting.UNIFORM),
+    model_aggregator: Optional[tff.aggregators.WeightedAggregationFactory] = (
+        None),
+    metrics_aggregator: Optional[Callable[..., tff.Computation]] = None,
+) -> stateful_process.StatefulClientLearningProcess:
+  """Builds the FedDyn learning process (Varno et al. 2022, Algorithm 1).
+
+  See the module docstring for the update rules and the readings taken.
+
+  Args:
+    model_fn: A no-arg function returning a new
+      `tff.learning.models.VariableModel`.
+    population_size: `|S|`, the number of training clients.
+    client_learning_rate: The client SGD step size in round 1.
+    client_learning_rate_decay: Per-round factor of the client step size.
+    mu: `μ` (FedDyn's `α`), the dynamic regularization strength.
+    client_weighting: `UNIFORM` (reference: plain mean, `μ` scaled by client
+      size) or `NUM_EXAMPLES` (example-weighted mean, unscaled `μ`).
+    model_aggregator: A weighted factory for the mean of the clients'
+      pseudo-gradients; default `tff.aggregators.MeanFactory()`.
+    metrics_aggregator: Optional, as in `tff.learning.algorithms`.
+
+  Returns:
+    A `stateful_process.StatefulClientLearningProcess`.
+
+  Raises:
+    ValueError: For a hyperparameter out of range.
+  """
+  if not isinstance(population_size, int) or population_size < 1:
+    raise ValueError('population_size must be a positive int, found '
+                     f'{population_size!r}.')
+  if mu < 0.0:
+    raise ValueError(f'mu must be nonnegative, found {mu}.')
+  stateful_process.check_client_weighting(client_weighting)
+  model_aggregator = model_aggregator or tff.aggregators.MeanFactory()
+
+  model_weights_type = stateful_process.model_weights_type(model_fn)
+  trainable_type = model_weights_type.trainable
+  client_state_type = tff.types.to_type(collections.OrderedDict([
+      (adabest.LOCAL_GRADIENT_ESTIMATE, trainable_type)]))
+  scale_mu = client_weighting is tff.learning.ClientWeighting.UNIFORM
+
+  @tff.tensorflow.computation
+  def initial_model_weights_fn():
+    return tff.learning.models.ModelWeights.from_model(model_fn())
+
+  @tff.tensorflow.computation
+  def initial_client_state():
+    return collections.OrderedDict([
+        (adabest.LOCAL_GRADIENT_ESTIMATE,
+         stateful_process.zeros_of_type(trainable_type))])
+
+  def client_update(model, work_input, data, context):
+    estimate = tf.nest.flatten(
+        work_input.client_state[adabest.LOCAL_GRADIENT_ESTIMATE])
+    cloud_model = tf.nest.flatten(work_input.model_weights.trainable)
+    client_examples = (_count_examples(data) if scale_mu
+                       else tf.constant(0, tf.int64))
+    mu_i = adabest.client_mu(
+        mu, client_weighting, client_examples,
+        context.server_values[adabest.MEAN_CLIENT_EXAMPLES])
+
+    def correction(gradients, trainable):
+      return [
+          g - h + mu_i * (theta - x)
+          for g, h, theta, x in zip(gradients, estimate, trainable,
+                                    cloud_model)
+      ]
+
+    training = stateful_process.local_sgd_with_correction(
+        model, data, context.learning_rate, correction)
+    pseudo_gradient = stateful_process.model_delta(
+        work_input.model_weights.trainable, model)
+    new_state = collections.OrderedDict([
+        (adabest.LOCAL_GRADIENT_ESTIMATE,
+         [h + mu_i * g for h, g in zip(estimate, pseudo_gradient)])])
+    old_state = collections.OrderedDict([
+        (adabest.LOCAL_GRADIENT_ESTIMATE, estimate)])
+    result = stateful_process.guarded_client_result(
+        pseudo_gradient,
+        stateful_process.client_weight(client_weighting,
+                                       training.num_examples),
+        new_state, old_state)
+    return result, adabest.client_size_contribution(training.num_examples)
+
+  client_work = stateful_process.build_stateful_client_work(
+      model_fn,
+      client_state_type=client_state_type,
+      client_update_fn=client_update,
+      initial_server_values_fn=adabest.initial_client_size_totals,
+      broadcast_values_fn=adabest.mean_client_examples,
+      server_values_update_fn=adabest.add_client_size_totals,
+      client_learning_rate=client_learning_rate,
+      client_learning_rate_decay=client_learning_rate_decay,
+      metrics_aggregator=metrics_aggregator,
+  )
+  return stateful_process.compose_stateful_learning_process(
+      initial_model_weights_fn,
+      tff.learning.templates.build_broadcast_process(model_weights_type),
+      client_work,
+      _build_cohort_mean_aggregator(model_aggregator, trainable_type),
+      _build_feddyn_finalizer(model_weights_type, population_size),
+      initial_client_state,
+      deployed_model_weights_fn=adabest.deployed_model_weights,
+      with_deployed_model_weights_fn=adabest.with_deployed_model_weights,
+  )

@@ -1,0 +1,162 @@
+"""SCAFFOLD, option II (Karimireddy et al. 2020, Algorithm 1).
+
+The baseline of Varno et al. (2022) as they ran it ("we implemented SCAFFOLD
+as introduced in the original paper"; their Algorithm 1 shows the variant
+SCAFFOLD/m only for presentation). Round `t`, cohort `P` out of `|S|`:
+
+* The server sends the model `x` and its control variate `c`.
+* Client `i` keeps `c_i` (zero before its first round) and runs `K` local SGD
+  steps `θ ← θ − η_t(∇L_i(θ) − c_i + c)` from `x` (`∇L_i` including the
+  model's own regularization losses; `K` is the number of batches it
+  processed).
+* Option II: `c_i⁺ = c_i − c + (x − θ_K)/(K·η_t)`; the client sends
+  `x − θ_K` (TFF's model delta) and `c_i⁺ − c_i`, and keeps `c_i ← c_i⁺`.
+* Server: `x ← x − η_g·mean_i(x − θ_K)` (`x + η_g·mean(Δy_i)` in the
+  original), `c ← c + (1/|S|)·Σ_i (c_i⁺ − c_i)` (`(|P|/|S|)·mean`).
+
+Both directions carry a model-sized vector besides the model: twice FedAvg's
+bytes (Varno et al., Appendix C.3). `c` lives in the client work's state and
+is broadcast with the round number and learning rate, as TFF's Mime Lite
+keeps its server optimizer state in its client work; `Σ(c_i⁺ − c_i)` is a
+`tff.federated_sum`. The model mean is weighted as `client_weighting` says
+(`UNIFORM` by default, the original's plain mean); no client-size scaling of
+`c` is applied. Defaults: client SGD 0.1 decayed ×0.998 per round (Section
+4.1 of Varno et al.), `η_g = 1`.
+"""
+
+import collections
+from collections.abc import Callable
+from typing import Optional
+
+import numpy as np
+import tensorflow as tf
+import tensorflow_federated as tff
+
+from adabest_tff import stateful_process
+
+CONTROL_VARIATE = 'control_variate'  # c_i on a client, c on the server
+CONTROL_VARIATE_DELTA = 'control_variate_delta'  # c_i⁺ − c_i
+
+
+def build_scaffold(
+    model_fn: Callable[[], tff.learning.models.VariableModel],
+    *,
+    population_size: int,
+    client_learning_rate: float = 0.1,
+    client_learning_rate_decay: float = 0.998,
+    server_learning_rate: float = 1.0,
+    client_weighting: tff.learning.ClientWeighting = (
+        tff.learning.ClientWeighting.UNIFORM),
+    model_aggregator: Optional[tff.aggregators.WeightedAggregationFactory] = (
+        None),
+    metrics_aggregator: Optional[Callable[..., tff.Computation]] = None,
+) -> stateful_process.StatefulClientLearningProcess:
+  """Builds the SCAFFOLD (option II) learning process.
+
+  See the module docstring for the update rules.
+
+  Args:
+    model_fn: A no-arg function returning a new
+      `tff.learning.models.VariableModel`.
+    population_size: `|S|`, the number of training clients.
+    client_learning_rate: The client SGD step size in round 1.
+    client_learning_rate_decay: Per-round factor of the client step size.
+    server_learning_rate: `η_g`, the global step size.
+    client_weighting: How the model updates are averaged.
+    model_aggregator: A weighted factory for the mean of the model deltas;
+      default `tff.aggregators.MeanFactory()`.
+    metrics_aggregator: Optional, as in `tff.learning.algorithms`.
+
+  Returns:
+    A `stateful_process.StatefulClientLearningProcess`.
+
+  Raises:
+    ValueError: For a hyperparameter out of range.
+  """
+  if not isinstance(population_size, int) or population_size < 1:
+    raise ValueError('population_size must be a positive int, found '
+                     f'{population_size!r}.')
+  if not server_learning_rate > 0.0:
+    raise ValueError('server_learning_rate must be positive, found '
+                     f'{server_learning_rate}.')
+  stateful_process.check_client_weighting(client_weighting)
+  model_aggregator = model_aggregator or tff.aggregators.MeanFactory()
+
+  model_weights_type = stateful_process.model_weights_type(model_fn)
+  trainable_type = model_weights_type.trainable
+  client_state_type = tff.types.to_type(
+      collections.OrderedDict([(CONTROL_VARIATE, trainable_type)]))
+
+  @tff.tensorflow.computation
+  def initial_model_weights_fn():
+    return tff.learning.models.ModelWeights.from_model(model_fn())
+
+  @tff.tensorflow.computation
+  def initial_client_state():
+    return collections.OrderedDict([
+        (CONTROL_VARIATE, stateful_process.zeros_of_type(trainable_type))])
+
+  def initial_server_control_variate():
+    return collections.OrderedDict([
+        (CONTROL_VARIATE, stateful_process.zeros_of_type(trainable_type))])
+
+  def add_control_variate_deltas(server_values, sums):
+    return collections.OrderedDict([(CONTROL_VARIATE, [
+        c + delta / population_size
+        for c, delta in zip(tf.nest.flatten(server_values[CONTROL_VARIATE]),
+                            tf.nest.flatten(sums[CONTROL_VARIATE_DELTA]))
+    ])])
+
+  def client_update(model, work_input, data, context):
+    client_control = tf.nest.flatten(work_input.client_state[CONTROL_VARIATE])
+    server_control = tf.nest.flatten(context.server_values[CONTROL_VARIATE])
+    training = stateful_process.local_sgd_with_correction(
+        model, data, context.learning_rate,
+        lambda gradients, _: [
+            g - ci + c
+            for g, ci, c in zip(gradients, client_control, server_control)
+        ])
+    model_delta = stateful_process.model_delta(
+        work_input.model_weights.trainable, model)
+    steps_times_rate = (tf.cast(training.num_steps, tf.float32) *
+                        context.learning_rate)
+    if training.num_steps > 0:
+      new_control = [
+          ci - c + delta / steps_times_rate
+          for ci, c, delta in zip(client_control, server_control, model_delta)
+      ]
+    else:
+      new_control = client_control
+    result = stateful_process.guarded_client_result(
+        model_delta,
+        stateful_process.client_weight(client_weighting,
+                                       training.num_examples),
+        collections.OrderedDict([(CONTROL_VARIATE, new_control)]),
+        collections.OrderedDict([(CONTROL_VARIATE, client_control)]))
+    kept_control = result.update.client_state[CONTROL_VARIATE]
+    return result, collections.OrderedDict([(CONTROL_VARIATE_DELTA, [
+        kept - ci for kept, ci in zip(kept_control, client_control)
+    ])])
+
+  client_work = stateful_process.build_stateful_client_work(
+      model_fn,
+      client_state_type=client_state_type,
+      client_update_fn=client_update,
+      initial_server_values_fn=initial_server_control_variate,
+      broadcast_values_fn=lambda server_values: server_values,
+      server_values_update_fn=add_control_variate_deltas,
+      client_learning_rate=client_learning_rate,
+      client_learning_rate_decay=client_learning_rate_decay,
+      metrics_aggregator=metrics_aggregator,
+  )
+  finalizer = tff.learning.templates.build_apply_optimizer_finalizer(
+      tff.learning.optimizers.build_sgdm(server_learning_rate),
+      model_weights_type)
+  return stateful_process.compose_stateful_learning_process(
+      initial_model_weights_fn,
+      tff.learning.templates.build_broadcast_process(model_weights_type),
+      client_work,
+      model_aggregator.create(trainable_type, tff.TensorType(np.float32)),
+      finalizer,
+      initial_client_state,
+  )

@@ -1,0 +1,136 @@
+"""AdaBest, FedDyn and SCAFFOLD (Varno et al. 2022) for the driver.
+
+`ALGORITHMS` maps `adabest`, `feddyn` and `scaffold` to builders of
+`adabest_tff` processes. All three are `StatefulClientLearningProcess`es: the
+training loop runs them with `adabest_tff.stateful_process.run_round` and a
+`ClientStateStore` in the run directory, committed with each checkpoint.
+`round_metrics_fn` reports the round's bytes up and down, read off the
+process's TFF types (`adabest_tff.communication`).
+
+Defaults are the paper's (Section 4.1, Appendix D.1): client SGD at 0.1 when
+`--client_learning_rate` is unset, decayed by `--client_lr_decay` = 0.998 per
+round; `μ = 0.02`; `β = 0.96`. Clients always run SGD (the client-side
+corrections are SGD steps), so `--client_optimizer` is ignored, and updates
+are averaged as `--adabest_client_weighting` says (`--uniform_weighting`,
+`--clipping` and `--zeroing` do not apply). Batch size 45 and 5 local epochs
+are `--train_batch_size=45 --client_epochs=5`.
+"""
+
+from absl import flags
+import tensorflow_federated as tff
+
+from adabest_tff import adabest
+from adabest_tff import communication
+from adabest_tff import feddyn
+from adabest_tff import scaffold
+from experiment_driver import algorithm_setup
+from experiment_driver import flag_groups
+
+DEFAULT_CLIENT_LEARNING_RATE = 0.1
+
+MU = flags.DEFINE_float(
+    'adabest_mu', 0.02,
+    'AdaBest and FedDyn: mu, the weight of a round\'s pseudo-gradient in the'
+    ' client estimate h_i (FedDyn\'s alpha).', lower_bound=0.0)
+BETA = flags.DEFINE_float(
+    'adabest_beta', 0.96,
+    'AdaBest: beta in [0, 1], the server scale of h^t = beta (xbar^{t-1} -'
+    ' xbar^t); the paper picks 0.96 at 10% participation, 0.98 at 100%,'
+    ' and searches {0.2, 0.4, 0.6} at 1%.', lower_bound=0.0, upper_bound=1.0)
+BETA_DECAY_PATIENCE = flags.DEFINE_integer(
+    'adabest_beta_decay_patience', 0,
+    'AdaBest: multiply beta by --adabest_beta_decay_factor when ||h^t|| has'
+    ' not reached a new minimum for this many rounds (a plateau); 0 never'
+    ' decays beta.', lower_bound=0)
+BETA_DECAY_FACTOR = flags.DEFINE_float(
+    'adabest_beta_decay_factor', 0.5,
+    'AdaBest: the factor in (0, 1) applied to beta at a plateau of ||h^t||.',
+    lower_bound=0.0, upper_bound=1.0)
+CLIENT_LR_DECAY = flags.DEFINE_float(
+    'client_lr_decay', 0.998,
+    'AdaBest, FedDyn, SCAFFOLD: per-round factor of the client learning rate'
+    ' (round t uses client_learning_rate * client_lr_decay^(t-1)).',
+    lower_bound=0.0, upper_bound=1.0)
+CLIENT_WEIGHTING = flags.DEFINE_enum(
+    'adabest_client_weighting', 'uniform', ['uniform', 'num_examples'],
+    'AdaBest, FedDyn, SCAFFOLD: "uniform" averages the client models plainly'
+    ' and (AdaBest, FedDyn) scales mu by n_mean / n_i with n_mean the running'
+    ' mean of examples per client, as the paper handles unbalanced data;'
+    ' "num_examples" weights the mean by examples and leaves mu unscaled.')
+SCAFFOLD_SERVER_LEARNING_RATE = flags.DEFINE_float(
+    'scaffold_server_learning_rate', 1.0,
+    'SCAFFOLD: the global step size eta_g.', lower_bound=0.0)
+
+_CLIENT_WEIGHTING = {
+    'uniform': tff.learning.ClientWeighting.UNIFORM,
+    'num_examples': tff.learning.ClientWeighting.NUM_EXAMPLES,
+}
+
+
+def _client_learning_rate(ctx: algorithm_setup.BuildContext) -> float:
+  """`--client_learning_rate` if set, else the paper's 0.1."""
+  if flag_groups.CLIENT_LEARNING_RATE.value is None:
+    return DEFAULT_CLIENT_LEARNING_RATE
+  return ctx.client_learning_rate
+
+
+def _with_bytes_metrics(
+    process: tff.learning.templates.LearningProcess
+) -> algorithm_setup.AlgorithmSetup:
+  """The process, with the round's bytes up and down as extra metrics."""
+  cost = communication.communication_cost(process)
+
+  def round_metrics(round_num, client_ids, metrics):
+    del round_num, metrics  # The cost depends on the cohort size only.
+    return {
+        'bytes_down': float(len(client_ids) * cost.bytes_down),
+        'bytes_up': float(len(client_ids) * cost.bytes_up),
+    }
+
+  return algorithm_setup.AlgorithmSetup(process=process,
+                                        round_metrics_fn=round_metrics)
+
+
+def _build_adabest(
+    ctx: algorithm_setup.BuildContext) -> algorithm_setup.AlgorithmSetup:
+  return _with_bytes_metrics(adabest.build_adabest(
+      ctx.task.model_fn,
+      client_learning_rate=_client_learning_rate(ctx),
+      client_learning_rate_decay=CLIENT_LR_DECAY.value,
+      mu=MU.value,
+      beta=BETA.value,
+      beta_decay_patience=BETA_DECAY_PATIENCE.value or None,
+      beta_decay_factor=BETA_DECAY_FACTOR.value,
+      client_weighting=_CLIENT_WEIGHTING[CLIENT_WEIGHTING.value],
+  ))
+
+
+def _build_feddyn(
+    ctx: algorithm_setup.BuildContext) -> algorithm_setup.AlgorithmSetup:
+  return _with_bytes_metrics(feddyn.build_feddyn(
+      ctx.task.model_fn,
+      population_size=ctx.num_train_clients,
+      client_learning_rate=_client_learning_rate(ctx),
+      client_learning_rate_decay=CLIENT_LR_DECAY.value,
+      mu=MU.value,
+      client_weighting=_CLIENT_WEIGHTING[CLIENT_WEIGHTING.value],
+  ))
+
+
+def _build_scaffold(
+    ctx: algorithm_setup.BuildContext) -> algorithm_setup.AlgorithmSetup:
+  return _with_bytes_metrics(scaffold.build_scaffold(
+      ctx.task.model_fn,
+      population_size=ctx.num_train_clients,
+      client_learning_rate=_client_learning_rate(ctx),
+      client_learning_rate_decay=CLIENT_LR_DECAY.value,
+      server_learning_rate=SCAFFOLD_SERVER_LEARNING_RATE.value,
+      client_weighting=_CLIENT_WEIGHTING[CLIENT_WEIGHTING.value],
+  ))
+
+
+ALGORITHMS = {
+    'adabest': _build_adabest,
+    'feddyn': _build_feddyn,
+    'scaffold': _build_scaffold,
+}

@@ -1,0 +1,286 @@
+"""Per-round measurements of large-cohort training (Charles et al. 2021).
+
+`diagnostics_factory(inner)` wraps any `tff.aggregators` factory (weighted or
+unweighted) and adds, inside the TFF computation, what the paper reads each
+round (SPEC.md §1 "Measurements"):
+
+* `update_norm`: `‖Δ‖₂`, the global L2 norm (over all variables) of the
+  aggregate the inner factory returns, i.e. of the server pseudo-gradient
+  (Section 4, Figures 1 and 8).
+* `mean_pairwise_cosine`: eq. (5) of appendix B.6.1, the mean cosine
+  similarity over all pairs `i ≠ j` of the cohort's client updates. With unit
+  vectors `u_k = Δ_k/‖Δ_k‖₂`,
+  `Σ_{i≠j} ⟨u_i, u_j⟩ = ‖Σ_k u_k‖² − M`, so the mean over the `M(M − 1)`
+  ordered (equivalently `M(M − 1)/2` unordered) pairs is
+  `(‖Σ_k u_k‖² − M) / (M(M − 1))`: each client sends `u_k` to one extra
+  `federated_sum` (one model-sized vector per client; the cost is linear in
+  `M`) and no update leaves the computation. Eq. (5) as printed divides a sum
+  over ordered pairs by `C(M, 2)`, which is twice the average the text
+  describes ("take the average over all pairs"); the average is reported.
+  Only clients with a finite, non-zero update enter `M` here; with fewer than
+  two of them the value is NaN (the mean over no pair is undefined).
+* `num_clients`: the cohort size `M` that reached the aggregator.
+* `num_nonfinite_updates`: client updates containing a NaN or Inf. Such an
+  update is replaced by zeros (and, for a weighted inner factory, its weight
+  by 0) before the inner factory sees it, so it never reaches the server
+  model. TFF's own model-delta client work already zeroes a non-finite delta
+  and gives it weight 0 on the client; behind it this counter stays 0 and
+  those clients show up as zero updates (excluded from the cosine). With an
+  unweighted inner factory the zeroed update still counts in the mean's
+  denominator, as with `tff.aggregators.zeroing_factory`.
+
+The inner factory's own measurements are kept under `inner_aggregator`.
+
+Placement: cosines are scale-invariant, so clipping does not change them
+(B.6.1), but zeroing and non-finite screening do; put this factory outside
+TFF's robust aggregator so it sees the raw client updates:
+`diagnostics_factory(tff.learning.robust_aggregator(...))`. It is stateless
+(its state is the inner factory's). For normalized FedAvg, wrap it in the
+normalizing factory (`normalized_update.normalized_update_factory(
+diagnostics_factory(...))`), so that `update_norm` is `‖Δ‖₂` before
+normalization.
+
+The module also has the pure-Python helpers the paper's analysis uses:
+catastrophic failures (Section 3.1) and cumulative examples (Section 3.5).
+"""
+
+import collections
+from collections.abc import Sequence
+from typing import Any, Optional, Union
+
+import numpy as np
+import tensorflow as tf
+import tensorflow_federated as tff
+
+AggregationFactory = Union[tff.aggregators.WeightedAggregationFactory,
+                           tff.aggregators.UnweightedAggregationFactory]
+
+
+def _global_norm(value: Any) -> tf.Tensor:
+  """Global L2 norm of a structure of float tensors, computed in float64."""
+  squares = [tf.reduce_sum(tf.square(tf.cast(t, tf.float64)))
+             for t in tf.nest.flatten(value)]
+  return tf.sqrt(tf.add_n(squares))
+
+
+def _all_finite(value: Any) -> tf.Tensor:
+  """Whether every entry of a structure of float tensors is finite."""
+  return tf.reduce_all(
+      [tf.reduce_all(tf.math.is_finite(t)) for t in tf.nest.flatten(value)])
+
+
+def _build_client_screen(value_type: tff.types.Type) -> tff.Computation:
+  """Client-side: zeroes a non-finite update, returns it and its unit vector.
+
+  Returns a computation `value -> <safe_value, unit_value, is_nonfinite,
+  has_direction>`, where `unit_value` is `value/‖value‖` for a finite non-zero
+  update and zeros otherwise, and the two flags are int32 0/1.
+  """
+
+  @tff.tensorflow.computation(value_type)
+  def screen(value):
+    is_finite = _all_finite(value)
+    norm = _global_norm(value)
+    has_direction = tf.logical_and(is_finite, norm > 0.0)
+
+    def unit(t):
+      return tf.where(has_direction,
+                      tf.cast(tf.cast(t, tf.float64) / norm, t.dtype),
+                      tf.zeros_like(t))
+
+    safe_value = tf.nest.map_structure(
+        lambda t: tf.where(is_finite, t, tf.zeros_like(t)), value)
+    unit_value = tf.nest.map_structure(unit, value)
+    return (safe_value, unit_value,
+            tf.cast(tf.logical_not(is_finite), tf.int32),
+            tf.cast(has_direction, tf.int32))
+
+  return screen
+
+
+def _build_weight_screen(weight_type: tff.types.Type) -> tff.Computation:
+  """Client-side: `<weight, is_nonfinite> -> 0 if is_nonfinite else weight`."""
+
+  @tff.tensorflow.computation(weight_type, np.int32)
+  def zero_weight_if_nonfinite(weight, is_nonfinite):
+    return tf.where(is_nonfinite > 0, tf.zeros_like(weight), weight)
+
+  return zero_weight_if_nonfinite
+
+
+def _build_server_diagnostics(value_type: tff.types.Type) -> tff.Computation:
+  """Server-side: `<aggregate, Σu_k, #directions> -> <‖Δ‖, mean cosine>`."""
+
+  @tff.tensorflow.computation(value_type, value_type, np.int32)
+  def diagnose(aggregate, unit_sum, num_directions):
+    count = tf.cast(num_directions, tf.float64)
+    unit_sum_square_norm = tf.square(_global_norm(unit_sum))
+    mean_cosine = tf.where(
+        count >= 2.0,
+        (unit_sum_square_norm - count) / (count * (count - 1.0)),
+        tf.constant(np.nan, tf.float64))
+    return (tf.cast(_global_norm(aggregate), tf.float32),
+            tf.cast(mean_cosine, tf.float32))
+
+  return diagnose
+
+
+def _build_process(
+    inner_process: tff.templates.AggregationProcess,
+    value_type: tff.types.Type,
+    weight_type: Optional[tff.types.Type],
+) -> tff.templates.AggregationProcess:
+  """The diagnostics process around `inner_process` (weighted if a type)."""
+  if not tff.types.is_structure_of_floats(value_type):
+    raise ValueError(
+        'diagnostics_factory needs a structure of floats, got value_type '
+        f'{value_type}.')
+  screen = _build_client_screen(value_type)
+  diagnose = _build_server_diagnostics(value_type)
+
+  def next_impl(state, value, weight=None):
+    safe_value, unit_value, is_nonfinite, has_direction = tff.federated_map(
+        screen, value)
+    if weight is None:
+      inner_output = inner_process.next(state, safe_value)
+    else:
+      safe_weight = tff.federated_map(_build_weight_screen(weight_type),
+                                      (weight, is_nonfinite))
+      inner_output = inner_process.next(state, safe_value, safe_weight)
+    update_norm, mean_pairwise_cosine = tff.federated_map(
+        diagnose,
+        (inner_output.result, tff.federated_sum(unit_value),
+         tff.federated_sum(has_direction)))
+    measurements = collections.OrderedDict(
+        update_norm=update_norm,
+        mean_pairwise_cosine=mean_pairwise_cosine,
+        num_clients=tff.federated_sum(tff.federated_value(1, tff.CLIENTS)),
+        num_nonfinite_updates=tff.federated_sum(is_nonfinite),
+        inner_aggregator=inner_output.measurements,
+    )
+    return tff.templates.MeasuredProcessOutput(
+        state=inner_output.state,
+        result=inner_output.result,
+        measurements=tff.federated_zip(measurements))
+
+  state_type = inner_process.initialize.type_signature.result
+  value_at_clients = tff.FederatedType(value_type, tff.CLIENTS)
+  if weight_type is None:
+
+    @tff.federated_computation(state_type, value_at_clients)
+    def next_fn(state, value):
+      return next_impl(state, value)
+
+  else:
+
+    @tff.federated_computation(state_type, value_at_clients,
+                               tff.FederatedType(weight_type, tff.CLIENTS))
+    def next_fn(state, value, weight):
+      return next_impl(state, value, weight)
+
+  return tff.templates.AggregationProcess(inner_process.initialize, next_fn)
+
+
+class _WeightedDiagnosticsFactory(tff.aggregators.WeightedAggregationFactory):
+  """Weighted diagnostics around a weighted inner factory."""
+
+  def __init__(self, inner: tff.aggregators.WeightedAggregationFactory):
+    self._inner = inner
+
+  def create(self, value_type, weight_type) -> tff.templates.AggregationProcess:
+    return _build_process(self._inner.create(value_type, weight_type),
+                          value_type, weight_type)
+
+
+class _UnweightedDiagnosticsFactory(
+    tff.aggregators.UnweightedAggregationFactory):
+  """Unweighted diagnostics around an unweighted inner factory."""
+
+  def __init__(self, inner: tff.aggregators.UnweightedAggregationFactory):
+    self._inner = inner
+
+  def create(self, value_type) -> tff.templates.AggregationProcess:
+    return _build_process(self._inner.create(value_type), value_type, None)
+
+
+def diagnostics_factory(
+    inner_factory: AggregationFactory) -> AggregationFactory:
+  """Wraps `inner_factory`, adding the paper's per-round measurements.
+
+  See the module docstring for the measurements, the non-finite screening and
+  where to place the factory.
+
+  Args:
+    inner_factory: A weighted or unweighted `tff.aggregators` factory that
+      aggregates the (screened) client updates; the result has its
+      weightedness.
+
+  Raises:
+    ValueError: If `inner_factory` is not a `tff.aggregators` factory.
+  """
+  if isinstance(inner_factory, tff.aggregators.WeightedAggregationFactory):
+    return _WeightedDiagnosticsFactory(inner_factory)
+  if isinstance(inner_factory, tff.aggregators.UnweightedAggregationFactory):
+    return _UnweightedDiagnosticsFactory(inner_factory)
+  raise ValueError(
+      'inner_factory must be a tff.aggregators.WeightedAggregationFactory or '
+      f'UnweightedAggregationFactory, got {inner_factory!r}.')
+
+
+def _check_accuracy(accuracy: float) -> None:
+  if not np.isfinite(accuracy) or accuracy < 0.0:
+    raise ValueError(
+        f'accuracy must be a finite non-negative number, got {accuracy}.')
+
+
+def is_catastrophic_failure(previous_accuracy: float, accuracy: float) -> bool:
+  """Whether accuracy fell by at least half in one round (Section 3.1).
+
+  The paper's definition: "the training accuracy decreased by a factor of at
+  least 1/2 in a single round", i.e. `accuracy <= previous_accuracy / 2`.
+  A round starting from accuracy 0 cannot fail (there is nothing to lose).
+
+  Raises:
+    ValueError: If either accuracy is negative or not finite.
+  """
+  _check_accuracy(previous_accuracy)
+  _check_accuracy(accuracy)
+  return previous_accuracy > 0.0 and accuracy <= 0.5 * previous_accuracy
+
+
+def catastrophic_failure_rounds(train_accuracies: Sequence[float],
+                                first_round: int = 1) -> list[int]:
+  """The rounds whose train accuracy is a catastrophic failure.
+
+  Args:
+    train_accuracies: Train accuracy of consecutive rounds.
+    first_round: The round number of `train_accuracies[0]`.
+
+  Returns:
+    The round numbers `r` with `is_catastrophic_failure(acc[r-1], acc[r])`.
+
+  Raises:
+    ValueError: If an accuracy is negative or not finite.
+  """
+  return [first_round + i for i in range(1, len(train_accuracies))
+          if is_catastrophic_failure(train_accuracies[i - 1],
+                                     train_accuracies[i])]
+
+
+def cumulative_examples(examples_per_round: Sequence[int]) -> np.ndarray:
+  """Running total of the examples processed (data efficiency, Section 3.5).
+
+  Args:
+    examples_per_round: Examples the cohort processed in each round.
+
+  Returns:
+    An int64 array whose entry `t` is the examples processed in rounds 0..t.
+
+  Raises:
+    ValueError: If a count is negative.
+  """
+  counts = np.asarray(examples_per_round, dtype=np.int64)
+  if np.any(counts < 0):
+    raise ValueError(
+        f'examples per round must be >= 0, got {examples_per_round}.')
+  return np.cumsum(counts)

@@ -1,0 +1,161 @@
+"""The client-state store: fresh states, exact resumes, atomic writes, memory."""
+
+import collections
+import os
+
+import numpy as np
+import pytest
+
+from adabest_tff import client_state_store
+
+FRESH = collections.OrderedDict(
+    estimate=[np.zeros((2, 3), np.float32), np.zeros((3,), np.float32)],
+    last_round=np.int32(0))
+
+
+def state_for(client_id, round_num):
+  """A state that identifies its client and round."""
+  value = float(round_num) + (sum(map(ord, client_id)) % 97) / 100.0
+  return collections.OrderedDict(
+      estimate=[np.full((2, 3), value, np.float32),
+                np.full((3,), -value, np.float32)],
+      last_round=np.int32(round_num))
+
+
+def assert_state_equal(actual, expected):
+  np.testing.assert_array_equal(actual['estimate'][0], expected['estimate'][0])
+  np.testing.assert_array_equal(actual['estimate'][1], expected['estimate'][1])
+  assert actual['last_round'] == expected['last_round']
+  assert actual['estimate'][0].dtype == np.float32
+  assert np.asarray(actual['last_round']).dtype == np.int32
+
+
+def files_of(directory):
+  return sorted(n for n in os.listdir(directory)
+                if n != client_state_store.MANIFEST_NAME)
+
+
+def test_missing_clients_get_fresh_states(tmp_path):
+  store = client_state_store.ClientStateStore(str(tmp_path), FRESH)
+  store.save(['a'], [state_for('a', 1)], 1)
+  loaded = store.load(['new', 'a'])
+  assert_state_equal(loaded[0], FRESH)
+  assert_state_equal(loaded[1], state_for('a', 1))
+
+
+def test_states_survive_reopening_with_unusual_client_ids(tmp_path):
+  ids = ['a/b', '..', 'x@00000001', 'client-7.npz', 'é']
+  store = client_state_store.ClientStateStore(str(tmp_path), FRESH)
+  store.save(ids, [state_for(i, 3) for i in ids], 3)
+  store.commit(3)
+  reopened = client_state_store.ClientStateStore(str(tmp_path), FRESH)
+  for client_id, state in zip(ids, reopened.load(ids)):
+    assert_state_equal(state, state_for(client_id, 3))
+
+
+def test_restore_after_crash_discards_rounds_after_the_checkpoint(tmp_path):
+  store = client_state_store.ClientStateStore(str(tmp_path), FRESH)
+  cohorts = {1: ['a', 'b'], 2: ['b', 'c'], 3: ['a', 'c'], 4: ['a', 'd']}
+  for round_num in (1, 2):
+    ids = cohorts[round_num]
+    store.save(ids, [state_for(i, round_num) for i in ids], round_num)
+  store.commit(2)  # checkpoint at round 2
+  for round_num in (3, 4):  # run on, then crash before the next checkpoint
+    ids = cohorts[round_num]
+    store.save(ids, [state_for(i, round_num) for i in ids], round_num)
+  del store
+
+  resumed = client_state_store.ClientStateStore(str(tmp_path), FRESH)
+  resumed.restore(2)
+  states = dict(zip('abcd', resumed.load(list('abcd'))))
+  assert_state_equal(states['a'], state_for('a', 1))
+  assert_state_equal(states['b'], state_for('b', 2))
+  assert_state_equal(states['c'], state_for('c', 2))
+  assert_state_equal(states['d'], FRESH)
+  # Only the states as of round 2 are left on disk.
+  assert len(files_of(tmp_path)) == 3
+  assert resumed.committed_round == 2
+
+
+def test_crash_between_checkpoint_and_commit_keeps_that_round(tmp_path):
+  store = client_state_store.ClientStateStore(str(tmp_path), FRESH)
+  store.save(['a'], [state_for('a', 1)], 1)
+  store.commit(1)
+  store.save(['a', 'b'], [state_for('a', 2), state_for('b', 2)], 2)
+  # The driver saved its round-2 checkpoint, then died before commit(2).
+  resumed = client_state_store.ClientStateStore(str(tmp_path), FRESH)
+  resumed.restore(2)
+  assert_state_equal(resumed.load(['a'])[0], state_for('a', 2))
+  assert_state_equal(resumed.load(['b'])[0], state_for('b', 2))
+
+
+def test_commit_deletes_superseded_versions(tmp_path):
+  store = client_state_store.ClientStateStore(str(tmp_path), FRESH)
+  for round_num in (1, 2, 3):
+    store.save(['a'], [state_for('a', round_num)], round_num)
+  store.save(['b'], [state_for('b', 2)], 2)
+  assert len(files_of(tmp_path)) == 4
+  store.commit(3)
+  assert len(files_of(tmp_path)) == 2
+  assert_state_equal(store.load(['a'])[0], state_for('a', 3))
+
+
+def test_failed_write_leaves_previous_version_and_no_partial_file(
+    tmp_path, monkeypatch):
+  store = client_state_store.ClientStateStore(str(tmp_path), FRESH)
+  store.save(['a'], [state_for('a', 1)], 1)
+  before = files_of(tmp_path)
+
+  def crash_midway(file, **arrays):
+    file.write(b'half a file')
+    raise OSError('disk gone')
+
+  monkeypatch.setattr(np, 'savez', crash_midway)
+  with pytest.raises(OSError):
+    store.save(['a'], [state_for('a', 2)], 2)
+  monkeypatch.undo()
+  assert files_of(tmp_path) == before
+  reopened = client_state_store.ClientStateStore(str(tmp_path), FRESH)
+  assert_state_equal(reopened.load(['a'])[0], state_for('a', 1))
+
+
+def test_commit_removes_temporary_files_left_by_a_killed_writer(tmp_path):
+  store = client_state_store.ClientStateStore(str(tmp_path), FRESH)
+  store.save(['a'], [state_for('a', 1)], 1)
+  (tmp_path / '.tmp-killed').write_bytes(b'partial')
+  reopened = client_state_store.ClientStateStore(str(tmp_path), FRESH)
+  assert_state_equal(reopened.load(['a'])[0], state_for('a', 1))
+  reopened.commit(1)
+  assert not (tmp_path / '.tmp-killed').exists()
+
+
+def test_only_the_current_cohort_is_held_in_memory(tmp_path):
+  store = client_state_store.ClientStateStore(str(tmp_path), FRESH)
+  population = [f'client_{k}' for k in range(40)]
+  rng = np.random.default_rng(0)
+  for round_num in range(1, 16):
+    cohort = list(rng.choice(population, size=3, replace=False))
+    states = store.load(cohort)
+    assert sorted(store.cached_client_ids) == sorted(cohort)
+    new_states = [state_for(i, round_num) for i in cohort]
+    store.save(cohort, new_states, round_num)
+    assert len(store.cached_client_ids) == 3
+    del states
+  seen = {n.split('@')[0] for n in files_of(tmp_path)}
+  assert len(seen) > 3  # the other clients' states are on disk only
+
+
+def test_bad_calls_raise_value_error(tmp_path):
+  store = client_state_store.ClientStateStore(str(tmp_path), FRESH)
+  store.save(['a'], [state_for('a', 2)], 2)
+  store.commit(2)
+  with pytest.raises(ValueError, match='round_num=1'):
+    store.restore(1)
+  with pytest.raises(ValueError, match='round_num=2'):
+    store.save(['a'], [state_for('a', 2)], 2)
+  with pytest.raises(ValueError, match='2 client ids and 1 states'):
+    store.save(['a', 'b'], [state_for('a', 3)], 3)
+  wrong_shape = state_for('a', 3)
+  wrong_shape['estimate'][1] = np.zeros((4,), np.float32)
+  with pytest.raises(ValueError, match="client 'a'"):
+    store.save(['a'], [wrong_shape], 3)

@@ -1,0 +1,167 @@
+"""The GeL family's driver hooks: flags, task defaults, budgets, accounting."""
+
+import collections
+import json
+
+from absl import flags
+from absl.testing import flagsaver
+import numpy as np
+import pandas as pd
+import pytest
+import tensorflow as tf
+import tensorflow_federated as tff
+
+from experiment_driver import algorithm_setup
+from experiment_driver import gel_setup
+from gel_tff import accounting
+
+FLAGS = flags.FLAGS
+NUM_FEATURES = 3
+BATCH_SIZE = 2
+CLIENT_IDS = ['a', 'b', 'c']
+
+
+@pytest.fixture(autouse=True, scope='module')
+def parsed_flags():
+  if not FLAGS.is_parsed():
+    FLAGS.mark_as_parsed()
+
+
+def model_fn():
+  keras_model = tf.keras.Sequential([
+      tf.keras.layers.Dense(1, input_shape=(NUM_FEATURES,))])
+  return tff.learning.models.from_keras_model(
+      keras_model, loss=tf.keras.losses.MeanSquaredError(),
+      input_spec=collections.OrderedDict(
+          x=tf.TensorSpec([None, NUM_FEATURES], tf.float32),
+          y=tf.TensorSpec([None, 1], tf.float32)))
+
+
+def tiny_task():
+  rng = np.random.default_rng(0)
+  client_data = tff.simulation.datasets.TestClientData({
+      client_id: collections.OrderedDict(
+          x=rng.normal(size=(n, NUM_FEATURES)).astype(np.float32),
+          y=rng.normal(size=(n, 1)).astype(np.float32))
+      for client_id, n in zip(CLIENT_IDS, (3, 5, 8))
+  })
+  datasets = tff.simulation.baselines.BaselineTaskDatasets(
+      train_data=client_data, test_data=client_data,
+      train_preprocess_fn=lambda d: d.batch(BATCH_SIZE),
+      eval_preprocess_fn=lambda d: d.batch(BATCH_SIZE))
+  return tff.simulation.baselines.BaselineTask(datasets, model_fn)
+
+
+def build_context(task_name, *, uniform_weighting=False):
+  if uniform_weighting:
+    aggregator = tff.aggregators.UnweightedMeanFactory()
+  else:
+    aggregator = tff.aggregators.MeanFactory()
+  return algorithm_setup.BuildContext(
+      task_name=task_name, task=tiny_task(),
+      client_optimizer=tff.learning.optimizers.build_sgdm(0.1),
+      server_optimizer=tff.learning.optimizers.build_sgdm(1.0),
+      client_learning_rate=0.1, server_learning_rate=1.0,
+      model_aggregator=aggregator, uniform_weighting=uniform_weighting,
+      clients_per_round=len(CLIENT_IDS), num_train_clients=len(CLIENT_IDS),
+      total_rounds=2, seed=4)
+
+
+def test_one_algorithm_per_table_3_row_with_and_without_gel():
+  assert set(gel_setup.ALGORITHMS) == {
+      f'{base}_{kind}'
+      for base in ('fedavg', 'fedavgcm', 'fedprox', 'fednova', 'fedyogi')
+      for kind in ('gel', 'budgeted')}
+
+
+def test_parse_guessed_steps():
+  assert gel_setup.parse_guessed_steps('remaining') == 'remaining'
+  assert gel_setup.parse_guessed_steps('infinite') == 'infinite'
+  assert gel_setup.parse_guessed_steps('12') == 12
+  for bad in ('-3', 'inf', '2.5'):
+    with pytest.raises(ValueError, match=bad):
+      gel_setup.parse_guessed_steps(bad)
+  with flagsaver.flagsaver(), pytest.raises(flags.IllegalFlagValueError):
+    FLAGS.guessed_steps = 'sometimes'
+
+
+def test_step_budgets_from_task_or_flags():
+  emnist = gel_setup.step_budgets('emnist', seed=1)
+  assert (emnist.budget_min, emnist.budget_max, emnist.seed) == (4, 20, 1)
+  assert (gel_setup.step_budgets('shakespeare', 0).budget_max,
+          gel_setup.step_budgets('synthetic', 0).budget_max) == (30, 13)
+  with flagsaver.flagsaver(budget_max=8):
+    assert gel_setup.step_budgets('emnist', 0).budget_max == 8
+  with pytest.raises(ValueError, match='cifar100'):
+    gel_setup.step_budgets('cifar100', 0)
+
+
+@flagsaver.flagsaver(budget_min=2, budget_max=4, expected_steps=6)
+def test_fednova_gel_setup_runs_a_budgeted_round_and_accounts_for_it():
+  setup = gel_setup.ALGORITHMS['fednova_gel'](build_context('unlisted_task'))
+  datasets = setup.client_datasets_fn(1, CLIENT_IDS)
+  budgets = [sum(1 for _ in d) for d in datasets]
+  assert all(2 <= b <= 4 for b in budgets)
+  output = setup.process.next(setup.process.initialize(), datasets)
+  extra = setup.round_metrics_fn(1, CLIENT_IDS, output.metrics)
+  assert extra[accounting.GRADIENT_COMPUTATIONS] == sum(budgets)
+  assert output.metrics['client_work']['gradient_steps'] == sum(budgets)
+  # Down: kernel + bias; up: their deltas + FedNova's float32 normalizer.
+  assert extra[accounting.BYTES_DOWN] == len(CLIENT_IDS) * (
+      NUM_FEATURES + 1) * 4
+  assert extra[accounting.BYTES_UP] == len(CLIENT_IDS) * (
+      (NUM_FEATURES + 1) * 4 + 4)
+  assert output.metrics['aggregator']['effective_steps'] > 0
+
+
+def client_learning_rate(algorithm, task_name):
+  process = gel_setup.ALGORITHMS[algorithm](build_context(task_name)).process
+  return process.get_hparams(process.initialize())['client_work'][
+      'learning_rate']
+
+
+def test_client_learning_rates_follow_the_paper_unless_set():
+  assert client_learning_rate('fedavgcm_gel', 'emnist') == pytest.approx(0.02)
+  assert client_learning_rate('fedavg_gel', 'emnist') == pytest.approx(0.02)
+  assert client_learning_rate('fedavg_budgeted', 'emnist') == pytest.approx(
+      0.06)
+  assert client_learning_rate('fedyogi_gel', 'emnist') == pytest.approx(
+      10**-1.5)
+  with flagsaver.flagsaver(client_learning_rate=0.7):
+    assert client_learning_rate('fedprox_gel', 'emnist') == pytest.approx(0.7)
+
+
+def test_uniform_weighting_with_unweighted_aggregator():
+  setup = gel_setup.ALGORITHMS['fedavgcm_budgeted'](
+      build_context('synthetic', uniform_weighting=True))
+  state = setup.process.initialize()
+  output = setup.process.next(state, setup.client_datasets_fn(1, CLIENT_IDS))
+  assert output.metrics['client_work']['gradient_steps'] > 0
+  assert not np.allclose(
+      setup.process.get_model_weights(output.state).trainable[0],
+      setup.process.get_model_weights(state).trainable[0])
+
+
+def write_metrics(directory, accuracies):
+  directory.mkdir()
+  pd.DataFrame({
+      'round': range(1, len(accuracies) + 1),
+      'test/accuracy': accuracies,
+      accounting.GRADIENT_COMPUTATIONS: [10.0] * len(accuracies),
+      accounting.BYTES_DOWN: [50.0] * len(accuracies),
+      accounting.BYTES_UP: [50.0] * len(accuracies),
+  }).to_csv(directory / accounting.METRICS_FILENAME, index=False)
+  return str(directory)
+
+
+def test_write_run_summary_uses_task_target_and_baseline(tmp_path):
+  run_dir = write_metrics(tmp_path / 'gel', [0.5, 0.86, 0.9])
+  baseline_dir = write_metrics(tmp_path / 'baseline', [0.5, 0.6, 0.7, 0.88])
+  with flagsaver.flagsaver(baseline_run_dir=baseline_dir):
+    summary = gel_setup.write_run_summary(run_dir, 'synthetic')
+  assert summary['rounds_to_target'] == 2  # Synthetic's target is 85 %.
+  assert summary['speedup'] == 1.0
+  with open(tmp_path / 'gel' / 'gel_summary.json') as f:
+    assert json.load(f)['target_accuracy'] == 0.85
+  with pytest.raises(ValueError, match='cifar100'):
+    gel_setup.write_run_summary(run_dir, 'cifar100')

@@ -1,0 +1,67 @@
+"""tasks (the registry): names, defaults, dispatch, and a uniform signature."""
+
+import inspect
+
+import pytest
+
+import tasks
+
+_COMMON_ARGUMENTS = (
+    'train_batch_size',
+    'eval_batch_size',
+    'num_epochs',
+    'max_elements_per_client',
+    'data_dir',
+    'use_synthetic_data',
+    'validation_fraction',
+    'seed',
+)
+
+
+def test_every_registry_table_covers_every_task():
+  assert set(tasks.TASK_NAMES) == set(tasks.TASK_BUILDERS)
+  assert set(tasks.DEFAULT_TRAIN_BATCH_SIZE) == set(tasks.TASK_NAMES)
+  assert set(tasks.ACCURACY_METRIC_NAME) == set(tasks.TASK_NAMES)
+
+
+def test_default_batch_sizes_are_the_papers():
+  # SPEC.md §1 (large-cohort Table 2) and §3 (GeL: 5 for Synthetic).
+  assert tasks.DEFAULT_TRAIN_BATCH_SIZE == {
+      'cifar100': 20,
+      'emnist': 20,
+      'shakespeare': 4,
+      'stackoverflow': 32,
+      'synthetic': 5,
+  }
+
+
+@pytest.mark.parametrize('name', sorted(tasks.TASK_BUILDERS))
+def test_every_builder_takes_the_common_arguments_with_its_batch_size(name):
+  parameters = inspect.signature(tasks.TASK_BUILDERS[name]).parameters
+  assert set(_COMMON_ARGUMENTS) <= set(parameters)
+  assert (
+      parameters['train_batch_size'].default
+      == tasks.DEFAULT_TRAIN_BATCH_SIZE[name]
+  )
+
+
+def test_create_task_dispatches_by_name_with_keyword_arguments():
+  task = tasks.create_task(
+      'synthetic', num_clients=12, validation_fraction=0.25, seed=1
+  )
+  assert len(task.datasets.train_data.client_ids) == 9
+  assert len(task.datasets.validation_data.client_ids) == 3
+
+
+def test_unknown_name_is_a_value_error_listing_valid_names():
+  with pytest.raises(ValueError) as raised:
+    tasks.create_task('mnist')
+  message = str(raised.value)
+  assert "'mnist'" in message
+  for name in tasks.TASK_NAMES:
+    assert name in message
+
+
+def test_missing_data_error_is_exported():
+  assert issubclass(tasks.MissingDataError, Exception)
+  assert tasks.MissingDataError is tasks.errors.MissingDataError
