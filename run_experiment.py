@@ -38,13 +38,11 @@ def _runtime():
 def run() -> None:
   """Runs the experiment the flags describe."""
   run_dir = build.run_directory()
-  hparams = build.hparams()
-  run_dir.check_hparams(hparams)
+  run_dir.check_hparams()
   with _runtime():
     task = build.create_task()
     ctx = build.build_context(task)
     setup = build.build_algorithm(ctx)
-    run_dir.create(hparams)
     print(f'run directory: {run_dir.path}', flush=True)
     final_metrics = training_loop.run_training(
         setup, task, run_dir,
@@ -59,6 +57,8 @@ def run() -> None:
                                if m is not None],
             print_fn=lambda line: print(line, flush=True),
         ))
+    if setup.finish_fn is not None:
+      setup.finish_fn(run_dir.path)
   print(f'metrics:     {run_dir.metrics_csv}')
   print(f'tensorboard: {run_dir.tensorboard_dir}')
   for key in ('validation/accuracy', 'test/accuracy'):

@@ -50,6 +50,11 @@ Which reading was taken where the paper is ambiguous:
   the same client weighting this process equals
   `tff.learning.algorithms.build_weighted_fed_avg` with server SGD at 1.0.
 
+Metrics besides the model's training metrics (`client_work/train/...`):
+`model_norms/global_model_norm` = `‖x^t‖`, `model_norms/deployed_model_norm`
+= `‖x̄^t‖`, `finalizer/oracle_gradient_estimate_norm` = `‖h^t‖` and
+`finalizer/beta` (the `β` of the next round).
+
 Defaults follow Section 4.1 and Appendix D.1: client SGD at 0.1 decayed ×0.998
 per round, `μ = 0.02`, `β = 0.96` (selected at 10 % participation; 0.98 at
 100 %, `{0.2, 0.4, 0.6}` searched at 1 %). Batch size, epochs and weight decay
@@ -200,7 +205,8 @@ def mean_client_examples(totals: Any) -> collections.OrderedDict:
                                    tf.cast(mean, tf.float32))])
 
 
-def client_size_contribution(num_examples: tf.Tensor) -> collections.OrderedDict:
+def client_size_contribution(
+    num_examples: tf.Tensor) -> collections.OrderedDict:
   """One client's addition to the running sums (summed over the cohort)."""
   return collections.OrderedDict([
       (_CLIENT_EXAMPLES, tf.cast(num_examples, tf.float64)),
@@ -209,6 +215,7 @@ def client_size_contribution(num_examples: tf.Tensor) -> collections.OrderedDict
 
 
 def add_client_size_totals(totals: Any, sums: Any) -> collections.OrderedDict:
+  """The running sums after adding the cohort's contributions."""
   return collections.OrderedDict([
       (key, totals[key] + sums[key]) for key in (_CLIENT_EXAMPLES,
                                                  _PARTICIPATIONS)

@@ -25,17 +25,20 @@ This module adds the missing piece and nothing else:
   model_weights, client_state)` and its `ClientResult.update` is
   `StatefulClientUpdate(model_update, client_state)`; only `model_update`
   reaches the aggregator, `client_state` goes back to the clients' storage.
-* `local_sgd_with_correction`, the local loop the three algorithms share
-  (plain SGD steps on a corrected gradient), and `run_round`, which a training
-  loop calls each round to load the cohort's states from a
-  `client_state_store.ClientStateStore`, run `next` and save the new states.
+* `build_stateful_client_work`, that client work for the three algorithms:
+  a round counter and the client learning-rate schedule in its server state,
+  broadcast with algorithm-specific server values (`RoundContext`), and an
+  algorithm-specific client step built on `local_sgd_with_correction` (SGD
+  steps on a corrected gradient).
+* `run_round`, which a training loop calls each round to load the cohort's
+  states from a `client_state_store.ClientStateStore`, run `next` and save the
+  new states.
 """
 
 import collections
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple, Optional
 
-import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
@@ -179,7 +182,7 @@ class StatefulClientLearningProcess(tff.learning.templates.LearningProcess):
 
   @property
   def next(self) -> tff.Computation:
-    """`(<S@SERVER, {StatefulClientInput}@CLIENTS> -> StatefulLearningProcessOutput)`."""
+    """One round; see the class docstring for its type signature."""
     return self._next_fn
 
   @property
@@ -249,10 +252,11 @@ def compose_stateful_learning_process(
   """
   if (deployed_model_weights_fn is None) != (
       with_deployed_model_weights_fn is None):
+    given = ('deployed_model_weights_fn' if deployed_model_weights_fn
+             else 'with_deployed_model_weights_fn')
     raise ValueError(
         'deployed_model_weights_fn and with_deployed_model_weights_fn must be '
-        'given together, found only '
-        f'{"deployed_model_weights_fn" if deployed_model_weights_fn else "with_deployed_model_weights_fn"}.')
+        f'given together, found only {given}.')
   if not model_update_aggregator.is_weighted:
     raise TypeError('model_update_aggregator must be weighted.')
   client_work_param = client_work.next.type_signature.parameter

@@ -55,3 +55,6 @@ class AlgorithmSetup:
   # Extra per-round scalars computed in Python (bytes exchanged, gradient
   # computations, ...). None: no extra metrics.
   round_metrics_fn: Optional[RoundMetricsFn] = None
+  # Called with the run directory's path after the last round (e.g. to write
+  # a summary of rounds-to-target). None: nothing to do.
+  finish_fn: Optional[Callable[[str], None]] = None

@@ -10,6 +10,7 @@ import tensorflow_federated as tff
 
 from experiment_driver import algorithm_setup
 from experiment_driver import fedopt_setup
+from experiment_driver import gel_setup
 from experiment_driver import flag_groups as f
 from experiment_driver import outputs
 from experiment_driver import tuned_defaults
@@ -22,12 +23,13 @@ from large_cohort import straggler
 import tasks
 
 FLAGS = flags.FLAGS
-ALGORITHMS = {**fedopt_setup.ALGORITHMS}
+ALGORITHMS = {**fedopt_setup.ALGORITHMS, **gel_setup.ALGORITHMS}
 # Flags that change where or how fast a run goes, not what it computes: a run
 # may be resumed with other values of these.
 _NOT_HPARAMS = frozenset({
     'root_output_dir', 'experiment_name', 'total_rounds',
     'rounds_per_checkpoint', 'max_concurrent_clients', 'worker_addresses',
+    'target_accuracy', 'target_metric', 'baseline_run_dir',
 })
 
 
@@ -181,4 +183,5 @@ def build_algorithm(
 
 def run_directory() -> outputs.RunDirectory:
   return outputs.RunDirectory(
-      os.path.expanduser(f.ROOT_OUTPUT_DIR.value), experiment_name())
+      os.path.expanduser(f.ROOT_OUTPUT_DIR.value), experiment_name(),
+      hparams())

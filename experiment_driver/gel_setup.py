@@ -18,6 +18,7 @@ not clip updates: pass `--noclipping` to reproduce it.
 """
 
 import dataclasses
+import functools
 import json
 import os
 from collections.abc import Callable, Mapping, Sequence
@@ -222,7 +223,13 @@ def _build_setup(base: str, use_gel: bool,
           ctx.task.datasets.train_data, ctx.task.datasets.train_preprocess_fn,
           budgets),
       round_metrics_fn=round_metrics_fn,
+      finish_fn=(functools.partial(write_run_summary, task_name=ctx.task_name)
+                 if _has_target(ctx.task_name) else None),
   )
+
+
+def _has_target(task_name: str) -> bool:
+  return (TARGET_ACCURACY.value is not None or task_name in TASK_DEFAULTS)
 
 
 def _algorithm(base: str, use_gel: bool) -> Callable[

@@ -18,7 +18,7 @@ import math
 import os
 import tempfile
 from collections.abc import Mapping
-from typing import Any, Optional
+from typing import Any
 
 import tensorflow_federated as tff
 
@@ -39,22 +39,31 @@ def _write_atomically(path: str, text: str) -> None:
 
 
 class RunDirectory:
-  """Owns one run's outputs; creates nothing until `create()`."""
+  """Owns one run's outputs; writes nothing until `start_writing()`."""
 
-  def __init__(self, root_output_dir: str, experiment_name: str):
+  def __init__(self, root_output_dir: str, experiment_name: str,
+               hparams: Mapping[str, Any]):
     self.path = os.path.join(root_output_dir, experiment_name)
+    self.hparams = dict(hparams)
     self.metrics_csv = os.path.join(self.path, 'metrics.csv')
     self.tensorboard_dir = os.path.join(self.path, 'tensorboard')
     self.checkpoint_dir = os.path.join(self.path, 'checkpoints')
     self.hparams_json = os.path.join(self.path, 'hparams.json')
     self._loop = asyncio.get_event_loop()
     self._release_managers = []
-    self._state_manager: Optional[tff.program.FileProgramStateManager] = None
+    self._state_manager = None  # creates its directory: made on first use
 
-  def check_hparams(self, hparams: Mapping[str, Any]) -> None:
+  def _checkpoints(self) -> tff.program.FileProgramStateManager:
+    if self._state_manager is None:
+      self._state_manager = tff.program.FileProgramStateManager(
+          self.checkpoint_dir, keep_total=2)
+    return self._state_manager
+
+  def check_hparams(self) -> None:
     """Refuses to resume a run that was started with other hyperparameters."""
     if not os.path.exists(self.hparams_json):
       return
+    hparams = self.hparams
     with open(self.hparams_json) as f:
       saved = json.load(f)
     changed = sorted(k for k in set(saved) | set(hparams)
@@ -66,11 +75,15 @@ class RunDirectory:
           f'{self.path} holds a run with other flags ({details}); pass another'
           ' --experiment_name or the same flags to resume it')
 
-  def create(self, hparams: Mapping[str, Any]) -> None:
-    """Creates the directory, writes the hyperparameters, opens the writers."""
+  def start_writing(self) -> None:
+    """Creates the directory, writes the hyperparameters, opens the writers.
+
+    Called after the checkpoint was read, so a run that cannot resume leaves
+    its directory untouched.
+    """
     os.makedirs(self.path, exist_ok=True)
     _write_atomically(self.hparams_json,
-                      json.dumps(dict(hparams), indent=2, sort_keys=True))
+                      json.dumps(self.hparams, indent=2, sort_keys=True))
     self._release_managers = [
         tff.program.CSVFileReleaseManager(
             self.metrics_csv,
@@ -78,8 +91,6 @@ class RunDirectory:
             key_fieldname='round'),
         tff.program.TensorBoardReleaseManager(self.tensorboard_dir),
     ]
-    self._state_manager = tff.program.FileProgramStateManager(
-        self.checkpoint_dir, keep_total=2)
 
   def release_metrics(self, metrics: Mapping[str, float], round_num: int):
     """Writes one round's flat metrics to the CSV and TensorBoard."""
@@ -90,16 +101,18 @@ class RunDirectory:
 
   def save_checkpoint(self, program_state: Any, round_num: int) -> None:
     self._loop.run_until_complete(
-        self._state_manager.save(program_state, round_num))
+        self._checkpoints().save(program_state, round_num))
 
   def load_latest_checkpoint(self, structure: Any) -> tuple[Any, int]:
     """Returns `(program_state, round)` or `(None, 0)` if there is none."""
+    if not os.path.isdir(self.checkpoint_dir):
+      return None, 0
     try:
       state, version = self._loop.run_until_complete(
-          self._state_manager.load_latest(structure))
+          self._checkpoints().load_latest(structure))
     except Exception as e:  # pylint: disable=broad-except
       versions = self._loop.run_until_complete(
-          self._state_manager.get_versions())
+          self._checkpoints().get_versions())
       raise CheckpointError(
           f'checkpoint {self.checkpoint_dir}/program_state_'
           f'{max(versions or [0])} cannot be read'

@@ -155,7 +155,7 @@ def run_training(
   Args:
     setup: The learning process and its per-round hooks.
     task: The task whose training/validation/test data are used.
-    run_dir: Where metrics and checkpoints go (already created).
+    run_dir: Where metrics and checkpoints go.
     config: Loop settings.
     round_runner: `(process, state, round_num, client_ids, datasets) ->
       LearningProcessOutput`; default `process.next(state, datasets)`. Stateful
@@ -181,6 +181,7 @@ def run_training(
 
   structure = _initial_program_state(process.initialize())
   program_state, start_round = run_dir.load_latest_checkpoint(structure)
+  run_dir.start_writing()
   if program_state is None:
     program_state = structure
     run_dir.save_checkpoint(program_state, 0)

@@ -57,7 +57,9 @@ __all__ = [
 ]
 
 
-def create_task(name: str, **kwargs: Any) -> tff.simulation.baselines.BaselineTask:
+def create_task(
+    name: str, **kwargs: Any
+) -> tff.simulation.baselines.BaselineTask:
   """Builds the task called `name` with its builder's keyword arguments.
 
   Args:

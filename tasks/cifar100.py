@@ -48,7 +48,10 @@ _SQLITE_FILENAME = 'cifar100.sqlite'
 _LOADER_CALL = 'tff.simulation.datasets.cifar100.load_data(cache_dir=DIR)'
 
 
-def _with_paper_group_count(layer: tf.keras.layers.Layer) -> tf.keras.layers.Layer:
+def _with_paper_group_count(
+    layer: tf.keras.layers.Layer,
+) -> tf.keras.layers.Layer:
+  """Clones `layer`, with `GROUP_NORM_GROUPS` groups if it is a group norm."""
   config = layer.get_config()
   if isinstance(layer, tf.keras.layers.GroupNormalization):
     config['groups'] = GROUP_NORM_GROUPS

@@ -1,10 +1,10 @@
 """Checks that TFF's cached dataset files exist before a loader can download.
 
 TFF's loaders (`tff.simulation.datasets.<name>.load_data(cache_dir=...)`)
-download on a cache miss, and they write before they fail:
-`download.get_compressed_file` creates `cache_dir` and opens the target file
-for writing before fetching it, so an offline call leaves an empty
-`<name>.sqlite` that the next run mistakes for the data. The task builders
+download on a cache miss, and they write before they can fail:
+`download.get_compressed_file` creates `cache_dir` before fetching, and a
+download cut short leaves a truncated `<name>.sqlite` that the next run takes
+for the data. The task builders
 therefore ask this module where the loader would look and run the loader
 inside `require_cached_files`, which raises `MissingDataError` (one line:
 which file, how to get it) when a file is absent, before the loader runs.

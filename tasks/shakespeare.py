@@ -1,11 +1,12 @@
 """Shakespeare next-character prediction, the large-cohort paper's task.
 
-Built with `tff.simulation.baselines.shakespeare.create_character_prediction_task`
-on TFF's federated Shakespeare (715 roles, each with train and test lines). It
-matches SPEC.md §1 and the paper's appendix A.1: sequences of 80 characters,
-vocabulary 90 (86 characters plus pad, out-of-vocabulary, beginning and end
-of line), embedding 8, two LSTM layers of 256 units, a dense layer of 90
-logits per position, cross-entropy loss.
+Built with TFF's `create_character_prediction_task`
+(`tff.simulation.baselines.shakespeare`) on TFF's federated Shakespeare (715
+roles, each with train and test lines). It matches SPEC.md §1 and the
+paper's appendix A.1: sequences of 80 characters, vocabulary 90 (86
+characters plus pad, out-of-vocabulary, beginning and end of line),
+embedding 8, two LSTM layers of 256 units, a dense layer of 90 logits per
+position, cross-entropy loss.
 
 Where this task differs from SPEC.md or the paper:
 * The output layer returns logits (the loss applies the softmax); the paper

@@ -1,7 +1,5 @@
 """AdaBest against a NumPy transcription of Varno et al. (2022), Algorithm 1."""
 
-import collections
-
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -51,7 +49,8 @@ def flat(trainable):
 
 def loss_gradient(theta, features, labels):
   """Gradient of mean squared error plus L2 * ||kernel||^2 at theta."""
-  residual = features @ theta[:NUM_FEATURES] + theta[NUM_FEATURES] - labels[:, 0]
+  residual = (features @ theta[:NUM_FEATURES] + theta[NUM_FEATURES] -
+              labels[:, 0])
   n = len(labels)
   return np.concatenate([
       2.0 / n * features.T @ residual + 2.0 * L2 * theta[:NUM_FEATURES],

@@ -39,7 +39,8 @@ def test_two_groups_normalize_each_half_of_the_channels():
   channels = norm.gamma.shape[0]
   x = np.random.RandomState(0).normal(3.0, 2.0, (1, 4, 4, channels))
   out = norm(x.astype(np.float32)).numpy()  # gamma 1, beta 0 at init
-  for x_half, out_half in zip(np.split(x, 2, axis=-1), np.split(out, 2, axis=-1)):
+  halves = zip(np.split(x, 2, axis=-1), np.split(out, 2, axis=-1))
+  for x_half, out_half in halves:
     expected = (x_half - x_half.mean()) / np.sqrt(x_half.var() + norm.epsilon)
     np.testing.assert_allclose(out_half, expected, rtol=1e-3, atol=1e-3)
 
@@ -52,7 +53,8 @@ def test_task_model_uses_the_two_group_resnet_on_24x24_crops():
   assert images.shape.as_list() == [None, 24, 24, 3]
   assert labels.shape.as_list() == [None]
   with tf.Graph().as_default():
-    keras_model = task.model_fn()._keras_model  # pylint: disable=protected-access
+    # pylint: disable-next=protected-access
+    keras_model = task.model_fn()._keras_model
     assert {g.groups for g in _group_norms(keras_model)} == {2}
     assert keras_model.output_shape == (None, 100)
 

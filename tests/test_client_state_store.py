@@ -1,4 +1,4 @@
-"""The client-state store: fresh states, exact resumes, atomic writes, memory."""
+"""The client-state store: fresh states, exact resume, atomic writes, memory."""
 
 import collections
 import os

@@ -1,5 +1,6 @@
 """tasks.emnist: SPEC.md's EMNIST-62 CNN, offline checks, validation split."""
 
+import collections
 import os
 
 import numpy as np
@@ -94,6 +95,39 @@ def test_missing_data_is_one_line_naming_the_file_and_writes_nothing(
   assert os.listdir(tmp_path) == (['cache'] if existing_dir else [])
   if existing_dir:
     assert not os.listdir(data_dir)
+
+
+def test_loads_cached_file_from_data_dir_without_writing(tmp_path):
+  # A tiny file in TFF's EMNIST format, where TFF would have cached it.
+  def writer_dataset(client_id):
+    label = int(client_id[-1])
+    return tf.data.Dataset.from_tensor_slices(
+        collections.OrderedDict(
+            label=np.full(3, label, np.int64),
+            pixels=np.full((3, 28, 28), label / 10, np.float32),
+        )
+    )
+
+  splits = {'w0': 'all_train', 'w1': 'all_train', 'w2': 'all_train',
+            'w3': 'all_test'}
+  tff.simulation.datasets.save_to_sql_client_data(
+      list(splits), writer_dataset, str(tmp_path / 'emnist_all.sqlite'),
+      split_names_by_client_id=splits,
+  )
+  task = emnist.create_emnist_task(
+      data_dir=str(tmp_path), validation_fraction=0.34, seed=0
+  )
+  all_train = task.datasets.train_data.client_ids + (
+      task.datasets.validation_data.client_ids
+  )
+  assert sorted(all_train) == ['w0', 'w1', 'w2']
+  assert task.datasets.test_data.client_ids == ['w3']
+  client_id = task.datasets.train_data.client_ids[0]
+  pixels, labels = next(iter(task.datasets.train_preprocess_fn(
+      task.datasets.train_data.create_tf_dataset_for_client(client_id))))
+  np.testing.assert_array_equal(labels, [int(client_id[-1])] * 3)
+  assert pixels.shape == (3, 28, 28, 1)
+  assert os.listdir(tmp_path) == ['emnist_all.sqlite']
 
 
 def test_bad_batch_size_is_a_value_error():

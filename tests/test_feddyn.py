@@ -44,7 +44,8 @@ def flat(trainable):
 
 
 def loss_gradient(theta, features, labels):
-  residual = features @ theta[:NUM_FEATURES] + theta[NUM_FEATURES] - labels[:, 0]
+  residual = (features @ theta[:NUM_FEATURES] + theta[NUM_FEATURES] -
+              labels[:, 0])
   n = len(labels)
   return np.concatenate([
       2.0 / n * features.T @ residual + 2.0 * L2 * theta[:NUM_FEATURES],

@@ -83,11 +83,12 @@ def _url_error_download_failure():
 
 
 def _keras_style_download_failure():
-  """Raises like Keras' get_file: a bare Exception whose context is a URLError."""
+  """Fails like Keras' get_file: an Exception in the context of a URLError."""
   try:
     raise urllib.error.URLError('no network')
   except urllib.error.URLError as url_error:
-    raise Exception(f'URL fetch failure: {url_error}')  # pylint: disable=broad-exception-raised
+    # pylint: disable-next=broad-exception-raised
+    raise Exception(f'URL fetch failure: {url_error}')
 
 
 @pytest.mark.parametrize(

@@ -1,4 +1,4 @@
-"""tasks.stackoverflow: SPEC.md's word LSTM, first-N sentences, offline checks."""
+"""tasks.stackoverflow: SPEC.md's word LSTM, first sentences, offline checks."""
 
 import os
 

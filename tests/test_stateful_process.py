@@ -184,6 +184,41 @@ def test_run_round_loads_and_saves_states_in_the_store(probe, tmp_path):
                                store, 3)
 
 
+def test_resume_from_a_checkpoint_repeats_the_uninterrupted_run(
+    probe, tmp_path):
+  cohorts = {1: ['a', 'b'], 2: ['b', 'c'], 3: ['a', 'b'], 4: ['c', 'a']}
+  fresh = probe.initial_client_state()
+
+  def run(store, state, rounds):
+    for round_num in rounds:
+      cohort = cohorts[round_num]
+      state = stateful_process.run_round(
+          probe, state, cohort, [dataset(cid) for cid in cohort], store,
+          round_num).state
+    return state
+
+  straight_store = client_state_store.ClientStateStore(
+      str(tmp_path / 'straight'), fresh)
+  straight = run(straight_store, probe.initialize(), [1, 2, 3, 4])
+
+  crashed_dir = str(tmp_path / 'crashed')
+  store = client_state_store.ClientStateStore(crashed_dir, fresh)
+  checkpoint = run(store, probe.initialize(), [1, 2])
+  store.commit(2)
+  run(store, checkpoint, [3])  # then the process dies
+  resumed_store = client_state_store.ClientStateStore(crashed_dir, fresh)
+  resumed_store.restore(2)
+  resumed = run(resumed_store, checkpoint, [3, 4])
+
+  np.testing.assert_allclose(flat(probe.get_model_weights(resumed).trainable),
+                             flat(probe.get_model_weights(straight).trainable))
+  for ours, theirs in zip(resumed_store.load(['a', 'b', 'c']),
+                          straight_store.load(['a', 'b', 'c'])):
+    assert ours['rounds_seen'] == theirs['rounds_seen']
+    assert ours['round_num'] == theirs['round_num']
+    assert ours['examples_before'] == theirs['examples_before']
+
+
 def test_non_finite_client_work_is_discarded():
   old_state = collections.OrderedDict(h=tf.constant([1.0, 2.0]),
                                       last_round=tf.constant(3))

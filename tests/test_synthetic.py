@@ -1,7 +1,8 @@
-"""tasks.synthetic: LEAF's generator, GeL's statistics, and a task that learns."""
+"""tasks.synthetic: LEAF's generator, GeL's statistics, a task that learns."""
 
 import numpy as np
 import pytest
+import tensorflow as tf
 import tensorflow_federated as tff
 
 from tasks import synthetic
@@ -92,7 +93,8 @@ def test_sizes_of_other_seeds_are_near_gels():
   # total of 101k +- 6k examples (Monte Carlo over 2,000 seeds) and a median
   # of 25 +- 2; four standard deviations bound every seed below.
   for seed in range(3):
-    sizes = synthetic._client_sizes(1000, seed)  # pylint: disable=protected-access
+    # pylint: disable-next=protected-access
+    sizes = synthetic._client_sizes(1000, seed)
     assert abs(sizes.sum() - 101_000) < 4 * 6_100
     assert abs(np.median(sizes) - 25) < 4 * 1.7
 
@@ -161,6 +163,28 @@ def test_task_splits_validation_clients_reproducibly():
   assert spec['x'].shape.as_list() == [None, 60]
 
 
+def test_client_data_serves_each_clients_examples_in_both_paths():
+  clients = synthetic.generate_synthetic_clients(num_clients=12, seed=6)
+  task = synthetic.create_synthetic_task(num_clients=12, data_seed=6, seed=0)
+  train_clients, _ = synthetic.split_client_examples(clients, seed=6)
+  train_data = task.datasets.train_data
+  dataset_fn = tf.function(train_data.serializable_dataset_fn)
+  for client_id in train_data.client_ids:
+    x, y = train_clients[int(client_id)]
+    for dataset in (train_data.create_tf_dataset_for_client(client_id),
+                    dataset_fn(tf.constant(client_id))):
+      batch = next(iter(dataset.batch(10_000)))
+      np.testing.assert_array_equal(batch['x'], x)
+      np.testing.assert_array_equal(batch['y'], y)
+  everything = next(iter(train_data.create_tf_dataset_from_all_clients()
+                         .batch(100_000)))
+  assert len(everything['y']) == sum(
+      len(train_clients[int(c)][1]) for c in train_data.client_ids)
+  validation_id = task.datasets.validation_data.client_ids[0]
+  with pytest.raises(ValueError, match=validation_id):
+    train_data.create_tf_dataset_for_client(validation_id)
+
+
 def _fed_avg(task, client_learning_rate):
   return tff.learning.algorithms.build_weighted_fed_avg(
       task.model_fn,
@@ -186,7 +210,9 @@ def test_one_fedavg_step_matches_numpy_softmax_regression():
   task = synthetic.create_synthetic_task(
       num_clients=3, train_batch_size=1000, validation_fraction=0.0
   )
-  client_dataset = _client_datasets(task, task.datasets.train_data.client_ids[:1])
+  client_dataset = _client_datasets(
+      task, task.datasets.train_data.client_ids[:1]
+  )
   batch = next(iter(client_dataset[0]))
   x, y = batch['x'].numpy().astype(np.float64), batch['y'].numpy()
   learning_rate = 0.5
@@ -235,7 +261,9 @@ def test_fedavg_with_the_default_client_rate_learns():
   state = process.initialize()
   rng = np.random.RandomState(0)
   for _ in range(20):
-    client_ids = rng.choice(task.datasets.train_data.client_ids, 10, replace=False)
+    client_ids = rng.choice(
+        task.datasets.train_data.client_ids, 10, replace=False
+    )
     state = process.next(state, _client_datasets(task, client_ids)).state
   kernel, bias = process.get_model_weights(state).trainable
   accuracy = np.mean((test_x @ kernel + bias).argmax(axis=1) == test_y)

@@ -92,7 +92,9 @@ def test_add_validation_clients_keeps_everything_else():
   train_ids = split_task.datasets.train_data.client_ids
   validation_ids = split_task.datasets.validation_data.client_ids
   assert len(validation_ids) == 2 and len(train_ids) == 8
-  assert sorted(train_ids + validation_ids) == task.datasets.train_data.client_ids
+  assert sorted(train_ids + validation_ids) == sorted(
+      task.datasets.train_data.client_ids
+  )
   assert split_task.model_fn is task.model_fn
   assert split_task.datasets.test_data is task.datasets.test_data
   assert (

@@ -1,0 +1,91 @@
+"""The AdaBest family's driver hooks: flags, builders, bytes metrics."""
+
+import collections
+
+from absl import flags
+from absl.testing import flagsaver
+import numpy as np
+import pytest
+import tensorflow as tf
+import tensorflow_federated as tff
+
+from adabest_tff import communication
+from adabest_tff import stateful_process
+from experiment_driver import adabest_setup
+from experiment_driver import algorithm_setup
+
+FLAGS = flags.FLAGS
+NUM_FEATURES = 3
+CLIENT_IDS = ['a', 'b', 'c', 'd']
+
+
+@pytest.fixture(autouse=True, scope='module')
+def parsed_flags():
+  if not FLAGS.is_parsed():
+    FLAGS.mark_as_parsed()
+
+
+def model_fn():
+  keras_model = tf.keras.Sequential([
+      tf.keras.layers.Dense(1, input_shape=(NUM_FEATURES,))])
+  return tff.learning.models.from_keras_model(
+      keras_model, loss=tf.keras.losses.MeanSquaredError(),
+      input_spec=collections.OrderedDict(
+          x=tf.TensorSpec([None, NUM_FEATURES], tf.float32),
+          y=tf.TensorSpec([None, 1], tf.float32)))
+
+
+def build_context(client_learning_rate=0.3):
+  rng = np.random.default_rng(0)
+  client_data = tff.simulation.datasets.TestClientData({
+      client_id: collections.OrderedDict(
+          x=rng.normal(size=(4, NUM_FEATURES)).astype(np.float32),
+          y=rng.normal(size=(4, 1)).astype(np.float32))
+      for client_id in CLIENT_IDS
+  })
+  datasets = tff.simulation.baselines.BaselineTaskDatasets(
+      train_data=client_data, test_data=client_data,
+      train_preprocess_fn=lambda d: d.batch(2),
+      eval_preprocess_fn=lambda d: d.batch(2))
+  return algorithm_setup.BuildContext(
+      task_name='tiny', task=tff.simulation.baselines.BaselineTask(
+          datasets, model_fn),
+      client_optimizer=tff.learning.optimizers.build_sgdm(
+          client_learning_rate),
+      server_optimizer=tff.learning.optimizers.build_sgdm(1.0),
+      client_learning_rate=client_learning_rate, server_learning_rate=1.0,
+      model_aggregator=tff.aggregators.MeanFactory(), uniform_weighting=False,
+      clients_per_round=2, num_train_clients=len(CLIENT_IDS), total_rounds=2,
+      seed=1)
+
+
+@pytest.mark.parametrize('name', ['adabest', 'feddyn', 'scaffold'])
+def test_builds_stateful_process_with_bytes_metrics(name):
+  setup = adabest_setup.ALGORITHMS[name](build_context())
+  assert isinstance(setup.process,
+                    stateful_process.StatefulClientLearningProcess)
+  cost = communication.communication_cost(setup.process)
+  metrics = setup.round_metrics_fn(1, ['a', 'b', 'c'], {})
+  assert metrics == {'bytes_down': 3.0 * cost.bytes_down,
+                     'bytes_up': 3.0 * cost.bytes_up}
+
+
+def test_beta_flag_reaches_the_server_optimizer():
+  with flagsaver.flagsaver(adabest_beta=0.4):
+    process = adabest_setup.ALGORITHMS['adabest'](build_context()).process
+  hparams = process.get_hparams(process.initialize())
+  np.testing.assert_allclose(hparams['finalizer']['beta'], 0.4)
+
+
+def test_client_learning_rate_defaults_to_the_papers():
+  context = build_context(client_learning_rate=0.3)
+  assert adabest_setup._client_learning_rate(context) == 0.1
+  with flagsaver.flagsaver(client_learning_rate=0.3):
+    assert adabest_setup._client_learning_rate(context) == 0.3
+
+
+def test_flag_bounds_reject_bad_values():
+  with flagsaver.flagsaver(), pytest.raises(flags.IllegalFlagValueError):
+    FLAGS.adabest_beta = 1.5
+  with flagsaver.flagsaver(), pytest.raises(flags.IllegalFlagValueError):
+    FLAGS['adabest_client_weighting'].parse('by_size')
