@@ -8,6 +8,7 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
+from experiment_driver import adabest_setup
 from experiment_driver import algorithm_setup
 from experiment_driver import fedopt_setup
 from experiment_driver import gel_setup
@@ -23,7 +24,8 @@ from large_cohort import straggler
 import tasks
 
 FLAGS = flags.FLAGS
-ALGORITHMS = {**fedopt_setup.ALGORITHMS, **gel_setup.ALGORITHMS}
+ALGORITHMS = {**fedopt_setup.ALGORITHMS, **adabest_setup.ALGORITHMS,
+              **gel_setup.ALGORITHMS}
 # Flags that change where or how fast a run goes, not what it computes: a run
 # may be resumed with other values of these.
 _NOT_HPARAMS = frozenset({

@@ -10,6 +10,7 @@ checkpoint.
 """
 
 import dataclasses
+import os
 import time
 from collections.abc import Callable, Sequence
 from typing import Any, Optional
@@ -18,6 +19,8 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
+from adabest_tff import client_state_store
+from adabest_tff import stateful_process
 from experiment_driver import algorithm_setup
 from experiment_driver import outputs
 from large_cohort import diagnostics
@@ -142,13 +145,30 @@ def _initial_program_state(server_state) -> dict[str, Any]:
   }
 
 
+def _stateful_clients(process, run_dir: outputs.RunDirectory):
+  """`(round_runner, on_checkpoint)` for stateful-client processes.
+
+  Client states live in `<run_dir>/client_states/` (only the cohort is held
+  in memory); the store is committed right after each checkpoint and restored
+  to the checkpoint's round on resume, so a resumed run sees exactly the
+  client states of the round it resumes from.
+  """
+  store = client_state_store.ClientStateStore(
+      os.path.join(run_dir.path, 'client_states'),
+      process.initial_client_state())
+
+  def round_runner(process, state, round_num, client_ids, datasets):
+    return stateful_process.run_round(process, state, client_ids, datasets,
+                                      store, round_num)
+
+  return round_runner, store.commit
+
+
 def run_training(
     setup: algorithm_setup.AlgorithmSetup,
     task: tff.simulation.baselines.BaselineTask,
     run_dir: outputs.RunDirectory,
     config: LoopConfig,
-    round_runner: Optional[Callable[..., Any]] = None,
-    on_checkpoint: Optional[Callable[[int], None]] = None,
 ) -> dict[str, float]:
   """Trains for `config.total_rounds`, resuming from the latest checkpoint.
 
@@ -157,12 +177,6 @@ def run_training(
     task: The task whose training/validation/test data are used.
     run_dir: Where metrics and checkpoints go.
     config: Loop settings.
-    round_runner: `(process, state, round_num, client_ids, datasets) ->
-      LearningProcessOutput`; default `process.next(state, datasets)`. Stateful
-      clients use it to load and save their states.
-    on_checkpoint: Called with the round number right after each checkpoint
-      (stateful clients commit their store there) and with the resumed round
-      on resume.
 
   Returns:
     The last round's metrics.
@@ -174,18 +188,21 @@ def run_training(
   client_datasets_fn = setup.client_datasets_fn or (
       lambda _, ids: _preprocessed(train_data,
                                    task.datasets.train_preprocess_fn, ids))
-  round_runner = round_runner or (
-      lambda process, state, round_num, ids, datasets: process.next(
-          state, datasets))
   evaluator = Evaluator(task, config.max_eval_clients, config.seed)
 
   structure = _initial_program_state(process.initialize())
   program_state, start_round = run_dir.load_latest_checkpoint(structure)
   run_dir.start_writing()
+  if isinstance(process, stateful_process.StatefulClientLearningProcess):
+    round_runner, on_checkpoint = _stateful_clients(process, run_dir)
+  else:
+    round_runner, on_checkpoint = (
+        lambda process, state, round_num, ids, datasets: process.next(
+            state, datasets)), None
   if program_state is None:
     program_state = structure
     run_dir.save_checkpoint(program_state, 0)
-  elif on_checkpoint is not None:
+  if on_checkpoint is not None:
     on_checkpoint(start_round)
   state = program_state['server_state']
   totals = {k: float(v) for k, v in program_state['totals'].items()}
