@@ -53,6 +53,7 @@ def run() -> None:
             rounds_per_checkpoint=f.ROUNDS_PER_CHECKPOINT.value,
             max_eval_clients=f.MAX_EVAL_CLIENTS.value,
             seed=f.SEED.value,
+            accuracy_name=tasks.ACCURACY_METRIC_NAME[f.TASK.value],
             extra_metrics_fns=[m for m in [build.straggler_metrics_fn(task)]
                                if m is not None],
             print_fn=lambda line: print(line, flush=True),

@@ -60,17 +60,28 @@ def create_task() -> tff.simulation.baselines.BaselineTask:
                      f'{", ".join(tasks.TASK_NAMES)}')
   batch_size = (f.TRAIN_BATCH_SIZE.value or
                 tasks.DEFAULT_TRAIN_BATCH_SIZE[f.TASK.value])
+  partition = {}
+  if f.TASK.value in tasks.PARTITIONED_TASKS:
+    partition = dict(num_clients=f.NUM_CLIENTS.value,
+                     dirichlet_alpha=f.DIRICHLET_ALPHA.value,
+                     unbalanced_sigma=f.UNBALANCED_SIGMA.value,
+                     partition_seed=f.PARTITION_SEED.value)
   return tasks.create_task(
       f.TASK.value,
+      **partition,
       train_batch_size=batch_size,
       eval_batch_size=f.EVAL_BATCH_SIZE.value,
-      num_epochs=f.CLIENT_EPOCHS.value,
+      num_epochs=client_epochs(),
       max_elements_per_client=f.MAX_ELEMENTS_PER_CLIENT.value,
       data_dir=f.DATA_DIR.value,
       use_synthetic_data=f.USE_SYNTHETIC_DATA.value,
       validation_fraction=f.VALIDATION_FRACTION.value,
       seed=f.SEED.value,
   )
+
+
+def client_epochs() -> int:
+  return f.CLIENT_EPOCHS.value or tasks.DEFAULT_CLIENT_EPOCHS[f.TASK.value]
 
 
 def build_context(
@@ -161,7 +172,7 @@ def straggler_metrics_fn(task: tff.simulation.baselines.BaselineTask):
       count = int(train_data.create_tf_dataset_for_client(client_id).reduce(
           0, lambda n, _: n + 1))
       sizes[client_id] = min(count, max_elements or count)
-    return sizes[client_id] * f.CLIENT_EPOCHS.value
+    return sizes[client_id] * client_epochs()
 
   def metrics_fn(round_num, client_ids, metrics):
     del metrics

@@ -27,7 +27,9 @@ TRAIN_BATCH_SIZE = flags.DEFINE_integer(
 EVAL_BATCH_SIZE = flags.DEFINE_integer(
     'eval_batch_size', 64, 'Batch size for evaluation.', lower_bound=1)
 CLIENT_EPOCHS = flags.DEFINE_integer(
-    'client_epochs', 1, 'Local epochs per round (E).', lower_bound=1)
+    'client_epochs', None,
+    "Local epochs per round (E); default: the task's (1; AdaBest's 5 for the"
+    ' partitioned tasks).', lower_bound=1)
 MAX_ELEMENTS_PER_CLIENT = flags.DEFINE_integer(
     'max_elements_per_client', None,
     'Use at most this many examples of each client (default: all).',
@@ -37,6 +39,23 @@ VALIDATION_FRACTION = flags.DEFINE_float(
     'For tasks without a validation split, the fraction of training clients'
     ' held out for validation (SPEC.md: 80/20).', lower_bound=0.0,
     upper_bound=0.9)
+
+# Partitioned tasks (AdaBest's protocol: emnist_l, cifar10,
+# cifar100_partitioned, synthetic_partitioned).
+NUM_CLIENTS = flags.DEFINE_integer(
+    'num_clients', 100,
+    'Training clients of a partitioned task (plus 10 % validation clients).',
+    lower_bound=2)
+DIRICHLET_ALPHA = flags.DEFINE_float(
+    'dirichlet_alpha', None,
+    'Dirichlet label-skew concentration of a partitioned task (AdaBest: 0.3,'
+    ' 0.03); unset: IID.', lower_bound=0.0)
+UNBALANCED_SIGMA = flags.DEFINE_float(
+    'unbalanced_sigma', 0.0,
+    'Sigma of log-normal client sizes of a partitioned task (AdaBest: 0.3);'
+    ' 0: balanced.', lower_bound=0.0)
+PARTITION_SEED = flags.DEFINE_integer(
+    'partition_seed', 0, 'Seed of the partition of a partitioned task.')
 
 # Process.
 ALGORITHM = flags.DEFINE_string(

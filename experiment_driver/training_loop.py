@@ -40,6 +40,7 @@ class LoopConfig:
   rounds_per_checkpoint: int
   max_eval_clients: int
   seed: int
+  accuracy_name: str  # the model metric the papers call accuracy
   # Extra per-round scalars beside the algorithm's own (e.g. straggler time).
   extra_metrics_fns: Sequence[algorithm_setup.RoundMetricsFn] = ()
   print_fn: Callable[[str], Any] = print
@@ -53,23 +54,21 @@ def _preprocessed(client_data: tff.simulation.datasets.ClientData,
   return [preprocess_fn(d) for d in datasets] if preprocess_fn else datasets
 
 
-def _accuracy_key(flat: dict[str, float], prefix: str) -> Optional[str]:
-  """The first accuracy-like metric under `prefix` (task-specific names)."""
-  for key in flat:
-    if key.startswith(prefix) and 'accuracy' in key[len(prefix):]:
-      return key
-  return None
+def summarize_training_metrics(flat: dict[str, float],
+                               accuracy_name: str) -> dict[str, float]:
+  """Adds the canonical columns the papers read to TFF's flat metrics.
 
-
-def summarize_training_metrics(flat: dict[str, float]) -> dict[str, float]:
-  """Adds the canonical columns the papers read to TFF's flat metrics."""
+  Args:
+    flat: The round's metrics, flattened.
+    accuracy_name: The task model's metric that the papers call accuracy
+      (`tasks.ACCURACY_METRIC_NAME`).
+  """
   summary = {}
   loss_key = _TRAIN_PREFIX + 'loss'
   if loss_key in flat:
     summary['train/loss'] = flat[loss_key]
-  accuracy_key = _accuracy_key(flat, _TRAIN_PREFIX)
-  if accuracy_key:
-    summary['train/accuracy'] = flat[accuracy_key]
+  if _TRAIN_PREFIX + accuracy_name in flat:
+    summary['train/accuracy'] = flat[_TRAIN_PREFIX + accuracy_name]
   if _TRAIN_PREFIX + 'num_examples' in flat:
     summary['examples_processed'] = flat[_TRAIN_PREFIX + 'num_examples']
   for key, value in flat.items():
@@ -89,12 +88,10 @@ class Evaluator:
   """
 
   def __init__(self, task: tff.simulation.baselines.BaselineTask,
-               max_clients: int, seed: int):
+               accuracy_name: str, max_clients: int, seed: int):
     self._process = tff.learning.algorithms.build_fed_eval(task.model_fn)
-    with tf.Graph().as_default():
-      metric_names = list(task.model_fn().metric_finalizers())
-    accuracy_name = next((m for m in metric_names if 'accuracy' in m), None)
-    self._per_client_accuracy = accuracy_name and (
+    self._accuracy_name = accuracy_name
+    self._per_client_accuracy = (
         per_client_evaluation.build_per_client_evaluation(
             task.model_fn, metric_name=accuracy_name))
     self._splits = {}
@@ -124,11 +121,10 @@ class Evaluator:
           output.metrics['client_work']['eval']['current_round_metrics'])
       for key, value in flat.items():
         metrics[f'{name}/{key}'] = value
-      accuracy_key = _accuracy_key(flat, '')
-      if accuracy_key and accuracy_key != 'accuracy':
-        metrics[f'{name}/accuracy'] = flat[accuracy_key]
+      if self._accuracy_name in flat:
+        metrics[f'{name}/accuracy'] = flat[self._accuracy_name]
     test_datasets = self._splits.get('test')
-    if self._per_client_accuracy and test_datasets and len(test_datasets) > 1:
+    if len(test_datasets or ()) > 1:
       accuracies = [a for a in self._per_client_accuracy(
           model_weights, test_datasets) if np.isfinite(a)]
       for q, value in per_client_evaluation.accuracy_percentiles(
@@ -188,7 +184,8 @@ def run_training(
   client_datasets_fn = setup.client_datasets_fn or (
       lambda _, ids: _preprocessed(train_data,
                                    task.datasets.train_preprocess_fn, ids))
-  evaluator = Evaluator(task, config.max_eval_clients, config.seed)
+  evaluator = Evaluator(task, config.accuracy_name, config.max_eval_clients,
+                        config.seed)
 
   structure = _initial_program_state(process.initialize())
   program_state, start_round = run_dir.load_latest_checkpoint(structure)
@@ -229,7 +226,7 @@ def run_training(
     metrics = {'round_time_sec': round_seconds,
                'clients_per_round': float(len(client_ids))}
     metrics.update(flat)
-    metrics.update(summarize_training_metrics(flat))
+    metrics.update(summarize_training_metrics(flat, config.accuracy_name))
     for metrics_fn in (setup.round_metrics_fn, *config.extra_metrics_fns):
       if metrics_fn is not None:
         metrics.update(metrics_fn(round_num, client_ids, metrics))
