@@ -50,7 +50,7 @@ def hparams() -> dict[str, Any]:
 def experiment_name() -> str:
   return f.EXPERIMENT_NAME.value or (
       f'{f.TASK.value}_{f.ALGORITHM.value}_{f.CLIENT_OPTIMIZER.value}_'
-      f'{f.SERVER_OPTIMIZER.value}_M{f.CLIENTS_PER_ROUND.value}_'
+      f'{f.SERVER_OPTIMIZER.value}_M{f.CLIENTS_PER_ROUND.value or "default"}_'
       f'seed{f.SEED.value}')
 
 
@@ -88,10 +88,7 @@ def build_context(
     task: tff.simulation.baselines.BaselineTask) -> algorithm_setup.BuildContext:
   """Builds the optimizers and aggregator shared by every algorithm."""
   num_train_clients = len(task.datasets.train_data.client_ids)
-  if f.CLIENTS_PER_ROUND.value > num_train_clients:
-    raise ValueError(
-        f'--clients_per_round={f.CLIENTS_PER_ROUND.value} is larger than the'
-        f' {num_train_clients} training clients of --task={f.TASK.value}')
+  cohort_size = clients_per_round(num_train_clients)
   server_lr, client_lr = tuned_defaults.learning_rates(
       f.TASK.value, f.SERVER_OPTIMIZER.value,
       fedsgd=f.ALGORITHM.value == 'fedsgd')
@@ -125,7 +122,7 @@ def build_context(
       server_learning_rate=server_lr,
       model_aggregator=model_aggregator(),
       uniform_weighting=f.UNIFORM_WEIGHTING.value,
-      clients_per_round=f.CLIENTS_PER_ROUND.value,
+      clients_per_round=cohort_size,
       num_train_clients=num_train_clients,
       total_rounds=f.TOTAL_ROUNDS.value,
       seed=f.SEED.value,
@@ -143,12 +140,24 @@ def model_aggregator():
   return aggregator
 
 
+def clients_per_round(num_train_clients: int) -> int:
+  """--clients_per_round, or its default capped by the population."""
+  if f.CLIENTS_PER_ROUND.value is None:
+    return min(f.DEFAULT_CLIENTS_PER_ROUND, num_train_clients)
+  if f.CLIENTS_PER_ROUND.value > num_train_clients:
+    raise ValueError(
+        f'--clients_per_round={f.CLIENTS_PER_ROUND.value} is larger than the'
+        f' {num_train_clients} training clients of --task={f.TASK.value}')
+  return f.CLIENTS_PER_ROUND.value
+
+
 def cohort_size_fn(num_train_clients: int):
   """Round number (1-based) -> cohort size: fixed or doubling."""
+  cohort_size = clients_per_round(num_train_clients)
   if not f.ROUNDS_TO_DOUBLE_COHORT.value:
-    return lambda _: f.CLIENTS_PER_ROUND.value
+    return lambda _: cohort_size
   return cohort_schedule.DoublingCohortSchedule(
-      initial_cohort_size=f.CLIENTS_PER_ROUND.value,
+      initial_cohort_size=cohort_size,
       rounds_per_doubling=f.ROUNDS_TO_DOUBLE_COHORT.value,
       max_cohort_size=f.MAX_COHORT_SIZE.value,
       population_size=num_train_clients)

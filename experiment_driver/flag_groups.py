@@ -105,9 +105,12 @@ SERVER_EPSILON = flags.DEFINE_float(
     'server_epsilon', 1e-3, 'Server epsilon (adagrad, adam, yogi, lars, lamb).')
 
 # Cohort.
+DEFAULT_CLIENTS_PER_ROUND = 10
 CLIENTS_PER_ROUND = flags.DEFINE_integer(
-    'clients_per_round', 10,
-    'Cohort size M (the starting size with --rounds_to_double_cohort).',
+    'clients_per_round', None,
+    'Cohort size M (the starting size with --rounds_to_double_cohort);'
+    f' default: {DEFAULT_CLIENTS_PER_ROUND}, or all training clients if there'
+    ' are fewer. A larger value than the population is an error.',
     lower_bound=1)
 TOTAL_ROUNDS = flags.DEFINE_integer(
     'total_rounds', 100, 'Number of training rounds.', lower_bound=1)

@@ -174,3 +174,17 @@ def test_other_flags_on_an_existing_run_are_refused(full_run, tmp_path):
                 check=False)
   assert result.returncode == 2
   assert 'client_learning_rate' in _error_line(result)
+
+
+@pytest.mark.parametrize('server_optimizer', ['adam', 'lamb'])
+def test_canonical_stackoverflow_command(tmp_path, server_optimizer):
+  """The README's canonical command, as written, on synthetic data."""
+  result = _run('--task=stackoverflow', f'--server_optimizer={server_optimizer}',
+                '--use_synthetic_data', '--total_rounds=3',
+                f'--root_output_dir={tmp_path}')
+  (run_dir,) = tmp_path.iterdir()
+  metrics = _metrics(run_dir)
+  assert list(metrics['round']) == [1, 2, 3]
+  assert metrics['train/loss'].notna().all()
+  assert 'test/accuracy' in metrics
+  assert 'final test/accuracy' in result.stdout
