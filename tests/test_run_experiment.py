@@ -6,6 +6,7 @@ import signal
 import subprocess
 import sys
 import time
+import uuid
 
 import pandas as pd
 import pytest
@@ -14,6 +15,8 @@ _REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _SMALL_RUN = ['--task=synthetic', '--clients_per_round=3', '--total_rounds=4',
               '--rounds_per_eval=2', '--rounds_per_checkpoint=2',
               '--max_eval_clients=20', '--seed=3']
+_MARKER = f'FL_PAPERS_TEST_RUN={uuid.uuid4().hex}'
+_ENV = {**os.environ, _MARKER.split('=')[0]: _MARKER.split('=')[1]}
 # Columns that measure the machine, not the computation.
 _TIMING_COLUMNS = ('round_time_sec',)
 
@@ -24,7 +27,8 @@ def _command(*args):
 
 def _run(*args, check=True):
   result = subprocess.run(_command(*args), capture_output=True, text=True,
-                          cwd=_REPO, timeout=600, stdin=subprocess.DEVNULL)
+                          cwd=_REPO, timeout=600, stdin=subprocess.DEVNULL,
+                          env=_ENV)
   if check and result.returncode != 0:
     raise AssertionError(f'exit {result.returncode}:\n{result.stderr[-3000:]}')
   return result
@@ -35,26 +39,32 @@ def _metrics(run_dir):
   return frame.drop(columns=[c for c in _TIMING_COLUMNS if c in frame])
 
 
-def _worker_pids_with_parent(parent_pid):
-  pids = subprocess.run(['pgrep', '-f', 'worker_binary'], capture_output=True,
-                        text=True).stdout.split()
-  parents = {}
-  for pid in pids:
+def _workers_of_this_test_session():
+  """Live worker_binary processes started by drivers this module ran.
+
+  Every driver subprocess gets `_MARKER` in its environment, which its worker
+  inherits; other workers on the machine are not ours to judge.
+  """
+  ours = []
+  for pid in subprocess.run(['pgrep', '-f', 'worker_binary'],
+                            capture_output=True, text=True).stdout.split():
     try:
-      with open(f'/proc/{pid}/stat') as f:
-        parents[pid] = int(f.read().split()[3])
-    except FileNotFoundError:
+      with open(f'/proc/{pid}/environ', 'rb') as f:
+        if _MARKER.encode() in f.read():
+          ours.append(pid)
+    except (FileNotFoundError, PermissionError, ProcessLookupError):
       continue
-  return [pid for pid, parent in parents.items() if parent == parent_pid]
+  return ours
 
 
-def _assert_no_orphaned_workers():
-  """A leaked worker is re-parented to init; a dying one may take a moment."""
+def _assert_no_surviving_workers():
+  """A dying worker may take a moment to go."""
   for _ in range(50):
-    if not _worker_pids_with_parent(1):
+    if not _workers_of_this_test_session():
       return
     time.sleep(0.1)
-  raise AssertionError(f'orphaned workers: {_worker_pids_with_parent(1)}')
+  raise AssertionError(
+      f'workers outlived their driver: {_workers_of_this_test_session()}')
 
 
 def _error_line(result):
@@ -95,14 +105,15 @@ def test_killed_run_resumes_to_the_same_metrics(full_run, tmp_path):
   args = [*_SMALL_RUN, f'--root_output_dir={tmp_path}',
           '--experiment_name=resumed']
   process = subprocess.Popen(_command(*args), stdout=subprocess.PIPE,
-                             stderr=subprocess.DEVNULL, text=True, cwd=_REPO)
+                             stderr=subprocess.DEVNULL, text=True, cwd=_REPO,
+                             env=_ENV)
   for line in process.stdout:
     if line.startswith('round 3/4'):  # checkpoint of round 2 is on disk
       process.send_signal(signal.SIGKILL)
       break
   process.wait()
   assert process.returncode == -signal.SIGKILL
-  _assert_no_orphaned_workers()
+  _assert_no_surviving_workers()
 
   result = _run(*args)
   assert 'resuming from the checkpoint of round 2' in result.stdout
@@ -111,8 +122,8 @@ def test_killed_run_resumes_to_the_same_metrics(full_run, tmp_path):
 
 
 def test_no_worker_survives_a_run(full_run):
-  del full_run  # the run has exited
-  _assert_no_orphaned_workers()
+  del full_run  # the run has exited; so must its worker
+  _assert_no_surviving_workers()
 
 
 @pytest.mark.parametrize('flag,message', [
