@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 DEMO_DIR ?= /tmp/fl_papers_demo
 
-.PHONY: install demo test bench clean
+.PHONY: install demo test bench bazel-test clean
 
 install: $(STAMP)
 
@@ -28,6 +28,23 @@ test: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) -m bench.round_time
+
+# Bazel: Debian's bazel-bootstrap 4.2.3 plus the offline stand-ins of the rule
+# repositories it would download (WORKSPACE); apt only when one is missing.
+BAZEL_DEBS := bazel-bootstrap bazel-bootstrap-source
+SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
+
+bazel-test: $(STAMP)
+	@missing=$$(for p in $(BAZEL_DEBS); do \
+	  dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q 'ok installed' \
+	    || echo $$p; done); \
+	if [ -n "$$missing" ]; then \
+	  echo "installing $$missing"; \
+	  $(SUDO) apt-get update && \
+	  $(SUDO) env DEBIAN_FRONTEND=noninteractive \
+	    apt-get install -y --no-install-recommends $$missing; \
+	fi
+	bazel test //...
 
 clean:
 	rm -rf $(VENV) *.egg-info

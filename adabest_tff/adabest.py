@@ -298,10 +298,6 @@ def build_adabest(
   ]))
 
   @tff.tensorflow.computation
-  def initial_model_weights_fn():
-    return tff.learning.models.ModelWeights.from_model(model_fn())
-
-  @tff.tensorflow.computation
   def initial_client_state():
     return collections.OrderedDict([
         (LOCAL_GRADIENT_ESTIMATE,
@@ -359,7 +355,7 @@ def build_adabest(
       model_weights_type,
       should_reject_update=_reject_non_finite_and_report)
   return stateful_process.compose_stateful_learning_process(
-      initial_model_weights_fn,
+      stateful_process.build_initial_model_weights_fn(model_fn),
       tff.learning.templates.build_broadcast_process(model_weights_type),
       client_work,
       model_aggregator.create(trainable_type, tff.TensorType(np.float32)),

@@ -192,9 +192,7 @@ def build_feddyn(
   Raises:
     ValueError: For a hyperparameter out of range.
   """
-  if not isinstance(population_size, int) or population_size < 1:
-    raise ValueError('population_size must be a positive int, found '
-                     f'{population_size!r}.')
+  stateful_process.check_population_size(population_size)
   if mu < 0.0:
     raise ValueError(f'mu must be nonnegative, found {mu}.')
   stateful_process.check_client_weighting(client_weighting)
@@ -205,10 +203,6 @@ def build_feddyn(
   client_state_type = tff.types.to_type(collections.OrderedDict([
       (adabest.LOCAL_GRADIENT_ESTIMATE, trainable_type)]))
   scale_mu = client_weighting is tff.learning.ClientWeighting.UNIFORM
-
-  @tff.tensorflow.computation
-  def initial_model_weights_fn():
-    return tff.learning.models.ModelWeights.from_model(model_fn())
 
   @tff.tensorflow.computation
   def initial_client_state():
@@ -261,7 +255,7 @@ def build_feddyn(
       metrics_aggregator=metrics_aggregator,
   )
   return stateful_process.compose_stateful_learning_process(
-      initial_model_weights_fn,
+      stateful_process.build_initial_model_weights_fn(model_fn),
       tff.learning.templates.build_broadcast_process(model_weights_type),
       client_work,
       _build_cohort_mean_aggregator(model_aggregator, trainable_type),

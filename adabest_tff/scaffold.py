@@ -73,9 +73,7 @@ def build_scaffold(
   Raises:
     ValueError: For a hyperparameter out of range.
   """
-  if not isinstance(population_size, int) or population_size < 1:
-    raise ValueError('population_size must be a positive int, found '
-                     f'{population_size!r}.')
+  stateful_process.check_population_size(population_size)
   if not server_learning_rate > 0.0:
     raise ValueError('server_learning_rate must be positive, found '
                      f'{server_learning_rate}.')
@@ -87,18 +85,11 @@ def build_scaffold(
   client_state_type = tff.types.to_type(
       collections.OrderedDict([(CONTROL_VARIATE, trainable_type)]))
 
-  @tff.tensorflow.computation
-  def initial_model_weights_fn():
-    return tff.learning.models.ModelWeights.from_model(model_fn())
-
-  @tff.tensorflow.computation
-  def initial_client_state():
+  def zero_control_variate():
     return collections.OrderedDict([
         (CONTROL_VARIATE, stateful_process.zeros_of_type(trainable_type))])
 
-  def initial_server_control_variate():
-    return collections.OrderedDict([
-        (CONTROL_VARIATE, stateful_process.zeros_of_type(trainable_type))])
+  initial_client_state = tff.tensorflow.computation(zero_control_variate)
 
   def add_control_variate_deltas(server_values, sums):
     return collections.OrderedDict([(CONTROL_VARIATE, [
@@ -142,7 +133,7 @@ def build_scaffold(
       model_fn,
       client_state_type=client_state_type,
       client_update_fn=client_update,
-      initial_server_values_fn=initial_server_control_variate,
+      initial_server_values_fn=zero_control_variate,
       broadcast_values_fn=lambda server_values: server_values,
       server_values_update_fn=add_control_variate_deltas,
       client_learning_rate=client_learning_rate,
@@ -153,7 +144,7 @@ def build_scaffold(
       tff.learning.optimizers.build_sgdm(server_learning_rate),
       model_weights_type)
   return stateful_process.compose_stateful_learning_process(
-      initial_model_weights_fn,
+      stateful_process.build_initial_model_weights_fn(model_fn),
       tff.learning.templates.build_broadcast_process(model_weights_type),
       client_work,
       model_aggregator.create(trainable_type, tff.TensorType(np.float32)),

@@ -634,6 +634,13 @@ def decayed_learning_rate(initial_learning_rate: float, decay: float,
       tf.constant(decay, tf.float32), tf.cast(round_num - 1, tf.float32))
 
 
+def check_population_size(population_size: int) -> None:
+  """Raises ValueError unless `population_size` (`|S|`) is a positive int."""
+  if not isinstance(population_size, int) or population_size < 1:
+    raise ValueError('population_size must be a positive int, found '
+                     f'{population_size!r}.')
+
+
 def check_learning_rate_args(client_learning_rate: float,
                              client_learning_rate_decay: float) -> None:
   """Raises ValueError for a non-positive rate or a decay outside (0, 1]."""
@@ -692,6 +699,18 @@ def model_weights_type(
   """The TFF type of the `ModelWeights` of `model_fn`'s model."""
   with tf.Graph().as_default():
     return tff.learning.models.weights_type_from_model(model_fn())
+
+
+def build_initial_model_weights_fn(
+    model_fn: Callable[[], tff.learning.models.VariableModel]
+) -> tff.Computation:
+  """A no-arg computation: the `ModelWeights` of a new `model_fn()` model."""
+
+  @tff.tensorflow.computation
+  def initial_model_weights_fn():
+    return tff.learning.models.ModelWeights.from_model(model_fn())
+
+  return initial_model_weights_fn
 
 
 def zeros_of_type(type_spec: tff.Type) -> Any:

@@ -1,159 +1,167 @@
-"""Round time of the package's TFF rounds against "the limit" (BENCH.md).
+"""The package's benchmark (`make bench`): TFF rounds against BENCH.md's limit.
 
-    python -m bench.round_time --cohorts=10,50
+    python -m bench.round_time                 # everything, ~20 min idle
+    python -m bench.round_time --quick         # smaller, ~5 min idle
+    python -m bench.round_time --sections=ratios --workloads=emnist_cnn \\
+        --cohorts=10,50 --repeats=3 --output=/tmp/bench.json
 
-Workload (BENCH.md): FedAvg round, EMNIST CNN with dropout (TFF's
-`cnn_dropout`, 62 classes), each client 100 random 28x28x1 examples, batch
-20, one local epoch of SGD lr 0.1, server averages. Measured side by side in
-one process: warm-up call, then the minimum of `--repeats` timed calls.
+Sections, printed as tables in one run:
 
-* limit: plain TensorFlow, all clients' data as one constant tensor
-  `[clients, batches, batch, ...]`, one `tf.function` looping over clients and
-  batches with `tf.range`, resetting the model to the round's start weights per
-  client, summing the final weights;
-* tff_mean: `large_cohort.fedopt.build_fedopt` with TFF's plain mean
-  aggregator, on the package's local runtime;
-* tff_package: the same with the driver's default aggregator (adaptive
-  clipping).
+* `ratios` — round time of the limit (`bench.limit`) and of three TFF
+  FedAvg rounds (`bench.tff_rounds`: TFF's stock `build_weighted_fed_avg`,
+  the package's FedAvg, and the package's full round with the driver's
+  aggregator and diagnostics) for each workload (`bench.workloads`: EMNIST
+  CNN, Stack Overflow LSTM) and cohort size, measured side by side in this
+  process: the ratio of each TFF round to the limit, in wall time (the
+  fastest of `--repeats` calls after a warm-up) and in CPU time of driver
+  plus worker (steadier when other jobs share the machine). Then the same
+  runs as time per client at each cohort size (linear scaling keeps it
+  constant).
+* `cores` — the speed-up of the limit and of the full round from one core
+  to all cores (`bench.cores`: a process pinned to one core vs one with every
+  core).
+* `memory` — peak resident memory of the driver and its worker for FedAvg
+  (stateless) and AdaBest (stateful clients, states in
+  `adabest_tff.client_state_store`) through the package's training loop, at
+  each `--memory_clients` (`bench.memory`).
 
-Prints one row per cohort size with each time and its ratio to the limit.
+`--output=FILE.json|FILE.csv` also writes every table to a file.
 """
 
-import collections
 import os
-import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '3')
 
 from absl import app  # pylint: disable=g-import-not-at-top
 from absl import flags
-import numpy as np
-import tensorflow as tf
-import tensorflow_federated as tff
-from tensorflow_federated.python.simulation.baselines.emnist import emnist_models
+from absl import logging
 
+from bench import cores
+from bench import memory
+from bench import ratios
+from bench import report
+from bench import tff_rounds
+from bench import workloads
 from experiment_driver import runtime
-from large_cohort import fedopt
-from large_cohort import optimizers
 
-_COHORTS = flags.DEFINE_list('cohorts', ['10', '50'], 'Cohort sizes to time.')
-_REPEATS = flags.DEFINE_integer('repeats', 3, 'Timed calls per measurement.')
+SECTIONS = ('ratios', 'cores', 'memory')
 
-EXAMPLES_PER_CLIENT = 100
-BATCH_SIZE = 20
-LEARNING_RATE = 0.1
-NUM_CLASSES = 62
+_SECTIONS = flags.DEFINE_list(
+    'sections', list(SECTIONS), f'Which of {", ".join(SECTIONS)} to run.')
+_WORKLOADS = flags.DEFINE_list(
+    'workloads', ['emnist_cnn', 'stackoverflow_lstm'],
+    f'Workloads of the ratios section, from {sorted(workloads.WORKLOADS)}.')
+_COHORTS = flags.DEFINE_list(
+    'cohorts', ['10', '50', '200'], 'Clients per round in the ratios section.')
+_REPEATS = flags.DEFINE_integer(
+    'repeats', 3, 'Timed calls per measurement (after one warm-up call); the '
+    'fastest counts.', lower_bound=1)
+_SPEEDUP_WORKLOAD = flags.DEFINE_string(
+    'speedup_workload', 'emnist_cnn', 'Workload of the cores section.')
+_SPEEDUP_CLIENTS = flags.DEFINE_integer(
+    'speedup_clients', 50, 'Clients per round in the cores section.',
+    lower_bound=1)
+_MEMORY_WORKLOAD = flags.DEFINE_string(
+    'memory_workload', 'emnist_2nn', 'Workload of the memory section.')
+_MEMORY_CLIENTS = flags.DEFINE_list(
+    'memory_clients', ['100', '1000'],
+    'Population sizes of the memory section; every client takes part in '
+    'every round.')
+_QUICK = flags.DEFINE_bool(
+    'quick', False, 'Quicker settings: cohorts 10,50, 2 repeats, speed-up at '
+    '10 clients, memory at 100 clients (overrides those flags).')
+_OUTPUT = flags.DEFINE_string(
+    'output', None, 'Also write every table to this .json or .csv file.')
 
-
-def _client_arrays(num_clients: int, seed: int = 0):
-  rng = np.random.default_rng(seed)
-  x = rng.random((num_clients, EXAMPLES_PER_CLIENT, 28, 28, 1), np.float32)
-  y = rng.integers(0, NUM_CLASSES, (num_clients, EXAMPLES_PER_CLIENT, 1))
-  return x, y.astype(np.int32)
-
-
-def _keras_model() -> tf.keras.Model:
-  return emnist_models.create_conv_dropout_model(only_digits=False)
-
-
-def build_limit_round(x: np.ndarray, y: np.ndarray) -> Callable[[], None]:
-  """BENCH.md's limit: one graph looping over clients and batches."""
-  num_clients = x.shape[0]
-  num_batches = EXAMPLES_PER_CLIENT // BATCH_SIZE
-  x_batched = tf.constant(
-      x.reshape(num_clients, num_batches, BATCH_SIZE, 28, 28, 1))
-  y_batched = tf.constant(y.reshape(num_clients, num_batches, BATCH_SIZE, 1))
-  model = _keras_model()
-  loss_fn = tf.keras.losses.SparseCategoricalCrossentropy()
-  start_weights = [tf.Variable(v) for v in model.trainable_variables]
-  weight_sums = [tf.Variable(tf.zeros_like(v)) for v in start_weights]
-
-  @tf.function
-  def round_fn():
-    for s in weight_sums:
-      s.assign(tf.zeros_like(s))
-    for c in tf.range(num_clients):
-      for v, w in zip(model.trainable_variables, start_weights):
-        v.assign(w)
-      for b in tf.range(num_batches):
-        with tf.GradientTape() as tape:
-          predictions = model(x_batched[c, b], training=True)
-          loss = loss_fn(y_batched[c, b], predictions)
-        gradients = tape.gradient(loss, model.trainable_variables)
-        for v, g in zip(model.trainable_variables, gradients):
-          v.assign_sub(LEARNING_RATE * g)
-      for s, v in zip(weight_sums, model.trainable_variables):
-        s.assign_add(v)
-
-  return round_fn
+_TFF_KINDS = tff_rounds.VARIANTS
+_RATIO_COLUMNS = [('workload', 'workload', 's'), ('clients', 'clients', 'd'),
+                  ('limit_s', 'limit s', '.3f')]
+for _kind in _TFF_KINDS:
+  _RATIO_COLUMNS += [(f'{_kind}_s', f'{_kind} s', '.3f'),
+                     (f'{_kind}_ratio', 'x limit', '.2f'),
+                     (f'{_kind}_cpu_ratio', 'cpu x', '.2f')]
+_SCALING_COLUMNS = [('workload', 'workload', 's'), ('clients', 'clients', 'd')]
+for _kind in (ratios.LIMIT, 'package'):
+  _SCALING_COLUMNS += [(f'{_kind}_ms_per_client', f'{_kind} ms/client', '.1f'),
+                       (f'{_kind}_vs_smallest', 'vs smallest', '.2f')]
+_SPEEDUP_COLUMNS = [('workload', 'workload', 's'), ('clients', 'clients', 'd'),
+                    ('kind', 'round', 's'), ('one_core_s', '1 core s', '.3f'),
+                    ('all_cores_s', 'all cores s', '.3f'),
+                    ('cores', 'cores', 'd'), ('speedup', 'speed-up', '.2f')]
+_MEMORY_COLUMNS = [('algorithm', 'algorithm', 's'),
+                   ('workload', 'workload', 's'), ('clients', 'clients', 'd'),
+                   ('data_mb', 'data MB', '.0f'),
+                   ('driver_start_mb', 'driver start MB', '.0f'),
+                   ('driver_peak_mb', 'driver peak MB', '.0f'),
+                   ('worker_peak_mb', 'worker peak MB', '.0f')]
 
 
-def _model_fn_for(element_spec):
-  def model_fn():
-    return tff.learning.models.from_keras_model(
-        _keras_model(),
-        loss=tf.keras.losses.SparseCategoricalCrossentropy(),
-        input_spec=element_spec,
-        metrics=[tf.keras.metrics.SparseCategoricalAccuracy()])
-  return model_fn
+def _ints(values: Sequence[str], flag: str) -> list[int]:
+  try:
+    return [int(v) for v in values]
+  except ValueError:
+    raise app.UsageError(f'--{flag} must be integers, got {values}.') from None
 
 
-def build_tff_round(x: np.ndarray, y: np.ndarray,
-                    model_aggregator) -> Callable[[], None]:
-  """One FedOpt round (server SGD lr 1 = FedAvg) on the package runtime."""
-  datasets = [
-      tf.data.Dataset.from_tensor_slices(
-          collections.OrderedDict(x=x[c], y=y[c])).batch(BATCH_SIZE)
-      for c in range(x.shape[0])
-  ]
-  process = fedopt.build_fedopt(
-      _model_fn_for(datasets[0].element_spec),
-      client_optimizer=optimizers.build_optimizer('sgd', LEARNING_RATE),
-      server_optimizer=optimizers.build_optimizer('sgd', 1.0),
-      model_aggregator=model_aggregator)
-  state = process.initialize()
+def main(argv: Sequence[str]) -> None:
+  if len(argv) > 1:
+    raise app.UsageError(f'Unexpected arguments: {argv[1:]}')
+  logging.set_verbosity(logging.ERROR)
+  unknown = sorted(set(_SECTIONS.value) - set(SECTIONS))
+  if unknown:
+    raise app.UsageError(f'--sections has unknown {unknown}; choose from '
+                         f'{list(SECTIONS)}.')
+  quick = _QUICK.value
+  cohorts = [10, 50] if quick else _ints(_COHORTS.value, 'cohorts')
+  repeats = 2 if quick else _REPEATS.value
+  speedup_clients = 10 if quick else _SPEEDUP_CLIENTS.value
+  memory_clients = [100] if quick else _ints(_MEMORY_CLIENTS.value,
+                                             'memory_clients')
+  try:
+    workload_list = [workloads.get_workload(w) for w in _WORKLOADS.value]
+    workloads.get_workload(_SPEEDUP_WORKLOAD.value)
+    workloads.get_workload(_MEMORY_WORKLOAD.value)
+    if _OUTPUT.value:
+      report.check_output_path(_OUTPUT.value)
+  except ValueError as e:
+    raise app.UsageError(str(e)) from None
 
-  def round_fn():
-    process.next(state, datasets)
-
-  return round_fn
-
-
-def best_time(round_fn: Callable[[], None], repeats: int) -> float:
-  round_fn()  # warm-up: tracing, worker start-up
-  times = []
-  for _ in range(repeats):
-    started = time.perf_counter()
-    round_fn()
-    times.append(time.perf_counter() - started)
-  return min(times)
-
-
-def measure(cohorts: Sequence[int], repeats: int) -> list[dict[str, float]]:
-  rows = []
-  for num_clients in cohorts:
-    x, y = _client_arrays(num_clients)
-    row = {'clients': num_clients,
-           'limit': best_time(build_limit_round(x, y), repeats),
-           'tff_mean': best_time(build_tff_round(x, y, None), repeats),
-           'tff_package': best_time(build_tff_round(
-               x, y, tff.learning.robust_aggregator(zeroing=False)), repeats)}
-    rows.append(row)
-  return rows
-
-
-def main(argv):
-  del argv
-  cohorts = [int(c) for c in _COHORTS.value]
-  with runtime.local_runtime():
-    rows = measure(cohorts, _REPEATS.value)
-  print(f'{"clients":>8} {"limit s":>9} {"tff_mean s":>11} {"ratio":>6} '
-        f'{"tff_package s":>14} {"ratio":>6}')
-  for r in rows:
-    print(f'{r["clients"]:>8} {r["limit"]:>9.3f} {r["tff_mean"]:>11.3f} '
-          f'{r["tff_mean"] / r["limit"]:>6.2f} {r["tff_package"]:>14.3f} '
-          f'{r["tff_package"] / r["limit"]:>6.2f}')
+  tables = {}
+  if 'ratios' in _SECTIONS.value:
+    rows = []
+    with runtime.local_runtime():
+      for workload in workload_list:
+        rows += ratios.measure_ratios(workload, cohorts, repeats)
+    tables['ratios'] = rows
+    tables['scaling'] = ratios.per_client_rows(rows, (ratios.LIMIT, 'package'))
+    print(report.format_table(
+        f'Round time vs the limit (fastest of {repeats}; x limit = wall-time '
+        'ratio, cpu x = CPU-time ratio, driver + worker)', rows,
+        _RATIO_COLUMNS), flush=True)
+    print(flush=True)
+    print(report.format_table(
+        'Scaling with cohort size (wall time per client; vs smallest = per-'
+        'client time / that at the smallest cohort)', tables['scaling'],
+        _SCALING_COLUMNS), flush=True)
+    print(flush=True)
+  if 'cores' in _SECTIONS.value:
+    tables['cores'] = cores.measure_speedup(_SPEEDUP_WORKLOAD.value,
+                                            speedup_clients, repeats)
+    print(report.format_table('Speed-up from 1 core to all cores',
+                              tables['cores'], _SPEEDUP_COLUMNS), flush=True)
+    print(flush=True)
+  if 'memory' in _SECTIONS.value:
+    tables['memory'] = [
+        memory.run_in_subprocess(algorithm, _MEMORY_WORKLOAD.value, clients)
+        for algorithm in memory.ALGORITHMS for clients in memory_clients
+    ]
+    print(report.format_table(
+        'Peak resident memory (2 rounds, every client in each round)',
+        tables['memory'], _MEMORY_COLUMNS), flush=True)
+  if _OUTPUT.value:
+    report.write_tables(_OUTPUT.value, tables)
+    print(f'\nwrote {_OUTPUT.value}')
 
 
 if __name__ == '__main__':

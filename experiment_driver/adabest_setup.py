@@ -16,6 +16,9 @@ are averaged as `--adabest_client_weighting` says (`--uniform_weighting`,
 are `--train_batch_size=45 --client_epochs=5`.
 """
 
+from collections.abc import Callable
+from typing import Any
+
 from absl import flags
 import tensorflow_federated as tff
 
@@ -91,42 +94,48 @@ def _with_bytes_metrics(
                                         round_metrics_fn=round_metrics)
 
 
-def _build_adabest(
-    ctx: algorithm_setup.BuildContext) -> algorithm_setup.AlgorithmSetup:
-  return _with_bytes_metrics(adabest.build_adabest(
+def _build_setup(
+    ctx: algorithm_setup.BuildContext,
+    build_process: Callable[..., tff.learning.templates.LearningProcess],
+    **algorithm_args: Any,
+) -> algorithm_setup.AlgorithmSetup:
+  """`build_process` with the flags the three algorithms share, and bytes."""
+  return _with_bytes_metrics(build_process(
       ctx.task.model_fn,
       client_learning_rate=_client_learning_rate(ctx),
       client_learning_rate_decay=CLIENT_LR_DECAY.value,
+      client_weighting=_CLIENT_WEIGHTING[CLIENT_WEIGHTING.value],
+      **algorithm_args,
+  ))
+
+
+def _build_adabest(
+    ctx: algorithm_setup.BuildContext) -> algorithm_setup.AlgorithmSetup:
+  return _build_setup(
+      ctx, adabest.build_adabest,
       mu=MU.value,
       beta=BETA.value,
       beta_decay_patience=BETA_DECAY_PATIENCE.value or None,
       beta_decay_factor=BETA_DECAY_FACTOR.value,
-      client_weighting=_CLIENT_WEIGHTING[CLIENT_WEIGHTING.value],
-  ))
+  )
 
 
 def _build_feddyn(
     ctx: algorithm_setup.BuildContext) -> algorithm_setup.AlgorithmSetup:
-  return _with_bytes_metrics(feddyn.build_feddyn(
-      ctx.task.model_fn,
+  return _build_setup(
+      ctx, feddyn.build_feddyn,
       population_size=ctx.num_train_clients,
-      client_learning_rate=_client_learning_rate(ctx),
-      client_learning_rate_decay=CLIENT_LR_DECAY.value,
       mu=MU.value,
-      client_weighting=_CLIENT_WEIGHTING[CLIENT_WEIGHTING.value],
-  ))
+  )
 
 
 def _build_scaffold(
     ctx: algorithm_setup.BuildContext) -> algorithm_setup.AlgorithmSetup:
-  return _with_bytes_metrics(scaffold.build_scaffold(
-      ctx.task.model_fn,
+  return _build_setup(
+      ctx, scaffold.build_scaffold,
       population_size=ctx.num_train_clients,
-      client_learning_rate=_client_learning_rate(ctx),
-      client_learning_rate_decay=CLIENT_LR_DECAY.value,
       server_learning_rate=SCAFFOLD_SERVER_LEARNING_RATE.value,
-      client_weighting=_CLIENT_WEIGHTING[CLIENT_WEIGHTING.value],
-  ))
+  )
 
 
 ALGORITHMS = {

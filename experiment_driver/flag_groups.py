@@ -5,6 +5,8 @@ Learning rates left unset take the tuned defaults of SPEC.md
 (`experiment_driver.tuned_defaults`).
 """
 
+from typing import NamedTuple, Optional
+
 from absl import flags
 
 from large_cohort import optimizers
@@ -73,36 +75,52 @@ CLIPPING = flags.DEFINE_bool(
 ZEROING = flags.DEFINE_bool(
     'zeroing', False, 'Adaptive zeroing of outlier client updates.')
 
-# Optimizers.
-CLIENT_OPTIMIZER = flags.DEFINE_enum(
-    'client_optimizer', 'sgd', optimizers.OPTIMIZER_NAMES, 'Client optimizer.')
-CLIENT_LEARNING_RATE = flags.DEFINE_float(
-    'client_learning_rate', None,
-    'Client learning rate; default: the tuned rate for task and server'
-    ' optimizer.')
-CLIENT_MOMENTUM = flags.DEFINE_float(
-    'client_momentum', 0.9, 'Client momentum (sgdm, lars).')
-CLIENT_BETA_1 = flags.DEFINE_float(
-    'client_beta_1', 0.9, 'Client beta_1 (adam, yogi, lamb).')
-CLIENT_BETA_2 = flags.DEFINE_float(
-    'client_beta_2', 0.99, 'Client beta_2 (adam, yogi, lamb).')
-CLIENT_EPSILON = flags.DEFINE_float(
-    'client_epsilon', 1e-3, 'Client epsilon (adagrad, adam, yogi, lars, lamb).')
-SERVER_OPTIMIZER = flags.DEFINE_enum(
-    'server_optimizer', 'sgd', optimizers.OPTIMIZER_NAMES,
-    'Server optimizer: sgd = FedAvg, sgdm = FedAvgM, adagrad, adam, yogi,'
-    ' lars = FedLARS, lamb = FedLamb.')
-SERVER_LEARNING_RATE = flags.DEFINE_float(
-    'server_learning_rate', None,
-    'Server learning rate; default: the tuned rate for task and optimizer.')
-SERVER_MOMENTUM = flags.DEFINE_float(
-    'server_momentum', 0.9, 'Server momentum (sgdm, lars).')
-SERVER_BETA_1 = flags.DEFINE_float(
-    'server_beta_1', 0.9, 'Server beta_1 (adam, yogi, lamb).')
-SERVER_BETA_2 = flags.DEFINE_float(
-    'server_beta_2', 0.99, 'Server beta_2 (adam, yogi, lamb).')
-SERVER_EPSILON = flags.DEFINE_float(
-    'server_epsilon', 1e-3, 'Server epsilon (adagrad, adam, yogi, lars, lamb).')
+
+# Optimizers: the client and the server have the same six flags.
+class _OptimizerFlags(NamedTuple):
+  """The flags of one optimizer (client or server)."""
+
+  optimizer: flags.FlagHolder[str]
+  learning_rate: flags.FlagHolder[Optional[float]]
+  momentum: flags.FlagHolder[float]
+  beta_1: flags.FlagHolder[float]
+  beta_2: flags.FlagHolder[float]
+  epsilon: flags.FlagHolder[float]
+
+
+def _define_optimizer_flags(role: str, optimizer_help: str,
+                            learning_rate_help: str) -> _OptimizerFlags:
+  """Defines `--<role>_optimizer`, `--<role>_learning_rate`, ... flags."""
+  name = role.capitalize()
+  return _OptimizerFlags(
+      optimizer=flags.DEFINE_enum(
+          f'{role}_optimizer', 'sgd', optimizers.OPTIMIZER_NAMES,
+          optimizer_help),
+      learning_rate=flags.DEFINE_float(
+          f'{role}_learning_rate', None, learning_rate_help),
+      momentum=flags.DEFINE_float(
+          f'{role}_momentum', 0.9, f'{name} momentum (sgdm, lars).'),
+      beta_1=flags.DEFINE_float(
+          f'{role}_beta_1', 0.9, f'{name} beta_1 (adam, yogi, lamb).'),
+      beta_2=flags.DEFINE_float(
+          f'{role}_beta_2', 0.99, f'{name} beta_2 (adam, yogi, lamb).'),
+      epsilon=flags.DEFINE_float(
+          f'{role}_epsilon', 1e-3,
+          f'{name} epsilon (adagrad, adam, yogi, lars, lamb).'),
+  )
+
+
+(CLIENT_OPTIMIZER, CLIENT_LEARNING_RATE, CLIENT_MOMENTUM, CLIENT_BETA_1,
+ CLIENT_BETA_2, CLIENT_EPSILON) = _define_optimizer_flags(
+     'client', 'Client optimizer.',
+     'Client learning rate; default: the tuned rate for task and server'
+     ' optimizer.')
+(SERVER_OPTIMIZER, SERVER_LEARNING_RATE, SERVER_MOMENTUM, SERVER_BETA_1,
+ SERVER_BETA_2, SERVER_EPSILON) = _define_optimizer_flags(
+     'server',
+     'Server optimizer: sgd = FedAvg, sgdm = FedAvgM, adagrad, adam, yogi,'
+     ' lars = FedLARS, lamb = FedLamb.',
+     'Server learning rate; default: the tuned rate for task and optimizer.')
 
 # Cohort.
 DEFAULT_CLIENTS_PER_ROUND = 10

@@ -7,13 +7,20 @@ owns the process:
 
 * the worker is started with `PR_SET_PDEATHSIG`, so the kernel kills it when
   the Python process dies for any reason (even `SIGKILL`);
-* `local_runtime()` / `remote_runtime()` are context managers that stop it on
-  exit, and an `atexit` hook stops anything still running.
+* `local_runtime()` is a context manager that stops it on exit, and an
+  `atexit` hook stops anything still running.
+
+`remote_runtime(addresses)` instead spreads each computation over workers
+started by hand on other machines (`worker_binary --port=PORT`): the cohort
+is split into one slice per worker, the workers train their slices at the
+same time, and a worker that dies or hangs ends the run with a
+`WorkerUnavailableError` naming it instead of TFF's endless retries.
 
 Every entry point (`run_experiment.py`, the benchmarks, the test suite) goes
 through this module.
 """
 
+import asyncio
 import atexit
 import contextlib
 import ctypes
@@ -21,22 +28,32 @@ import gc
 import os
 import signal
 import subprocess
-import time
 from collections.abc import Iterator, Sequence
 from typing import Any, Optional
 
+from absl import logging
 import grpc
 import portpicker
 import tensorflow_federated as tff
+from tensorflow_federated.proto.v0 import executor_pb2
+from tensorflow_federated.python.common_libs import async_utils
+from tensorflow_federated.python.common_libs import structure
 from tensorflow_federated.python.core.backends.native import compiler
+from tensorflow_federated.python.core.backends.native import mergeable_comp_compiler
 from tensorflow_federated.python.core.environments.tensorflow_frontend import tensorflow_computation
+from tensorflow_federated.python.core.impl.context_stack import context_base
 from tensorflow_federated.python.core.impl.context_stack import context_stack_impl
 from tensorflow_federated.python.core.impl.context_stack import runtime_error_context
 from tensorflow_federated.python.core.impl.execution_contexts import async_execution_context
+from tensorflow_federated.python.core.impl.execution_contexts import compiler_pipeline
+from tensorflow_federated.python.core.impl.execution_contexts import mergeable_comp_execution_context
 from tensorflow_federated.python.core.impl.execution_contexts import sync_execution_context
 from tensorflow_federated.python.core.impl.executor_stacks import python_executor_stacks
+from tensorflow_federated.python.core.impl.executors import executors_errors
 from tensorflow_federated.python.core.impl.executors import remote_executor
 from tensorflow_federated.python.core.impl.executors import remote_executor_grpc_stub
+from tensorflow_federated.python.core.impl.types import type_analysis
+from tensorflow_federated.python.core.impl.types import type_conversions
 
 WORKER_BINARY_PATH = os.path.join(
     os.path.dirname(tff.__file__), 'data', 'worker_binary'
@@ -48,6 +65,12 @@ _GRPC_OPTIONS = [
     ('grpc.max_send_message_length', _GRPC_MAX_MESSAGE_BYTES),
 ]
 _PR_SET_PDEATHSIG = 1
+# TFF's own split of a computation's argument into one slice of the clients
+# per worker, and the inverse for its result (pinned TFF 0.87).
+_MergeableArg = (
+    mergeable_comp_execution_context.MergeableCompExecutionContextValue)
+_join_result_slices = (
+    mergeable_comp_execution_context._repackage_partitioned_values)  # pylint: disable=protected-access
 _started_workers: list[subprocess.Popen] = []
 
 
@@ -67,7 +90,7 @@ _drop_tff_default_context()
 
 
 class WorkerUnavailableError(RuntimeError):
-  """A TFF executor service could not be reached."""
+  """A TFF worker could not be reached, failed or stopped answering."""
 
 
 def _die_with_parent() -> None:
@@ -122,19 +145,18 @@ def stop_all_workers() -> None:
     stop_worker(process)
 
 
-def _connect(address: str, timeout_seconds: float) -> Any:
-  """Returns a ready gRPC stub for the executor service at `address`."""
+def _connect(address: str, timeout_seconds: float) -> grpc.Channel:
+  """Returns a gRPC channel to the executor service at `address`, ready."""
   channel = grpc.insecure_channel(address, _GRPC_OPTIONS)
-  stub = remote_executor_grpc_stub.RemoteExecutorGrpcStub(channel)
-  deadline = time.monotonic() + timeout_seconds
-  while not stub.is_ready:
-    if time.monotonic() > deadline:
-      raise WorkerUnavailableError(
-          f'TFF worker at {address} did not answer within {timeout_seconds:g}'
-          ' s; start it with `worker_binary --port=PORT` (see README).'
-      )
-    time.sleep(0.05)
-  return stub
+  try:
+    grpc.channel_ready_future(channel).result(timeout=timeout_seconds)
+  except grpc.FutureTimeoutError:
+    channel.close()
+    raise WorkerUnavailableError(
+        f'TFF worker at {address} did not answer within {timeout_seconds:g}'
+        ' s; start it with `worker_binary --port=PORT` (see README).'
+    ) from None
+  return channel
 
 
 def _executor_factory(stub, default_num_clients: int = 0):
@@ -180,34 +202,267 @@ def local_runtime(max_concurrent_clients: int = -1) -> Iterator[str]:
   """
   process, address = start_worker(max_concurrent_clients=max_concurrent_clients)
   try:
-    stub = _connect(address, timeout_seconds=60)
+    stub = remote_executor_grpc_stub.RemoteExecutorGrpcStub(
+        _connect(address, timeout_seconds=60))
     with context_stack_impl.context_stack.install(_sync_context(stub)):
       yield address
   finally:
     stop_worker(process)
 
 
+def _check_worker_addresses(addresses: Sequence[str]) -> None:
+  """Raises ValueError unless `addresses` are distinct `host:port` strings."""
+  if not addresses:
+    raise ValueError('worker addresses must not be empty; pass host:port,...')
+  for address in addresses:
+    host, _, port = address.rpartition(':')
+    if not host or not port.isdigit() or not 0 < int(port) < 65536:
+      raise ValueError(
+          f'worker address {address!r} is not of the form host:port')
+  duplicated = sorted({a for a in addresses if list(addresses).count(a) > 1})
+  if duplicated:
+    raise ValueError(
+        f'worker address {", ".join(duplicated)} is given more than once')
+
+
+class _WorkerStub(remote_executor_grpc_stub.RemoteExecutorGrpcStub):
+  """The gRPC stub of one worker; fails fast, naming the worker.
+
+  TFF's stub turns a lost connection into a `RetryableError`, on which
+  `AsyncExecutionContext.invoke` retries forever, and a worker that hangs
+  (frozen machine, network partition) leaves a call waiting forever. Here each
+  call runs as a gRPC future; while it is outstanding the worker is probed
+  every `probe_interval_seconds` with a call its gRPC server answers at once
+  (an unimplemented method: any answer proves the server is alive). A call
+  fails with `WorkerUnavailableError` naming the worker when the connection is
+  lost, the worker lost our executor (it restarted), or a probe goes
+  unanswered for `probe_timeout_seconds`. From then on every call fails at
+  once, and disposals are skipped (a dead worker holds nothing to free).
+  """
+
+  def __init__(self, address: str, channel: grpc.Channel,
+               probe_interval_seconds: float, probe_timeout_seconds: float):
+    super().__init__(channel)
+    self.address = address
+    self._probe_interval_seconds = probe_interval_seconds
+    self._probe_timeout_seconds = probe_timeout_seconds
+    self._probe_rpc = channel.unary_unary(
+        '/grpc.health.v1.Health/Check',
+        request_serializer=lambda request: request,
+        response_deserializer=lambda response: response)
+    self._failure: Optional[str] = None
+
+  def _unavailable(self, reason: str) -> WorkerUnavailableError:
+    self._failure = self._failure or reason
+    return WorkerUnavailableError(
+        f'TFF worker at {self.address} {self._failure}; restart it and rerun'
+        ' the same command to resume from the last checkpoint')
+
+  def _check_alive(self) -> None:
+    try:
+      self._probe_rpc(b'', timeout=self._probe_timeout_seconds)
+    except grpc.RpcError as e:
+      if e.code() in (grpc.StatusCode.UNAVAILABLE,
+                      grpc.StatusCode.DEADLINE_EXCEEDED):
+        raise self._unavailable(
+            'stopped answering (no reply to a health probe within'
+            f' {self._probe_timeout_seconds:g} s)') from e
+
+  def _call(self, rpc: grpc.UnaryUnaryMultiCallable, request: Any) -> Any:
+    if self._failure is not None:
+      raise self._unavailable(self._failure)
+    call = rpc.future(request)
+    try:
+      while True:
+        try:
+          return call.result(timeout=self._probe_interval_seconds)
+        except grpc.FutureTimeoutError:
+          self._check_alive()
+    except grpc.RpcError as e:
+      if e.code() in executors_errors.get_grpc_retryable_error_codes():
+        raise self._unavailable(
+            f'failed ({e.code().name}: {e.details()})') from e
+      raise
+    finally:
+      call.cancel()  # No-op once the call completed.
+
+  def _dispose_call(self, rpc: grpc.UnaryUnaryMultiCallable, request: Any,
+                    empty_response: Any) -> Any:
+    if self._failure is not None:
+      return empty_response
+    try:
+      return self._call(rpc, request)
+    except WorkerUnavailableError:
+      return empty_response
+
+  def get_executor(self, request):
+    return self._call(self._stub.GetExecutor, request)
+
+  def create_value(self, request):
+    return self._call(self._stub.CreateValue, request)
+
+  def create_struct(self, request):
+    return self._call(self._stub.CreateStruct, request)
+
+  def create_call(self, request):
+    return self._call(self._stub.CreateCall, request)
+
+  def create_selection(self, request):
+    return self._call(self._stub.CreateSelection, request)
+
+  def compute(self, request):
+    return self._call(self._stub.Compute, request)
+
+  def dispose(self, request):
+    return self._dispose_call(self._stub.Dispose, request,
+                              executor_pb2.DisposeResponse())
+
+  def dispose_executor(self, request):
+    return self._dispose_call(self._stub.DisposeExecutor, request,
+                              executor_pb2.DisposeExecutorResponse())
+
+  def close(self) -> None:
+    """Cancels the calls in flight and closes the channel."""
+    self._failure = self._failure or 'was disconnected'
+    self._channel.close()
+
+
+class _WorkerContext(context_base.AsyncContext):
+  """One worker's `AsyncExecutionContext`, run on a thread of its own.
+
+  TFF's `RemoteExecutor` makes blocking gRPC calls inside its coroutines, so
+  contexts sharing an event loop would run their workers one after the
+  other; each worker gets its own event-loop thread so all compute at once.
+  """
+
+  def __init__(self, stub: _WorkerStub):
+    self.stub = stub
+    self._context = _async_context(stub)
+    self._thread = async_utils.AsyncThreadRunner()
+
+  async def invoke(self, comp: Any, arg: Any) -> Any:
+    return await self._thread.await_coro_and_return_result(
+        self._context.invoke(comp, arg))
+
+
+class _CohortSplittingContext(context_base.SyncContext):
+  """Runs each computation on all workers, one part of the cohort on each.
+
+  As TFF's `MergeableCompExecutionContext` (same compiler, same split of the
+  arguments): a computation is compiled to `MergeableCompForm`; its
+  CLIENTS-placed arguments are cut into one contiguous slice per worker (the
+  first `M mod K` of the `K` workers take `ceil(M/K)` of the `M` clients, the
+  others `floor(M/K)`; with fewer clients than workers, one client per
+  worker); each worker runs `up_to_merge` on its slice, the partial
+  aggregates are merged, and `after_merge` runs on each slice. Unlike it, the
+  partial aggregates are merged and the per-slice results concatenated in
+  slice order, not in the order the workers finish: client-placed results
+  (per-client accuracies, stateful clients' new states) stay aligned with the
+  clients given, and merging is deterministic; and a computation that has no
+  `MergeableCompForm` (one aggregation depending on another) runs whole on
+  the first worker instead of failing.
+  """
+
+  def __init__(self, workers: Sequence[_WorkerContext]):
+    self._workers = list(workers)
+    self._compiler = compiler_pipeline.CompilerPipeline(
+        mergeable_comp_compiler.compile_to_mergeable_comp_form)
+    self._unsplittable = set()
+    self._event_loop = async_utils.AsyncThreadRunner()
+
+  def invoke(self, comp: Any, arg: Any) -> Any:
+    if comp not in self._unsplittable:
+      try:
+        form = self._compiler.compile(comp)
+      except ValueError as e:
+        logging.warning(
+            'Running computation %s on %s alone: it cannot be split over'
+            ' workers (%s).', comp.type_signature,
+            self._workers[0].stub.address, str(e)[:200])
+        self._unsplittable.add(comp)
+      else:
+        result = self._event_loop.run_coro_and_return_result(
+            self._invoke(form, arg))
+        return type_conversions.type_to_py_container(
+            result, form.after_merge.type_signature.result)
+    return self._event_loop.run_coro_and_return_result(
+        self._workers[0].invoke(comp, arg))
+
+  async def _invoke(
+      self, form: mergeable_comp_execution_context.MergeableCompForm,
+      arg: Any) -> Any:
+    if arg is None:
+      slices = [None] * len(self._workers)
+    else:
+      slices = _MergeableArg(arg, form.up_to_merge.type_signature.parameter,
+                             len(self._workers)).value()
+    workers = self._workers[:len(slices)]
+    partial_aggregates = await asyncio.gather(*[
+        worker.invoke(form.up_to_merge, arg_slice)
+        for worker, arg_slice in zip(workers, slices)])
+    merged = partial_aggregates[0]
+    for partial_aggregate in partial_aggregates[1:]:
+      merged = await workers[0].invoke(
+          form.merge, structure.Struct.unnamed(merged, partial_aggregate))
+
+    def after_merge(worker, arg_slice):
+      return worker.invoke(
+          form.after_merge, merged if arg_slice is None else
+          structure.Struct.unnamed(arg_slice, merged))
+
+    result_type = form.after_merge.type_signature.result
+    if type_analysis.contains_only(
+        result_type,
+        lambda t: not isinstance(t, tff.FederatedType) or t.all_equal):
+      return await after_merge(workers[0], slices[0])
+    results = await asyncio.gather(*[
+        after_merge(worker, arg_slice)
+        for worker, arg_slice in zip(workers, slices)])
+    return _join_result_slices(results, result_type)
+
+
 @contextlib.contextmanager
-def remote_runtime(addresses: Sequence[str]) -> Iterator[None]:
+def remote_runtime(
+    addresses: Sequence[str],
+    connect_timeout_seconds: float = 30.0,
+    probe_interval_seconds: float = 10.0,
+    probe_timeout_seconds: float = 20.0,
+) -> Iterator[None]:
   """Spreads each TFF computation over the workers at `addresses`.
 
-  Uses TFF's mergeable-computation context: each round's cohort is split into
-  one part per worker, each worker runs its part's client work and partial
-  aggregation, and the parts are merged here. A worker that stops answering
-  mid-run is named in a `WorkerUnavailableError`.
+  Each round's cohort is split into one contiguous part per worker
+  (`_CohortSplittingContext`); each worker runs its part's client work and
+  partial aggregation, at the same time as the others, and the parts are
+  merged here. Computations without clients (initialization, reading model
+  weights) run their server part on the first worker.
+
+  A worker that drops the connection, restarted, or does not answer a health
+  probe within `probe_timeout_seconds` (probes are sent every
+  `probe_interval_seconds` while a call is outstanding) ends the block with a
+  `WorkerUnavailableError` naming it; nothing is retried.
+
+  Args:
+    addresses: `host:port` of each worker's executor service
+      (`worker_binary --port=PORT`), distinct.
+    connect_timeout_seconds: How long to wait for each worker at the start.
+    probe_interval_seconds: How often a worker with a call outstanding is
+      probed.
+    probe_timeout_seconds: How long a probe may go unanswered.
+
+  Raises:
+    ValueError: If an address is not `host:port` or is repeated.
+    WorkerUnavailableError: If a worker cannot be reached or fails.
   """
-  stubs = {address: _connect(address, timeout_seconds=30)
-           for address in addresses}
-  context = tff.backends.native.create_mergeable_comp_execution_context(
-      [_async_context(stub) for stub in stubs.values()])
+  _check_worker_addresses(addresses)
+  stubs = []
   try:
+    for address in addresses:
+      stubs.append(_WorkerStub(
+          address, _connect(address, connect_timeout_seconds),
+          probe_interval_seconds, probe_timeout_seconds))
+    context = _CohortSplittingContext([_WorkerContext(s) for s in stubs])
     with context_stack_impl.context_stack.install(context):
       yield
-  except Exception as e:  # pylint: disable=broad-except
-    lost = [address for address, stub in stubs.items() if not stub.is_ready]
-    if lost:
-      raise WorkerUnavailableError(
-          f'TFF worker {", ".join(lost)} stopped answering'
-          f' ({type(e).__name__}); restart it and rerun the same command to'
-          ' resume from the last checkpoint') from e
-    raise
+  finally:
+    for stub in stubs:
+      stub.close()

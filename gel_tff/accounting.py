@@ -4,10 +4,10 @@
   gradients (guessed steps are free), so a round costs `sum_i tau_i`; the
   paper plots test accuracy against the cumulative count (Figure 4, row 3).
 * Bytes exchanged: each sampled client downloads the model and uploads its
-  update; sizes come from the TFF types of the two values. The per-round
-  columns are named as the driver's running totals expect
-  (`gradient_computations`, `bytes_down`, `bytes_up`; it adds
-  `cumulative_<name>`).
+  update; sizes come from the TFF types of the two values
+  (`adabest_tff.communication.type_size_bytes`). The per-round columns are
+  named as the driver's running totals expect (`gradient_computations`,
+  `bytes_down`, `bytes_up`; it adds `cumulative_<name>`).
 * Rounds to target: the first round whose evaluation accuracy reaches the
   target (Tables 1-2); speedup = `(R_baseline - R) / R` (Table 1: FEMNIST
   57 -> 48 rounds is 18.8 %); network savings = the bytes of the rounds saved.
@@ -21,38 +21,16 @@ import os
 from collections.abc import Sequence
 from typing import NamedTuple, Optional
 
-import numpy as np
 import pandas as pd
 import tensorflow_federated as tff
+
+from adabest_tff import communication
 
 ROUND_COLUMN = 'round'
 GRADIENT_COMPUTATIONS = 'gradient_computations'
 BYTES_DOWN = 'bytes_down'
 BYTES_UP = 'bytes_up'
 METRICS_FILENAME = 'metrics.csv'
-
-
-def type_size_bytes(type_spec: tff.Type) -> int:
-  """The size in bytes of a value of a fully defined TFF type.
-
-  Args:
-    type_spec: A tensor type, a (nested) struct of them, or a federated type
-      (the size of its member).
-
-  Raises:
-    ValueError: If a tensor shape is not fully defined.
-  """
-  if isinstance(type_spec, tff.FederatedType):
-    return type_size_bytes(type_spec.member)
-  if isinstance(type_spec, tff.StructType):
-    return sum(type_size_bytes(element)
-               for _, element in tff.structure.iter_elements(type_spec))
-  if isinstance(type_spec, tff.TensorType):
-    if not tff.types.is_shape_fully_defined(type_spec.shape):
-      raise ValueError(f'Cannot size {type_spec}: its shape is not defined.')
-    return (math.prod(type_spec.shape) *
-            np.dtype(type_spec.dtype).itemsize)
-  raise ValueError(f'Cannot size a value of type {type_spec}.')
 
 
 class ClientBytes(NamedTuple):
@@ -65,8 +43,9 @@ class ClientBytes(NamedTuple):
 def client_bytes(model_weights_type: tff.Type,
                  client_update_type: tff.Type) -> ClientBytes:
   """Bytes of the model a client downloads and of the update it uploads."""
-  return ClientBytes(down=type_size_bytes(model_weights_type),
-                     up=type_size_bytes(client_update_type))
+  return ClientBytes(
+      down=communication.type_size_bytes(model_weights_type),
+      up=communication.type_size_bytes(client_update_type))
 
 
 def load_metrics(run_dir: str) -> pd.DataFrame:

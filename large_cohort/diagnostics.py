@@ -46,21 +46,13 @@ catastrophic failures (Section 3.1) and cumulative examples (Section 3.5).
 
 import collections
 from collections.abc import Sequence
-from typing import Any, Optional, Union
+from typing import Any, Optional
 
 import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
-AggregationFactory = Union[tff.aggregators.WeightedAggregationFactory,
-                           tff.aggregators.UnweightedAggregationFactory]
-
-
-def _global_norm(value: Any) -> tf.Tensor:
-  """Global L2 norm of a structure of float tensors, computed in float64."""
-  squares = [tf.reduce_sum(tf.square(tf.cast(t, tf.float64)))
-             for t in tf.nest.flatten(value)]
-  return tf.sqrt(tf.add_n(squares))
+from large_cohort import aggregator_wrappers
 
 
 def _all_finite(value: Any) -> tf.Tensor:
@@ -80,7 +72,7 @@ def _build_client_screen(value_type: tff.types.Type) -> tff.Computation:
   @tff.tensorflow.computation(value_type)
   def screen(value):
     is_finite = _all_finite(value)
-    norm = _global_norm(value)
+    norm = aggregator_wrappers.global_norm(value)
     has_direction = tf.logical_and(is_finite, norm > 0.0)
 
     def unit(t):
@@ -114,39 +106,36 @@ def _build_server_diagnostics(value_type: tff.types.Type) -> tff.Computation:
   @tff.tensorflow.computation(value_type, value_type, np.int32)
   def diagnose(aggregate, unit_sum, num_directions):
     count = tf.cast(num_directions, tf.float64)
-    unit_sum_square_norm = tf.square(_global_norm(unit_sum))
+    unit_sum_square_norm = tf.square(aggregator_wrappers.global_norm(unit_sum))
     mean_cosine = tf.where(
         count >= 2.0,
         (unit_sum_square_norm - count) / (count * (count - 1.0)),
         tf.constant(np.nan, tf.float64))
-    return (tf.cast(_global_norm(aggregate), tf.float32),
+    return (tf.cast(aggregator_wrappers.global_norm(aggregate), tf.float32),
             tf.cast(mean_cosine, tf.float32))
 
   return diagnose
 
 
-def _build_process(
+def _build_next_impl(
     inner_process: tff.templates.AggregationProcess,
     value_type: tff.types.Type,
     weight_type: Optional[tff.types.Type],
-) -> tff.templates.AggregationProcess:
-  """The diagnostics process around `inner_process` (weighted if a type)."""
-  if not tff.types.is_structure_of_floats(value_type):
-    raise ValueError(
-        'diagnostics_factory needs a structure of floats, got value_type '
-        f'{value_type}.')
+) -> aggregator_wrappers.NextImpl:
+  """The diagnostics `next` around `inner_process` (weighted if a type)."""
   screen = _build_client_screen(value_type)
   diagnose = _build_server_diagnostics(value_type)
 
-  def next_impl(state, value, weight=None):
+  def next_impl(state, value, weight):
     safe_value, unit_value, is_nonfinite, has_direction = tff.federated_map(
         screen, value)
     if weight is None:
-      inner_output = inner_process.next(state, safe_value)
+      safe_weight = None
     else:
       safe_weight = tff.federated_map(_build_weight_screen(weight_type),
                                       (weight, is_nonfinite))
-      inner_output = inner_process.next(state, safe_value, safe_weight)
+    inner_output = aggregator_wrappers.inner_next(inner_process, state,
+                                                  safe_value, safe_weight)
     update_norm, mean_pairwise_cosine = tff.federated_map(
         diagnose,
         (inner_output.result, tff.federated_sum(unit_value),
@@ -163,48 +152,12 @@ def _build_process(
         result=inner_output.result,
         measurements=tff.federated_zip(measurements))
 
-  state_type = inner_process.initialize.type_signature.result
-  value_at_clients = tff.FederatedType(value_type, tff.CLIENTS)
-  if weight_type is None:
-
-    @tff.federated_computation(state_type, value_at_clients)
-    def next_fn(state, value):
-      return next_impl(state, value)
-
-  else:
-
-    @tff.federated_computation(state_type, value_at_clients,
-                               tff.FederatedType(weight_type, tff.CLIENTS))
-    def next_fn(state, value, weight):
-      return next_impl(state, value, weight)
-
-  return tff.templates.AggregationProcess(inner_process.initialize, next_fn)
-
-
-class _WeightedDiagnosticsFactory(tff.aggregators.WeightedAggregationFactory):
-  """Weighted diagnostics around a weighted inner factory."""
-
-  def __init__(self, inner: tff.aggregators.WeightedAggregationFactory):
-    self._inner = inner
-
-  def create(self, value_type, weight_type) -> tff.templates.AggregationProcess:
-    return _build_process(self._inner.create(value_type, weight_type),
-                          value_type, weight_type)
-
-
-class _UnweightedDiagnosticsFactory(
-    tff.aggregators.UnweightedAggregationFactory):
-  """Unweighted diagnostics around an unweighted inner factory."""
-
-  def __init__(self, inner: tff.aggregators.UnweightedAggregationFactory):
-    self._inner = inner
-
-  def create(self, value_type) -> tff.templates.AggregationProcess:
-    return _build_process(self._inner.create(value_type), value_type, None)
+  return next_impl
 
 
 def diagnostics_factory(
-    inner_factory: AggregationFactory) -> AggregationFactory:
+    inner_factory: aggregator_wrappers.AggregationFactory
+) -> aggregator_wrappers.AggregationFactory:
   """Wraps `inner_factory`, adding the paper's per-round measurements.
 
   See the module docstring for the measurements, the non-finite screening and
@@ -218,13 +171,8 @@ def diagnostics_factory(
   Raises:
     ValueError: If `inner_factory` is not a `tff.aggregators` factory.
   """
-  if isinstance(inner_factory, tff.aggregators.WeightedAggregationFactory):
-    return _WeightedDiagnosticsFactory(inner_factory)
-  if isinstance(inner_factory, tff.aggregators.UnweightedAggregationFactory):
-    return _UnweightedDiagnosticsFactory(inner_factory)
-  raise ValueError(
-      'inner_factory must be a tff.aggregators.WeightedAggregationFactory or '
-      f'UnweightedAggregationFactory, got {inner_factory!r}.')
+  return aggregator_wrappers.wrap_factory('diagnostics_factory',
+                                          inner_factory, _build_next_impl)
 
 
 def _check_accuracy(accuracy: float) -> None:

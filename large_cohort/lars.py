@@ -32,82 +32,49 @@ before heavy-ball momentum; here it is computed from the momentum, as in the
 """
 
 import collections
-from typing import Any, Union
+from typing import Any
 
 import tensorflow as tf
 import tensorflow_federated as tff
-from tensorflow_federated.python.common_libs import structure
 from tensorflow_federated.python.learning.optimizers import nest_utils
+
+from large_cohort import trust_ratio_optimizer
 
 _LEARNING_RATE_KEY = tff.learning.optimizers.LEARNING_RATE_KEY
 _MOMENTUM_KEY = 'momentum'
 _EPSILON_KEY = 'epsilon'
 _WEIGHT_DECAY_KEY = 'weight_decay'
 _ACCUMULATOR_KEY = 'accumulator'
-_HPARAMS_KEYS = (_LEARNING_RATE_KEY, _MOMENTUM_KEY, _EPSILON_KEY,
-                 _WEIGHT_DECAY_KEY)
 
-Float = Union[float, tf.Tensor]
-
-
-def _trust_ratio(weights: tf.Tensor, step: tf.Tensor,
-                 epsilon: tf.Tensor) -> tf.Tensor:
-  """`‖weights‖ / (‖step‖ + ε)`, or 1 when either norm is zero."""
-  weights_norm = tf.norm(weights)
-  step_norm = tf.norm(step)
-  both_positive = tf.logical_and(weights_norm > 0.0, step_norm > 0.0)
-  return tf.where(both_positive,
-                  tf.math.divide_no_nan(weights_norm, step_norm + epsilon),
-                  tf.ones_like(weights_norm))
+Float = trust_ratio_optimizer.Float
+_State = trust_ratio_optimizer.State
 
 
-def _check_hparams(learning_rate: Float, momentum: Float, epsilon: Float,
-                   weight_decay: Float) -> None:
-  """Raises ValueError for a Python hyperparameter out of its range."""
-  if not tf.is_tensor(learning_rate) and learning_rate < 0.0:
-    raise ValueError(
-        f'LARS learning_rate must be >= 0, got {learning_rate}.')
-  if not tf.is_tensor(momentum) and not 0.0 <= momentum < 1.0:
-    raise ValueError(f'LARS momentum must be in [0, 1), got {momentum}.')
-  if not tf.is_tensor(epsilon) and epsilon < 0.0:
-    raise ValueError(f'LARS epsilon must be >= 0, got {epsilon}.')
-  if not tf.is_tensor(weight_decay) and weight_decay < 0.0:
-    raise ValueError(
-        f'LARS weight_decay must be >= 0, got {weight_decay}.')
-
-
-class _Lars(tff.learning.optimizers.Optimizer):
+class _Lars(trust_ratio_optimizer.TrustRatioOptimizer):
   """LARS with a per-tensor trust ratio; see the module docstring."""
 
   def __init__(self, learning_rate: Float, momentum: Float, epsilon: Float,
                weight_decay: Float):
-    _check_hparams(learning_rate, momentum, epsilon, weight_decay)
-    self._learning_rate = learning_rate
-    self._momentum = momentum
-    self._epsilon = epsilon
-    self._weight_decay = weight_decay
+    super().__init__(
+        'LARS',
+        collections.OrderedDict([
+            (_LEARNING_RATE_KEY, learning_rate),
+            (_MOMENTUM_KEY, momentum),
+            (_EPSILON_KEY, epsilon),
+            (_WEIGHT_DECAY_KEY, weight_decay),
+        ]),
+        decay_names=(_MOMENTUM_KEY,))
 
-  def initialize(self, specs: Any) -> collections.OrderedDict[str, Any]:
+  def _initial_slots(self, specs: Any) -> _State:
     return collections.OrderedDict([
-        (_LEARNING_RATE_KEY, self._learning_rate),
-        (_MOMENTUM_KEY, self._momentum),
-        (_EPSILON_KEY, self._epsilon),
-        (_WEIGHT_DECAY_KEY, self._weight_decay),
-        (_ACCUMULATOR_KEY,
-         tf.nest.map_structure(lambda s: tf.zeros(s.shape, s.dtype), specs)),
-    ])
+        (_ACCUMULATOR_KEY, trust_ratio_optimizer.zeros_like_specs(specs))])
 
-  def next(
-      self, state: collections.OrderedDict[str, Any], weights: Any,
-      gradients: Any
-  ) -> tuple[collections.OrderedDict[str, Any], Any]:
-    gradients = tff.learning.optimizers.handle_indexed_slices_gradients(
-        gradients)
-    tff.learning.optimizers.check_weights_gradients_match(weights, gradients)
-    learning_rate = state[_LEARNING_RATE_KEY]
-    momentum = state[_MOMENTUM_KEY]
-    epsilon = state[_EPSILON_KEY]
-    weight_decay = state[_WEIGHT_DECAY_KEY]
+  def _update(self, hparams: _State, state: _State, weights: Any,
+              gradients: Any) -> tuple[_State, Any]:
+    learning_rate = hparams[_LEARNING_RATE_KEY]
+    momentum = hparams[_MOMENTUM_KEY]
+    epsilon = hparams[_EPSILON_KEY]
+    weight_decay = hparams[_WEIGHT_DECAY_KEY]
 
     def _lars_update(w, m, g):
       if g is None:
@@ -116,31 +83,14 @@ class _Lars(tff.learning.optimizers.Optimizer):
       g = g + tf.cast(weight_decay, dtype) * w
       beta = tf.cast(momentum, dtype)
       m = beta * m + (1.0 - beta) * g
-      ratio = _trust_ratio(w, m, tf.cast(epsilon, dtype))
+      ratio = trust_ratio_optimizer.trust_ratio(w, m, tf.cast(epsilon, dtype))
       return w - tf.cast(learning_rate, dtype) * ratio * m, m
 
     updated_weights, updated_accumulator = nest_utils.map_at_leaves(
         _lars_update, weights, state[_ACCUMULATOR_KEY], gradients,
         num_outputs=2)
-    updated_state = collections.OrderedDict([
-        (_LEARNING_RATE_KEY, learning_rate),
-        (_MOMENTUM_KEY, momentum),
-        (_EPSILON_KEY, epsilon),
-        (_WEIGHT_DECAY_KEY, weight_decay),
-        (_ACCUMULATOR_KEY, updated_accumulator),
-    ])
-    return updated_state, updated_weights
-
-  def get_hparams(
-      self, state: collections.OrderedDict[str, Any]
-  ) -> collections.OrderedDict[str, Any]:
-    return collections.OrderedDict((k, state[k]) for k in _HPARAMS_KEYS)
-
-  def set_hparams(
-      self, state: collections.OrderedDict[str, Any],
-      hparams: collections.OrderedDict[str, Any]
-  ) -> collections.OrderedDict[str, Any]:
-    return structure.update_struct(state, **hparams)
+    return (collections.OrderedDict([(_ACCUMULATOR_KEY, updated_accumulator)]),
+            updated_weights)
 
 
 def build_lars(

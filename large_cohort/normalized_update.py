@@ -18,13 +18,12 @@ update is the initial minus the trained model), so normalizing it normalizes
 
 import collections
 from collections.abc import Callable
-from typing import Optional, Union
+from typing import Optional
 
 import tensorflow as tf
 import tensorflow_federated as tff
 
-AggregationFactory = Union[tff.aggregators.WeightedAggregationFactory,
-                           tff.aggregators.UnweightedAggregationFactory]
+from large_cohort import aggregator_wrappers
 
 
 def _build_normalize(value_type: tff.types.Type) -> tff.Computation:
@@ -32,9 +31,7 @@ def _build_normalize(value_type: tff.types.Type) -> tff.Computation:
 
   @tff.tensorflow.computation(value_type)
   def normalize(aggregate):
-    squares = [tf.reduce_sum(tf.square(tf.cast(t, tf.float64)))
-               for t in tf.nest.flatten(aggregate)]
-    norm = tf.sqrt(tf.add_n(squares))
+    norm = aggregator_wrappers.global_norm(aggregate)
     divisor = tf.where(norm > 0.0, norm, tf.ones_like(norm))
     normalized = tf.nest.map_structure(
         lambda t: tf.cast(tf.cast(t, tf.float64) / divisor, t.dtype), aggregate)
@@ -43,23 +40,18 @@ def _build_normalize(value_type: tff.types.Type) -> tff.Computation:
   return normalize
 
 
-def _build_process(
+def _build_next_impl(
     inner_process: tff.templates.AggregationProcess,
     value_type: tff.types.Type,
     weight_type: Optional[tff.types.Type],
-) -> tff.templates.AggregationProcess:
-  """The normalizing process around `inner_process` (weighted if a type)."""
-  if not tff.types.is_structure_of_floats(value_type):
-    raise ValueError(
-        'normalized_update_factory needs a structure of floats, got '
-        f'value_type {value_type}.')
+) -> aggregator_wrappers.NextImpl:
+  """The normalizing `next` around `inner_process` (weighted if a type)."""
+  del weight_type  # The weights go to the inner process unchanged.
   normalize = _build_normalize(value_type)
 
-  def next_impl(state, value, weight=None):
-    if weight is None:
-      inner_output = inner_process.next(state, value)
-    else:
-      inner_output = inner_process.next(state, value, weight)
+  def next_impl(state, value, weight):
+    inner_output = aggregator_wrappers.inner_next(inner_process, state, value,
+                                                  weight)
     normalized, norm = tff.federated_map(normalize, inner_output.result)
     measurements = collections.OrderedDict(
         unnormalized_update_norm=norm,
@@ -69,48 +61,12 @@ def _build_process(
         result=normalized,
         measurements=tff.federated_zip(measurements))
 
-  state_type = inner_process.initialize.type_signature.result
-  value_at_clients = tff.FederatedType(value_type, tff.CLIENTS)
-  if weight_type is None:
-
-    @tff.federated_computation(state_type, value_at_clients)
-    def next_fn(state, value):
-      return next_impl(state, value)
-
-  else:
-
-    @tff.federated_computation(state_type, value_at_clients,
-                               tff.FederatedType(weight_type, tff.CLIENTS))
-    def next_fn(state, value, weight):
-      return next_impl(state, value, weight)
-
-  return tff.templates.AggregationProcess(inner_process.initialize, next_fn)
-
-
-class _WeightedNormalizedFactory(tff.aggregators.WeightedAggregationFactory):
-  """Normalizes the result of a weighted inner factory."""
-
-  def __init__(self, inner: tff.aggregators.WeightedAggregationFactory):
-    self._inner = inner
-
-  def create(self, value_type, weight_type) -> tff.templates.AggregationProcess:
-    return _build_process(self._inner.create(value_type, weight_type),
-                          value_type, weight_type)
-
-
-class _UnweightedNormalizedFactory(
-    tff.aggregators.UnweightedAggregationFactory):
-  """Normalizes the result of an unweighted inner factory."""
-
-  def __init__(self, inner: tff.aggregators.UnweightedAggregationFactory):
-    self._inner = inner
-
-  def create(self, value_type) -> tff.templates.AggregationProcess:
-    return _build_process(self._inner.create(value_type), value_type, None)
+  return next_impl
 
 
 def normalized_update_factory(
-    inner_factory: AggregationFactory) -> AggregationFactory:
+    inner_factory: aggregator_wrappers.AggregationFactory
+) -> aggregator_wrappers.AggregationFactory:
   """Wraps `inner_factory` so its aggregate is divided by its global L2 norm.
 
   Measurements: `unnormalized_update_norm` (`‖Δ‖₂` before normalization) and
@@ -123,13 +79,8 @@ def normalized_update_factory(
   Raises:
     ValueError: If `inner_factory` is not a `tff.aggregators` factory.
   """
-  if isinstance(inner_factory, tff.aggregators.WeightedAggregationFactory):
-    return _WeightedNormalizedFactory(inner_factory)
-  if isinstance(inner_factory, tff.aggregators.UnweightedAggregationFactory):
-    return _UnweightedNormalizedFactory(inner_factory)
-  raise ValueError(
-      'inner_factory must be a tff.aggregators.WeightedAggregationFactory or '
-      f'UnweightedAggregationFactory, got {inner_factory!r}.')
+  return aggregator_wrappers.wrap_factory('normalized_update_factory',
+                                          inner_factory, _build_next_impl)
 
 
 def build_normalized_fed_avg(
@@ -137,7 +88,7 @@ def build_normalized_fed_avg(
     client_optimizer_fn: tff.learning.optimizers.Optimizer,
     server_learning_rate: float = 1.0,
     *,
-    model_aggregator: Optional[AggregationFactory] = None,
+    model_aggregator: Optional[aggregator_wrappers.AggregationFactory] = None,
 ) -> tff.learning.templates.LearningProcess:
   """Builds normalized FedAvg (Section 5.4): `x ← x − η_s·Δ/‖Δ‖₂`.
 

@@ -26,15 +26,13 @@ Where this task differs from TFF's builder, SPEC.md or the paper:
   `num_epochs` times.
 """
 
-import contextlib
 from typing import Optional
 
 import tensorflow as tf
 import tensorflow_federated as tff
 from tensorflow_federated.python.simulation.models import resnet_models
 
-from tasks import offline_data
-from tasks import validation_split
+from tasks import tff_tasks
 
 ACCURACY_METRIC_NAME = 'sparse_categorical_accuracy'
 DEFAULT_TRAIN_BATCH_SIZE = 20
@@ -105,24 +103,11 @@ def create_cifar100_task(
     ValueError: A batch size, `num_epochs` or `max_elements_per_client` is
       not positive, or `validation_fraction` is not in [0, 1).
   """
-  train_client_spec = tff.simulation.baselines.ClientSpec(
-      num_epochs=num_epochs,
-      batch_size=train_batch_size,
-      max_elements=max_elements_per_client,
+  train_client_spec, eval_client_spec = tff_tasks.client_specs(
+      train_batch_size, eval_batch_size, num_epochs, max_elements_per_client
   )
-  eval_client_spec = tff.simulation.baselines.ClientSpec(
-      num_epochs=1, batch_size=eval_batch_size, shuffle_buffer_size=1
-  )
-  cached_files_check = (
-      contextlib.nullcontext()
-      if use_synthetic_data
-      else offline_data.require_cached_files(
-          'CIFAR-100',
-          [offline_data.tff_cached_path(_SQLITE_FILENAME, data_dir)],
-          _LOADER_CALL,
-      )
-  )
-  with cached_files_check:
+
+  def create_task() -> tff.simulation.baselines.BaselineTask:
     tff_task = (
         tff.simulation.baselines.cifar100.create_image_classification_task(
             train_client_spec,
@@ -135,17 +120,25 @@ def create_cifar100_task(
             use_synthetic_data=use_synthetic_data,
         )
     )
-  input_spec = tff_task.datasets.element_type_structure
+    input_spec = tff_task.datasets.element_type_structure
 
-  def model_fn() -> tff.learning.models.VariableModel:
-    return tff.learning.models.from_keras_model(
-        keras_model=create_resnet18_two_group_norm(),
-        loss=tf.keras.losses.SparseCategoricalCrossentropy(),
-        input_spec=input_spec,
-        metrics=[tf.keras.metrics.SparseCategoricalAccuracy()],
-    )
+    def model_fn() -> tff.learning.models.VariableModel:
+      return tff.learning.models.from_keras_model(
+          keras_model=create_resnet18_two_group_norm(),
+          loss=tf.keras.losses.SparseCategoricalCrossentropy(),
+          input_spec=input_spec,
+          metrics=[tf.keras.metrics.SparseCategoricalAccuracy()],
+      )
 
-  task = tff.simulation.baselines.BaselineTask(tff_task.datasets, model_fn)
-  return validation_split.add_validation_clients(
-      task, validation_fraction, seed
+    return tff.simulation.baselines.BaselineTask(tff_task.datasets, model_fn)
+
+  return tff_tasks.create_offline_task(
+      create_task,
+      dataset_name='CIFAR-100',
+      sqlite_filename=_SQLITE_FILENAME,
+      loader_call=_LOADER_CALL,
+      data_dir=data_dir,
+      use_synthetic_data=use_synthetic_data,
+      validation_fraction=validation_fraction,
+      seed=seed,
   )

@@ -105,3 +105,23 @@ def require_cached_files(
             dataset_name, 'could not be downloaded', paths, loader_calls
         )
     ) from error
+
+
+def require_tff_cached_file(
+    dataset_name: str,
+    filename: str,
+    data_dir: Optional[str],
+    loader_call: str,
+) -> contextlib.AbstractContextManager[None]:
+  """`require_cached_files` for the one file a TFF `load_data` reads.
+
+  Args:
+    dataset_name: The dataset's name, for the message.
+    filename: The decompressed file TFF caches (e.g. 'emnist_all.sqlite').
+    data_dir: TFF's `cache_dir`; `None`: TFF's default, `~/.tff`.
+    loader_call: The TFF call that downloads the file, with the cache
+      directory written as `DIR`, for the message.
+  """
+  return require_cached_files(
+      dataset_name, [tff_cached_path(filename, data_dir)], loader_call
+  )

@@ -22,13 +22,12 @@ Where this task differs from SPEC.md or the paper:
   `num_epochs` times, before they are cut into 80-character sequences.
 """
 
-import contextlib
+import functools
 from typing import Optional
 
 import tensorflow_federated as tff
 
-from tasks import offline_data
-from tasks import validation_split
+from tasks import tff_tasks
 
 ACCURACY_METRIC_NAME = 'accuracy'
 DEFAULT_TRAIN_BATCH_SIZE = 4
@@ -75,33 +74,23 @@ def create_shakespeare_task(
     ValueError: A batch size, `num_epochs` or `max_elements_per_client` is
       not positive, or `validation_fraction` is not in [0, 1).
   """
-  train_client_spec = tff.simulation.baselines.ClientSpec(
-      num_epochs=num_epochs,
-      batch_size=train_batch_size,
-      max_elements=max_elements_per_client,
+  train_client_spec, eval_client_spec = tff_tasks.client_specs(
+      train_batch_size, eval_batch_size, num_epochs, max_elements_per_client
   )
-  eval_client_spec = tff.simulation.baselines.ClientSpec(
-      num_epochs=1, batch_size=eval_batch_size, shuffle_buffer_size=1
-  )
-  cached_files_check = (
-      contextlib.nullcontext()
-      if use_synthetic_data
-      else offline_data.require_cached_files(
-          'Shakespeare',
-          [offline_data.tff_cached_path(_SQLITE_FILENAME, data_dir)],
-          _LOADER_CALL,
-      )
-  )
-  with cached_files_check:
-    task = (
-        tff.simulation.baselines.shakespeare.create_character_prediction_task(
-            train_client_spec,
-            eval_client_spec,
-            sequence_length=SEQUENCE_LENGTH,
-            cache_dir=data_dir,
-            use_synthetic_data=use_synthetic_data,
-        )
-    )
-  return validation_split.add_validation_clients(
-      task, validation_fraction, seed
+  return tff_tasks.create_offline_task(
+      functools.partial(
+          tff.simulation.baselines.shakespeare.create_character_prediction_task,
+          train_client_spec,
+          eval_client_spec,
+          sequence_length=SEQUENCE_LENGTH,
+          cache_dir=data_dir,
+          use_synthetic_data=use_synthetic_data,
+      ),
+      dataset_name='Shakespeare',
+      sqlite_filename=_SQLITE_FILENAME,
+      loader_call=_LOADER_CALL,
+      data_dir=data_dir,
+      use_synthetic_data=use_synthetic_data,
+      validation_fraction=validation_fraction,
+      seed=seed,
   )

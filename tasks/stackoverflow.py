@@ -38,6 +38,7 @@ import tensorflow_federated as tff
 from tensorflow_federated.python.simulation.baselines.stackoverflow import word_prediction_tasks
 
 from tasks import offline_data
+from tasks import tff_tasks
 from tasks import validation_split
 
 ACCURACY_METRIC_NAME = 'accuracy_without_out_of_vocab_or_end_of_sentence'
@@ -75,10 +76,8 @@ def _load_data_and_vocab(
     synthetic_data = datasets.get_synthetic()
     word_counts = datasets.get_synthetic_word_counts()
     return synthetic_data, synthetic_data, synthetic_data, list(word_counts)
-  with offline_data.require_cached_files(
-      _DATASET_NAME,
-      [offline_data.tff_cached_path(_SQLITE_FILENAME, data_dir)],
-      _LOAD_DATA_CALL,
+  with offline_data.require_tff_cached_file(
+      _DATASET_NAME, _SQLITE_FILENAME, data_dir, _LOAD_DATA_CALL
   ):
     train_data, heldout_data, test_data = datasets.load_data(
         cache_dir=data_dir
@@ -146,13 +145,8 @@ def create_stackoverflow_task(
         'max_sentences_per_client must be positive or None, got'
         f' max_sentences_per_client={max_sentences_per_client!r}'
     )
-  train_client_spec = tff.simulation.baselines.ClientSpec(
-      num_epochs=num_epochs,
-      batch_size=train_batch_size,
-      max_elements=max_elements_per_client,
-  )
-  eval_client_spec = tff.simulation.baselines.ClientSpec(
-      num_epochs=1, batch_size=eval_batch_size, shuffle_buffer_size=1
+  train_client_spec, eval_client_spec = tff_tasks.client_specs(
+      train_batch_size, eval_batch_size, num_epochs, max_elements_per_client
   )
   train_data, heldout_data, test_data, vocab = _load_data_and_vocab(
       data_dir, use_synthetic_data

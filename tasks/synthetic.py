@@ -59,6 +59,7 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
+from tasks import tff_tasks
 from tasks import validation_split
 
 ACCURACY_METRIC_NAME = 'sparse_categorical_accuracy'
@@ -333,13 +334,8 @@ def create_synthetic_task(
   """
   del data_dir, use_synthetic_data  # The data are generated in memory.
   validation_split.check_validation_fraction(validation_fraction)
-  train_client_spec = tff.simulation.baselines.ClientSpec(
-      num_epochs=num_epochs,
-      batch_size=train_batch_size,
-      max_elements=max_elements_per_client,
-  )
-  eval_client_spec = tff.simulation.baselines.ClientSpec(
-      num_epochs=1, batch_size=eval_batch_size, shuffle_buffer_size=1
+  train_client_spec, eval_client_spec = tff_tasks.client_specs(
+      train_batch_size, eval_batch_size, num_epochs, max_elements_per_client
   )
   clients = generate_synthetic_clients(
       num_clients=num_clients, seed=data_seed, alpha=alpha, beta=beta

@@ -23,21 +23,6 @@ def write_run(directory, accuracies, gradient_computations, bytes_per_round):
   return str(directory)
 
 
-def test_type_size_bytes_sums_tensor_sizes():
-  value_type = tff.to_type([
-      tff.TensorType(np.float32, [3, 2]),
-      [tff.TensorType(np.int64), tff.TensorType(np.float16, [5])],
-  ])
-  assert accounting.type_size_bytes(value_type) == 3 * 2 * 4 + 8 + 5 * 2
-  federated = tff.FederatedType(tff.TensorType(np.float32, [7]), tff.CLIENTS)
-  assert accounting.type_size_bytes(federated) == 28
-
-
-def test_type_size_bytes_rejects_unknown_shapes():
-  with pytest.raises(ValueError, match=r'float32\[\?,3\]'):
-    accounting.type_size_bytes(tff.TensorType(np.float32, [None, 3]))
-
-
 def test_client_bytes_are_model_down_and_update_up():
   weights_type = tff.to_type(tff.learning.models.ModelWeights(
       trainable=[tff.TensorType(np.float32, [3, 1]),

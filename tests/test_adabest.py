@@ -6,61 +6,20 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from adabest_tff import adabest
-from adabest_tff import stateful_process
+from tests import tiny_models
 
-NUM_FEATURES = 3
-BATCH_SIZE = 2
-L2 = 0.01  # the model's own weight decay, part of grad L_i
-INITIAL_KERNEL = np.array([[0.1], [-0.2], [0.3]], np.float32)
-INITIAL_BIAS = np.array([0.05], np.float32)
-RNG = np.random.default_rng(7)
-# Unequal client sizes, so the progressive mean n̄ differs from n_i.
-CLIENT_DATA = {
-    cid: (RNG.normal(size=(n, NUM_FEATURES)).astype(np.float32),
-          RNG.normal(size=(n, 1)).astype(np.float32))
-    for cid, n in (('a', 4), ('b', 3), ('c', 5))
-}
+# Unequal client sizes, so the progressive mean n̄ differs from n_i; the
+# model's own weight decay (l2) is part of grad L_i.
+PROBLEM = tiny_models.LinearRegressionProblem(
+    seed=7, client_sizes={'a': 4, 'b': 3, 'c': 5},
+    initial_kernel=[[0.1], [-0.2], [0.3]], initial_bias=[0.05], l2=0.01)
 # Client 'b' skips round 2, so in round 3 it has t - t'_b = 2.
 COHORTS = (('a', 'b'), ('a', 'c'), ('b', 'c'))
 
 
-def model_fn():
-  keras_model = tf.keras.Sequential([
-      tf.keras.layers.Dense(
-          1, input_shape=(NUM_FEATURES,),
-          kernel_initializer=tf.keras.initializers.Constant(INITIAL_KERNEL),
-          bias_initializer=tf.keras.initializers.Constant(INITIAL_BIAS),
-          kernel_regularizer=tf.keras.regularizers.l2(L2))
-  ])
-  return tff.learning.models.from_keras_model(
-      keras_model, loss=tf.keras.losses.MeanSquaredError(),
-      input_spec=(tf.TensorSpec([None, NUM_FEATURES], tf.float32),
-                  tf.TensorSpec([None, 1], tf.float32)))
-
-
-def dataset(client_id):
-  return tf.data.Dataset.from_tensor_slices(
-      CLIENT_DATA[client_id]).batch(BATCH_SIZE)
-
-
-def flat(trainable):
-  return np.concatenate([np.ravel(t) for t in trainable])
-
-
-def loss_gradient(theta, features, labels):
-  """Gradient of mean squared error plus L2 * ||kernel||^2 at theta."""
-  residual = (features @ theta[:NUM_FEATURES] + theta[NUM_FEATURES] -
-              labels[:, 0])
-  n = len(labels)
-  return np.concatenate([
-      2.0 / n * features.T @ residual + 2.0 * L2 * theta[:NUM_FEATURES],
-      [2.0 / n * residual.sum()],
-  ])
-
-
 def reference_adabest(cohorts, *, learning_rate, decay, mu, beta, uniform):
   """Algorithm 1 (AdaBest lines) in NumPy, with eq. 2 written with x̄."""
-  cloud = np.concatenate([INITIAL_KERNEL.ravel(), INITIAL_BIAS])  # x^0
+  cloud = PROBLEM.initial_weights()  # x^0
   previous_aggregate = cloud.copy()  # x̄^0 = x^0
   client_states = {}
   examples_seen, participations = 0.0, 0
@@ -71,12 +30,12 @@ def reference_adabest(cohorts, *, learning_rate, decay, mu, beta, uniform):
     client_models, weights = [], []
     for cid in cohort:
       h_i, last_round = client_states.get(cid, (np.zeros_like(cloud), 0))
-      features, labels = CLIENT_DATA[cid]
+      features, labels = PROBLEM.client_data[cid]
       theta = cloud.copy()
-      for start in range(0, len(labels), BATCH_SIZE):
-        batch = slice(start, start + BATCH_SIZE)
+      for start in range(0, len(labels), PROBLEM.batch_size):
+        batch = slice(start, start + PROBLEM.batch_size)
         theta = theta - eta * (
-            loss_gradient(theta, features[batch], labels[batch]) - h_i)
+            PROBLEM.loss_gradient(theta, features[batch], labels[batch]) - h_i)
       g_i = cloud - theta
       n_i = len(labels)
       mu_i = mu * mean_examples / n_i if uniform and mean_examples else mu
@@ -94,43 +53,26 @@ def reference_adabest(cohorts, *, learning_rate, decay, mu, beta, uniform):
   return history
 
 
-def run_process(process, cohorts, client_states=None):
-  """Runs `process` over `cohorts`, keeping client states in a dict."""
-  client_states = {} if client_states is None else client_states
-  state = process.initialize()
-  fresh = process.initial_client_state()
-  outputs = []
-  for cohort in cohorts:
-    output = process.next(state, [
-        stateful_process.StatefulClientInput(dataset(cid),
-                                             client_states.get(cid, fresh))
-        for cid in cohort
-    ])
-    client_states.update(zip(cohort, output.client_states))
-    state = output.state
-    outputs.append((state, output.metrics, dict(client_states)))
-  return outputs
-
-
 @pytest.mark.parametrize('uniform', [True, False])
 def test_three_rounds_match_numpy_reference(uniform):
   weighting = (tff.learning.ClientWeighting.UNIFORM if uniform else
                tff.learning.ClientWeighting.NUM_EXAMPLES)
   hparams = dict(learning_rate=0.1, decay=0.9, mu=0.3, beta=0.6)
   process = adabest.build_adabest(
-      model_fn, client_learning_rate=hparams['learning_rate'],
+      PROBLEM.model_fn, client_learning_rate=hparams['learning_rate'],
       client_learning_rate_decay=hparams['decay'], mu=hparams['mu'],
       beta=hparams['beta'], client_weighting=weighting)
   expected = reference_adabest(COHORTS, uniform=uniform, **hparams)
+  rounds = tiny_models.run_stateful_rounds(process, COHORTS, PROBLEM.dataset)
   for (state, metrics, client_states), (cloud, aggregate, server_h,
-                                        reference_states) in zip(
-                                            run_process(process, COHORTS),
-                                            expected):
+                                        reference_states) in zip(rounds,
+                                                                 expected):
     np.testing.assert_allclose(
-        flat(state.global_model_weights.trainable), cloud, atol=1e-6)
-    np.testing.assert_allclose(
-        flat(process.get_model_weights(state).trainable), aggregate,
+        tiny_models.flat(state.global_model_weights.trainable), cloud,
         atol=1e-6)
+    np.testing.assert_allclose(
+        tiny_models.flat(process.get_model_weights(state).trainable),
+        aggregate, atol=1e-6)
     np.testing.assert_allclose(
         metrics['finalizer']['oracle_gradient_estimate_norm'],
         np.linalg.norm(server_h), rtol=1e-5)
@@ -141,49 +83,53 @@ def test_three_rounds_match_numpy_reference(uniform):
     assert set(client_states) == set(reference_states)
     for cid, (h_i, last_round) in reference_states.items():
       np.testing.assert_allclose(
-          flat(client_states[cid][adabest.LOCAL_GRADIENT_ESTIMATE]), h_i,
-          atol=1e-6)
+          tiny_models.flat(
+              client_states[cid][adabest.LOCAL_GRADIENT_ESTIMATE]),
+          h_i, atol=1e-6)
       assert client_states[cid][adabest.LAST_ROUND] == last_round
 
 
 def test_beta_and_mu_zero_is_weighted_fedavg():
   learning_rate = 0.1
   fedavg = tff.learning.algorithms.build_weighted_fed_avg(
-      model_fn,
+      PROBLEM.model_fn,
       client_optimizer_fn=tff.learning.optimizers.build_sgdm(learning_rate),
       server_optimizer_fn=tff.learning.optimizers.build_sgdm(1.0),
       client_weighting=tff.learning.ClientWeighting.NUM_EXAMPLES)
   process = adabest.build_adabest(
-      model_fn, client_learning_rate=learning_rate,
+      PROBLEM.model_fn, client_learning_rate=learning_rate,
       client_learning_rate_decay=1.0, mu=0.0, beta=0.0,
       client_weighting=tff.learning.ClientWeighting.NUM_EXAMPLES)
-  adabest_outputs = run_process(process, COHORTS[:2])
+  adabest_outputs = tiny_models.run_stateful_rounds(process, COHORTS[:2],
+                                                  PROBLEM.dataset)
   fedavg_state = fedavg.initialize()
   for cohort, (state, _, _) in zip(COHORTS[:2], adabest_outputs):
     fedavg_state = fedavg.next(fedavg_state,
-                               [dataset(cid) for cid in cohort]).state
+                               [PROBLEM.dataset(cid) for cid in cohort]).state
     np.testing.assert_allclose(
-        flat(process.get_model_weights(state).trainable),
-        flat(fedavg.get_model_weights(fedavg_state).trainable), atol=1e-6)
+        tiny_models.flat(process.get_model_weights(state).trainable),
+        tiny_models.flat(fedavg.get_model_weights(fedavg_state).trainable),
+        atol=1e-6)
 
 
 def test_set_model_weights_sets_the_deployed_model():
-  process = adabest.build_adabest(model_fn, beta=0.5, mu=0.1)
-  state = run_process(process, COHORTS[:1])[0][0]
+  process = adabest.build_adabest(PROBLEM.model_fn, beta=0.5, mu=0.1)
+  state = tiny_models.run_stateful_rounds(process, COHORTS[:1],
+                                          PROBLEM.dataset)[0][0]
   new_weights = tff.learning.models.ModelWeights(
-      trainable=[np.full((NUM_FEATURES, 1), 0.7, np.float32),
+      trainable=[np.full((PROBLEM.num_features, 1), 0.7, np.float32),
                  np.array([-1.0], np.float32)],
       non_trainable=[])
   new_state = process.set_model_weights(state, new_weights)
   np.testing.assert_allclose(
-      flat(process.get_model_weights(new_state).trainable),
-      flat(new_weights.trainable))
+      tiny_models.flat(process.get_model_weights(new_state).trainable),
+      tiny_models.flat(new_weights.trainable))
   # The broadcast model is x = x̄ - h with the state's h kept.
-  h = flat(state.finalizer[adabest.ORACLE_GRADIENT_ESTIMATE])
+  h = tiny_models.flat(state.finalizer[adabest.ORACLE_GRADIENT_ESTIMATE])
   assert np.linalg.norm(h) > 0
   np.testing.assert_allclose(
-      flat(new_state.global_model_weights.trainable),
-      flat(new_weights.trainable) - h, atol=1e-6)
+      tiny_models.flat(new_state.global_model_weights.trainable),
+      tiny_models.flat(new_weights.trainable) - h, atol=1e-6)
 
 
 def test_beta_decays_after_a_plateau_of_the_estimate_norm():
@@ -222,4 +168,4 @@ def test_beta_decays_after_a_plateau_of_the_estimate_norm():
 ])
 def test_bad_hyperparameters_raise_value_error(kwargs, bad_value):
   with pytest.raises(ValueError, match=bad_value):
-    adabest.build_adabest(model_fn, **kwargs)
+    adabest.build_adabest(PROBLEM.model_fn, **kwargs)

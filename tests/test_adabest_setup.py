@@ -1,18 +1,17 @@
 """The AdaBest family's driver hooks: flags, builders, bytes metrics."""
 
-import collections
 
 from absl import flags
 from absl.testing import flagsaver
 import numpy as np
 import pytest
-import tensorflow as tf
 import tensorflow_federated as tff
 
 from adabest_tff import communication
 from adabest_tff import stateful_process
 from experiment_driver import adabest_setup
 from experiment_driver import algorithm_setup
+from tests import tiny_models
 
 FLAGS = flags.FLAGS
 NUM_FEATURES = 3
@@ -25,31 +24,11 @@ def parsed_flags():
     FLAGS.mark_as_parsed()
 
 
-def model_fn():
-  keras_model = tf.keras.Sequential([
-      tf.keras.layers.Dense(1, input_shape=(NUM_FEATURES,))])
-  return tff.learning.models.from_keras_model(
-      keras_model, loss=tf.keras.losses.MeanSquaredError(),
-      input_spec=collections.OrderedDict(
-          x=tf.TensorSpec([None, NUM_FEATURES], tf.float32),
-          y=tf.TensorSpec([None, 1], tf.float32)))
-
-
 def build_context(client_learning_rate=0.3):
-  rng = np.random.default_rng(0)
-  client_data = tff.simulation.datasets.TestClientData({
-      client_id: collections.OrderedDict(
-          x=rng.normal(size=(4, NUM_FEATURES)).astype(np.float32),
-          y=rng.normal(size=(4, 1)).astype(np.float32))
-      for client_id in CLIENT_IDS
-  })
-  datasets = tff.simulation.baselines.BaselineTaskDatasets(
-      train_data=client_data, test_data=client_data,
-      train_preprocess_fn=lambda d: d.batch(2),
-      eval_preprocess_fn=lambda d: d.batch(2))
   return algorithm_setup.BuildContext(
-      task_name='tiny', task=tff.simulation.baselines.BaselineTask(
-          datasets, model_fn),
+      task_name='tiny',
+      task=tiny_models.regression_task(
+          dict.fromkeys(CLIENT_IDS, 4), NUM_FEATURES, batch_size=2),
       client_optimizer=tff.learning.optimizers.build_sgdm(
           client_learning_rate),
       server_optimizer=tff.learning.optimizers.build_sgdm(1.0),

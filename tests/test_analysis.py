@@ -1,6 +1,5 @@
 """Tests of large_cohort.analysis on small hand-made run directories."""
 
-import json
 import math
 import os
 
@@ -9,48 +8,40 @@ import pandas as pd
 import pytest
 
 from large_cohort import analysis
-
-
-def write_run(root, name, hparams, metrics):
-  """Writes `<root>/<name>/{hparams.json,metrics.csv}` as the driver does."""
-  run_dir = os.path.join(root, name)
-  os.makedirs(run_dir)
-  with open(os.path.join(run_dir, 'hparams.json'), 'w') as f:
-    json.dump(hparams, f)
-  pd.DataFrame(metrics).to_csv(os.path.join(run_dir, 'metrics.csv'),
-                               index=False)
-  return run_dir
+from tests import run_directories
 
 
 def accuracy_run(root, name, cohort, accuracies, examples_per_round=10.0,
                  time_per_round=1.0, **hparams):
   """A run evaluated every round with the given test accuracies."""
   rounds = np.arange(1, len(accuracies) + 1)
-  return write_run(root, name, {'clients_per_round': cohort, **hparams}, {
-      'round': rounds,
-      'clients_per_round': [float(cohort)] * len(rounds),
-      'test/accuracy': accuracies,
-      'cumulative_examples_processed': examples_per_round * rounds,
-      'cumulative_simulated_round_time': time_per_round * rounds,
-  })
+  return run_directories.write_run(
+      root, name, {'clients_per_round': cohort, **hparams}, {
+          'round': rounds,
+          'clients_per_round': [float(cohort)] * len(rounds),
+          'test/accuracy': accuracies,
+          'cumulative_examples_processed': examples_per_round * rounds,
+          'cumulative_simulated_round_time': time_per_round * rounds,
+      })
 
 
 def norm_run(root, name, cohort, norms, seed=0):
   rounds = np.arange(1, len(norms) + 1)
-  return write_run(root, name, {'clients_per_round': cohort, 'seed': seed}, {
-      'round': rounds, 'clients_per_round': [float(cohort)] * len(rounds),
-      'update_norm': norms})
+  return run_directories.write_run(
+      root, name, {'clients_per_round': cohort, 'seed': seed}, {
+          'round': rounds, 'clients_per_round': [float(cohort)] * len(rounds),
+          'update_norm': norms})
 
 
 def test_load_runs_joins_flags_to_every_round(tmp_path):
-  write_run(tmp_path, 'a', {'task': 'emnist', 'seed': 1,
-                            'clients_per_round': 7,
-                            'server_learning_rate': None,
-                            'worker_addresses': ['h:1']},
-            {'round': [2, 1], 'clients_per_round': [5.0, 5.0],
-             'train/loss': [0.5, 0.9]})
-  write_run(tmp_path, 'b', {'task': 'emnist', 'seed': 2},
-            {'round': [1], 'train/loss': [0.7]})
+  run_directories.write_run(tmp_path, 'a', {'task': 'emnist', 'seed': 1,
+                                            'clients_per_round': 7,
+                                            'server_learning_rate': None,
+                                            'worker_addresses': ['h:1']},
+                            {'round': [2, 1], 'clients_per_round': [5.0, 5.0],
+                             'train/loss': [0.5, 0.9]})
+  run_directories.write_run(tmp_path, 'b', {'task': 'emnist', 'seed': 2},
+                            {'round': [1], 'train/loss': [0.7]})
 
   frame = analysis.load_runs([str(tmp_path)])
 
@@ -81,7 +72,7 @@ def test_load_runs_rejects_missing_or_incomplete_directories(tmp_path):
 def test_threshold_crossings_first_round_and_examples(tmp_path):
   accuracy_run(tmp_path, 'm10', 10, [0.1, 0.4, 0.3, 0.6, 0.7],
                examples_per_round=100.0)
-  write_run(tmp_path, 'm50', {'clients_per_round': 50}, {
+  run_directories.write_run(tmp_path, 'm50', {'clients_per_round': 50}, {
       'round': [1, 2, 3, 4],
       'clients_per_round': [50.0] * 4,
       'test/accuracy': [np.nan, 0.5, np.nan, 0.65],  # evaluated every 2
@@ -246,10 +237,10 @@ def test_predicted_update_norms_scale_the_reference_per_round(tmp_path):
 
 
 def test_catastrophic_failures_counts_flagged_rounds(tmp_path):
-  write_run(tmp_path, 'failing', {'clients_per_round': 800}, {
+  run_directories.write_run(tmp_path, 'failing', {'clients_per_round': 800}, {
       'round': [1, 2, 3, 4], 'clients_per_round': [800.0] * 4,
       'catastrophic_failure': [0.0, 1.0, 0.0, 1.0]})
-  write_run(tmp_path, 'fine', {'clients_per_round': 10}, {
+  run_directories.write_run(tmp_path, 'fine', {'clients_per_round': 10}, {
       'round': [1, 2], 'clients_per_round': [10.0] * 2,
       'catastrophic_failure': [0.0, 0.0]})
   failures = analysis.catastrophic_failures(
@@ -261,10 +252,10 @@ def test_catastrophic_failures_counts_flagged_rounds(tmp_path):
 
 
 def test_accuracy_by_run_final_and_best(tmp_path):
-  write_run(tmp_path, 'run', {'clients_per_round': 10}, {
+  run_directories.write_run(tmp_path, 'run', {'clients_per_round': 10}, {
       'round': [1, 2, 3, 4], 'clients_per_round': [10.0] * 4,
       'test/accuracy': [np.nan, 0.7, 0.6, np.nan]})
-  write_run(tmp_path, 'never', {'clients_per_round': 20}, {
+  run_directories.write_run(tmp_path, 'never', {'clients_per_round': 20}, {
       'round': [1], 'clients_per_round': [20.0], 'test/accuracy': [np.nan]})
   frame = analysis.load_runs([str(tmp_path)])
   final = analysis.accuracy_by_run(frame, how='final').set_index(
@@ -281,7 +272,7 @@ def test_accuracy_by_run_final_and_best(tmp_path):
 def test_final_percentiles_read_the_last_evaluation(tmp_path):
   columns = {f'test/accuracy_p{q}': [q / 200, np.nan, q / 100, np.nan]
              for q in analysis.PERCENTILES}
-  write_run(tmp_path, 'run', {'clients_per_round': 10}, {
+  run_directories.write_run(tmp_path, 'run', {'clients_per_round': 10}, {
       'round': [1, 2, 3, 4], 'clients_per_round': [10.0] * 4, **columns})
   frame = analysis.load_runs([str(tmp_path)])
   row = analysis.final_percentiles(frame).iloc[0]
@@ -297,11 +288,12 @@ def test_learning_rate_grid_averages_seeds_and_finds_the_best(tmp_path):
                 (1.0, 1.0): [0.5], (1.0, 0.01): [0.1]}
   for (client_lr, server_lr), values in accuracies.items():
     for seed, value in enumerate(values):
-      write_run(tmp_path, f'c{client_lr}_s{server_lr}_seed{seed}', {
-          'client_learning_rate': client_lr,
-          'server_learning_rate': server_lr, 'seed': seed}, {
-              'round': [1, 2], 'clients_per_round': [10.0, 10.0],
-              'validation/accuracy': [0.0, value]})
+      run_directories.write_run(
+          tmp_path, f'c{client_lr}_s{server_lr}_seed{seed}', {
+              'client_learning_rate': client_lr,
+              'server_learning_rate': server_lr, 'seed': seed}, {
+                  'round': [1, 2], 'clients_per_round': [10.0, 10.0],
+                  'validation/accuracy': [0.0, value]})
   frame = analysis.load_runs([str(tmp_path)])
 
   grid = analysis.learning_rate_grid(frame)
@@ -314,7 +306,7 @@ def test_learning_rate_grid_averages_seeds_and_finds_the_best(tmp_path):
 
 
 def test_learning_rate_grid_rejects_unset_learning_rates(tmp_path):
-  write_run(tmp_path, 'tuned_default', {
+  run_directories.write_run(tmp_path, 'tuned_default', {
       'client_learning_rate': 0.1, 'server_learning_rate': None}, {
           'round': [1], 'validation/accuracy': [0.5]})
   with pytest.raises(ValueError, match='tuned_default'):

@@ -3,14 +3,12 @@
 import os
 
 import numpy as np
-import pytest
 import tensorflow as tf
 import tensorflow_federated as tff
 from tensorflow_federated.python.simulation.models import resnet_models
 
 from tasks import cifar100
-from tasks import errors
-from tasks import validation_split
+from tests import task_checks
 
 
 def _group_norms(model):
@@ -66,22 +64,10 @@ def test_fedavg_trains_two_rounds_on_two_clients_one_batch_each():
       use_synthetic_data=True,
       validation_fraction=0.0,
   )
-  process = tff.learning.algorithms.build_weighted_fed_avg(
-      task.model_fn,
-      client_optimizer_fn=tff.learning.optimizers.build_sgdm(0.01),
+  run = task_checks.train_fedavg(
+      task, task.datasets.train_data.client_ids, client_learning_rate=0.01
   )
-  state = process.initialize()
-  client_ids = task.datasets.train_data.client_ids
-  for _ in range(2):
-    datasets = [
-        task.datasets.train_preprocess_fn(
-            task.datasets.train_data.create_tf_dataset_for_client(client_id)
-        )
-        for client_id in client_ids
-    ]
-    output = process.next(state, datasets)
-    state = output.state
-    train_metrics = output.metrics['client_work']['train']
+  for train_metrics in run.train_metrics:
     assert train_metrics['num_examples'] == 2 * 2
     assert cifar100.ACCURACY_METRIC_NAME in train_metrics
     assert np.isfinite(train_metrics['loss'])
@@ -91,22 +77,17 @@ def test_validation_split_is_the_seeded_client_split():
   task = cifar100.create_cifar100_task(
       use_synthetic_data=True, validation_fraction=0.2, seed=9
   )
-  all_ids = tff.simulation.datasets.cifar100.get_synthetic().client_ids
-  train_ids = task.datasets.train_data.client_ids
-  validation_ids = task.datasets.validation_data.client_ids
-  assert (train_ids, validation_ids) == validation_split.split_client_ids(
-      all_ids, 0.2, seed=9
+  task_checks.assert_seeded_validation_split(
+      task, tff.simulation.datasets.cifar100.get_synthetic().client_ids, 0.2,
+      seed=9
   )
-  assert validation_ids and not set(train_ids) & set(validation_ids)
-  assert sorted(train_ids + validation_ids) == sorted(all_ids)
 
 
 def test_missing_data_is_one_line_naming_the_file_and_writes_nothing(
     tmp_path,
 ):
-  with pytest.raises(errors.MissingDataError) as raised:
-    cifar100.create_cifar100_task(data_dir=str(tmp_path))
-  message = str(raised.value)
-  assert '\n' not in message
+  message = task_checks.missing_data_message(
+      cifar100.create_cifar100_task, tmp_path
+  )
   assert str(tmp_path / 'cifar100.sqlite') in message
   assert not os.listdir(tmp_path)

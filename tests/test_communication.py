@@ -2,24 +2,13 @@
 
 import numpy as np
 import pytest
-import tensorflow as tf
 import tensorflow_federated as tff
 
 from adabest_tff import adabest
 from adabest_tff import communication
 from adabest_tff import feddyn
 from adabest_tff import scaffold
-
-
-def model_fn_with(num_features):
-  def model_fn():
-    keras_model = tf.keras.Sequential([
-        tf.keras.layers.Dense(1, input_shape=(num_features,))])
-    return tff.learning.models.from_keras_model(
-        keras_model, loss=tf.keras.losses.MeanSquaredError(),
-        input_spec=(tf.TensorSpec([None, num_features], tf.float32),
-                    tf.TensorSpec([None, 1], tf.float32)))
-  return model_fn
+from tests import tiny_models
 
 
 def test_type_size_bytes():
@@ -33,6 +22,21 @@ def test_type_size_bytes():
     communication.type_size_bytes(tff.TensorType(np.float32, [None]))
   with pytest.raises(ValueError, match='str'):
     communication.type_size_bytes(tff.TensorType(np.str_))
+
+
+def test_type_size_bytes_sums_tensor_sizes():
+  value_type = tff.to_type([
+      tff.TensorType(np.float32, [3, 2]),
+      [tff.TensorType(np.int64), tff.TensorType(np.float16, [5])],
+  ])
+  assert communication.type_size_bytes(value_type) == 3 * 2 * 4 + 8 + 5 * 2
+  federated = tff.FederatedType(tff.TensorType(np.float32, [7]), tff.CLIENTS)
+  assert communication.type_size_bytes(federated) == 28
+
+
+def test_type_size_bytes_rejects_unknown_shapes():
+  with pytest.raises(ValueError, match=r'float32\[\?,3\]'):
+    communication.type_size_bytes(tff.TensorType(np.float32, [None, 3]))
 
 
 def test_counts_broadcasts_down_and_aggregations_up():
@@ -68,8 +72,10 @@ def test_scaffold_sends_twice_the_model_bytes_of_the_others():
   model_bytes_difference = (large - small) * 4  # kernel entries, float32
   differences = {}
   for name, build in builders.items():
-    small_cost = communication.communication_cost(build(model_fn_with(small)))
-    large_cost = communication.communication_cost(build(model_fn_with(large)))
+    small_cost = communication.communication_cost(
+        build(tiny_models.linear_model_fn(small)))
+    large_cost = communication.communication_cost(
+        build(tiny_models.linear_model_fn(large)))
     differences[name] = (large_cost.bytes_down - small_cost.bytes_down,
                          large_cost.bytes_up - small_cost.bytes_up)
   one_model = (model_bytes_difference, model_bytes_difference)

@@ -14,6 +14,7 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from large_cohort import diagnostics
+from tests import tiny_models
 
 _VALUE_TYPE = tff.types.StructWithPythonType(
     [tff.TensorType(np.float32, [3]), tff.TensorType(np.float32, [2])], list)
@@ -155,20 +156,9 @@ def test_robust_aggregator_clipping_is_the_papers_adaptive_clipping():
     clip *= math.exp(-0.2 * (unclipped_fraction - 0.8))  # eq. (4)
 
 
-def _linear_model_fn():
-  keras_model = tf.keras.Sequential(
-      [tf.keras.layers.Dense(1, input_shape=(2,))])
-  return tff.learning.models.from_keras_model(
-      keras_model,
-      loss=tf.keras.losses.MeanSquaredError(),
-      input_spec=collections.OrderedDict(
-          x=tf.TensorSpec([None, 2], tf.float32),
-          y=tf.TensorSpec([None, 1], tf.float32)))
-
-
 def test_in_fed_avg_update_norm_is_the_server_step():
   process = tff.learning.algorithms.build_weighted_fed_avg(
-      _linear_model_fn,
+      tiny_models.linear_model_fn(2),
       client_optimizer_fn=tff.learning.optimizers.build_sgdm(0.1),
       server_optimizer_fn=tff.learning.optimizers.build_sgdm(1.0),
       model_aggregator=diagnostics.diagnostics_factory(

@@ -9,13 +9,7 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from tasks import emnist
-from tasks import errors
-from tasks import validation_split
-
-
-def _variable_shapes(task):
-  with tf.Graph().as_default():
-    return [v.shape.as_list() for v in task.model_fn().trainable_variables]
+from tests import task_checks
 
 
 def test_model_is_specs_cnn_with_62_classes():
@@ -23,7 +17,7 @@ def test_model_is_specs_cnn_with_62_classes():
       use_synthetic_data=True, validation_fraction=0.0
   )
   # conv 3x3x32, conv 3x3x64, (max-pool, dropout) dense 128, dense 62.
-  assert _variable_shapes(task) == [
+  assert task_checks.variable_shapes(task) == [
       [3, 3, 1, 32], [32], [3, 3, 32, 64], [64],
       [12 * 12 * 64, 128], [128], [128, 62], [62],
   ]
@@ -38,46 +32,24 @@ def test_fedavg_trains_two_rounds_on_two_clients():
       use_synthetic_data=True,
       validation_fraction=0.0,
   )
-  process = tff.learning.algorithms.build_weighted_fed_avg(
-      task.model_fn,
-      client_optimizer_fn=tff.learning.optimizers.build_sgdm(0.01),
-  )
-  state = process.initialize()
-  initial_weights = process.get_model_weights(state).trainable
   client_ids = task.datasets.train_data.client_ids
   assert len(client_ids) == 2
-  for _ in range(2):
-    datasets = [
-        task.datasets.train_preprocess_fn(
-            task.datasets.train_data.create_tf_dataset_for_client(client_id)
-        )
-        for client_id in client_ids
-    ]
-    output = process.next(state, datasets)
-    state = output.state
-    train_metrics = output.metrics['client_work']['train']
+  run = task_checks.train_fedavg(task, client_ids, client_learning_rate=0.01)
+  for train_metrics in run.train_metrics:
     assert train_metrics['num_examples'] == 2 * 3  # max_elements_per_client
     assert emnist.ACCURACY_METRIC_NAME in train_metrics
     assert np.isfinite(train_metrics['loss'])
-  final_weights = process.get_model_weights(state).trainable
-  assert any(
-      not np.allclose(before, after)
-      for before, after in zip(initial_weights, final_weights)
-  )
+  task_checks.assert_model_changed(run)
 
 
 def test_validation_split_is_the_seeded_client_split():
   task = emnist.create_emnist_task(
       use_synthetic_data=True, validation_fraction=0.2, seed=4
   )
-  all_ids = tff.simulation.datasets.emnist.get_synthetic().client_ids
-  train_ids = task.datasets.train_data.client_ids
-  validation_ids = task.datasets.validation_data.client_ids
-  assert (train_ids, validation_ids) == validation_split.split_client_ids(
-      all_ids, 0.2, seed=4
+  task_checks.assert_seeded_validation_split(
+      task, tff.simulation.datasets.emnist.get_synthetic().client_ids, 0.2,
+      seed=4
   )
-  assert validation_ids and not set(train_ids) & set(validation_ids)
-  assert sorted(train_ids + validation_ids) == sorted(all_ids)
 
 
 @pytest.mark.parametrize('existing_dir', [True, False])
@@ -87,10 +59,8 @@ def test_missing_data_is_one_line_naming_the_file_and_writes_nothing(
   data_dir = tmp_path / 'cache'
   if existing_dir:
     data_dir.mkdir()
-  with pytest.raises(errors.MissingDataError) as raised:
-    emnist.create_emnist_task(data_dir=str(data_dir))
-  message = str(raised.value)
-  assert '\n' not in message
+  message = task_checks.missing_data_message(emnist.create_emnist_task,
+                                            data_dir)
   assert str(data_dir / 'emnist_all.sqlite') in message
   assert os.listdir(tmp_path) == (['cache'] if existing_dir else [])
   if existing_dir:

@@ -7,55 +7,19 @@ import tensorflow_federated as tff
 
 from adabest_tff import adabest
 from adabest_tff import feddyn
-from adabest_tff import stateful_process
+from tests import tiny_models
 
-NUM_FEATURES = 3
-BATCH_SIZE = 2
-L2 = 0.01
 POPULATION_SIZE = 4  # three clients take part, a fourth never does
-INITIAL_KERNEL = np.array([[0.2], [0.1], [-0.3]], np.float32)
-INITIAL_BIAS = np.array([-0.1], np.float32)
-RNG = np.random.default_rng(11)
-CLIENT_DATA = {
-    cid: (RNG.normal(size=(n, NUM_FEATURES)).astype(np.float32),
-          RNG.normal(size=(n, 1)).astype(np.float32))
-    for cid, n in (('a', 4), ('b', 3), ('c', 5))
-}
+PROBLEM = tiny_models.LinearRegressionProblem(
+    seed=11, client_sizes={'a': 4, 'b': 3, 'c': 5},
+    initial_kernel=[[0.2], [0.1], [-0.3]], initial_bias=[-0.1], l2=0.01)
 # Cohorts of varying size; 'b' skips round 2.
 COHORTS = (('a', 'b'), ('c',), ('a', 'b', 'c'))
 
 
-def model_fn():
-  keras_model = tf.keras.Sequential([
-      tf.keras.layers.Dense(
-          1, input_shape=(NUM_FEATURES,),
-          kernel_initializer=tf.keras.initializers.Constant(INITIAL_KERNEL),
-          bias_initializer=tf.keras.initializers.Constant(INITIAL_BIAS),
-          kernel_regularizer=tf.keras.regularizers.l2(L2))
-  ])
-  return tff.learning.models.from_keras_model(
-      keras_model, loss=tf.keras.losses.MeanSquaredError(),
-      input_spec=(tf.TensorSpec([None, NUM_FEATURES], tf.float32),
-                  tf.TensorSpec([None, 1], tf.float32)))
-
-
-def flat(trainable):
-  return np.concatenate([np.ravel(t) for t in trainable])
-
-
-def loss_gradient(theta, features, labels):
-  residual = (features @ theta[:NUM_FEATURES] + theta[NUM_FEATURES] -
-              labels[:, 0])
-  n = len(labels)
-  return np.concatenate([
-      2.0 / n * features.T @ residual + 2.0 * L2 * theta[:NUM_FEATURES],
-      [2.0 / n * residual.sum()],
-  ])
-
-
 def reference_feddyn(cohorts, *, learning_rate, decay, mu, uniform):
   """Algorithm 1 (FedDyn lines) in NumPy; μ_i = μ·n̄/n_i when uniform."""
-  cloud = np.concatenate([INITIAL_KERNEL.ravel(), INITIAL_BIAS])
+  cloud = PROBLEM.initial_weights()
   server_h = np.zeros_like(cloud)
   client_h = {}
   examples_seen, participations = 0.0, 0
@@ -66,14 +30,15 @@ def reference_feddyn(cohorts, *, learning_rate, decay, mu, uniform):
     client_models, weights = [], []
     for cid in cohort:
       h_i = client_h.get(cid, np.zeros_like(cloud))
-      features, labels = CLIENT_DATA[cid]
+      features, labels = PROBLEM.client_data[cid]
       n_i = len(labels)
       mu_i = mu * mean_examples / n_i if uniform and mean_examples else mu
       theta = cloud.copy()
-      for start in range(0, n_i, BATCH_SIZE):
-        batch = slice(start, start + BATCH_SIZE)
-        gradient = (loss_gradient(theta, features[batch], labels[batch]) -
-                    h_i - mu_i * (cloud - theta))
+      for start in range(0, n_i, PROBLEM.batch_size):
+        batch = slice(start, start + PROBLEM.batch_size)
+        gradient = (
+            PROBLEM.loss_gradient(theta, features[batch], labels[batch]) -
+            h_i - mu_i * (cloud - theta))
         theta = theta - eta * gradient
       client_h[cid] = h_i + mu_i * (cloud - theta)
       client_models.append(theta)
@@ -94,36 +59,28 @@ def test_three_rounds_match_numpy_reference(uniform):
                tff.learning.ClientWeighting.NUM_EXAMPLES)
   hparams = dict(learning_rate=0.1, decay=0.9, mu=0.4)
   process = feddyn.build_feddyn(
-      model_fn, population_size=POPULATION_SIZE,
+      PROBLEM.model_fn, population_size=POPULATION_SIZE,
       client_learning_rate=hparams['learning_rate'],
       client_learning_rate_decay=hparams['decay'], mu=hparams['mu'],
       client_weighting=weighting)
   expected = reference_feddyn(COHORTS, uniform=uniform, **hparams)
-  state = process.initialize()
-  client_states = {}
-  fresh = process.initial_client_state()
-  for cohort, (cloud, aggregate, server_h, reference_h) in zip(COHORTS,
-                                                              expected):
-    output = process.next(state, [
-        stateful_process.StatefulClientInput(
-            tf.data.Dataset.from_tensor_slices(CLIENT_DATA[cid]).batch(
-                BATCH_SIZE), client_states.get(cid, fresh))
-        for cid in cohort
-    ])
-    state = output.state
-    client_states.update(zip(cohort, output.client_states))
+  rounds = tiny_models.run_stateful_rounds(process, COHORTS, PROBLEM.dataset)
+  for (state, metrics, client_states), (cloud, aggregate, server_h,
+                                        reference_h) in zip(rounds, expected):
     np.testing.assert_allclose(
-        flat(state.global_model_weights.trainable), cloud, atol=1e-6)
-    np.testing.assert_allclose(
-        flat(process.get_model_weights(state).trainable), aggregate,
+        tiny_models.flat(state.global_model_weights.trainable), cloud,
         atol=1e-6)
     np.testing.assert_allclose(
-        output.metrics['finalizer']['oracle_gradient_estimate_norm'],
+        tiny_models.flat(process.get_model_weights(state).trainable),
+        aggregate, atol=1e-6)
+    np.testing.assert_allclose(
+        metrics['finalizer']['oracle_gradient_estimate_norm'],
         np.linalg.norm(server_h), rtol=1e-5)
     for cid, h_i in reference_h.items():
       np.testing.assert_allclose(
-          flat(client_states[cid][adabest.LOCAL_GRADIENT_ESTIMATE]), h_i,
-          atol=1e-6)
+          tiny_models.flat(
+              client_states[cid][adabest.LOCAL_GRADIENT_ESTIMATE]),
+          h_i, atol=1e-6)
 
 
 def test_server_rule_is_adabest_with_beta_one_up_to_participation():
@@ -139,14 +96,18 @@ def test_server_rule_is_adabest_with_beta_one_up_to_participation():
       adabest_h, adabest_x = adabest.adabest_server_update(h, x, g, 1.0)
       # Same x^t = x̄^t - h^t; FedDyn's step of h is |P|/|S| of AdaBest's.
       np.testing.assert_allclose(
-          flat(feddyn_h) - flat(h), fraction * (flat(adabest_h) - flat(h)),
+          tiny_models.flat(feddyn_h) - tiny_models.flat(h),
+          fraction * (tiny_models.flat(adabest_h) - tiny_models.flat(h)),
           atol=1e-6)
       np.testing.assert_allclose(
-          flat(feddyn_x) + flat(feddyn_h), flat(x) - flat(g), atol=1e-6)
+          tiny_models.flat(feddyn_x) + tiny_models.flat(feddyn_h),
+          tiny_models.flat(x) - tiny_models.flat(g), atol=1e-6)
       np.testing.assert_allclose(
-          flat(adabest_x) + flat(adabest_h), flat(x) - flat(g), atol=1e-6)
+          tiny_models.flat(adabest_x) + tiny_models.flat(adabest_h),
+          tiny_models.flat(x) - tiny_models.flat(g), atol=1e-6)
       if fraction == 1.0:
-        np.testing.assert_allclose(flat(feddyn_x), flat(adabest_x), atol=1e-6)
+        np.testing.assert_allclose(tiny_models.flat(feddyn_x),
+                                   tiny_models.flat(adabest_x), atol=1e-6)
       h, x = feddyn_h, feddyn_x
 
 
@@ -158,4 +119,4 @@ def test_server_rule_is_adabest_with_beta_one_up_to_participation():
 ])
 def test_bad_hyperparameters_raise_value_error(kwargs, bad_value):
   with pytest.raises(ValueError, match=bad_value):
-    feddyn.build_feddyn(model_fn, **kwargs)
+    feddyn.build_feddyn(PROBLEM.model_fn, **kwargs)

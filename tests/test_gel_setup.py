@@ -1,6 +1,5 @@
 """The GeL family's driver hooks: flags, task defaults, budgets, accounting."""
 
-import collections
 import json
 
 from absl import flags
@@ -8,12 +7,12 @@ from absl.testing import flagsaver
 import numpy as np
 import pandas as pd
 import pytest
-import tensorflow as tf
 import tensorflow_federated as tff
 
 from experiment_driver import algorithm_setup
 from experiment_driver import gel_setup
 from gel_tff import accounting
+from tests import tiny_models
 
 FLAGS = flags.FLAGS
 NUM_FEATURES = 3
@@ -27,38 +26,15 @@ def parsed_flags():
     FLAGS.mark_as_parsed()
 
 
-def model_fn():
-  keras_model = tf.keras.Sequential([
-      tf.keras.layers.Dense(1, input_shape=(NUM_FEATURES,))])
-  return tff.learning.models.from_keras_model(
-      keras_model, loss=tf.keras.losses.MeanSquaredError(),
-      input_spec=collections.OrderedDict(
-          x=tf.TensorSpec([None, NUM_FEATURES], tf.float32),
-          y=tf.TensorSpec([None, 1], tf.float32)))
-
-
-def tiny_task():
-  rng = np.random.default_rng(0)
-  client_data = tff.simulation.datasets.TestClientData({
-      client_id: collections.OrderedDict(
-          x=rng.normal(size=(n, NUM_FEATURES)).astype(np.float32),
-          y=rng.normal(size=(n, 1)).astype(np.float32))
-      for client_id, n in zip(CLIENT_IDS, (3, 5, 8))
-  })
-  datasets = tff.simulation.baselines.BaselineTaskDatasets(
-      train_data=client_data, test_data=client_data,
-      train_preprocess_fn=lambda d: d.batch(BATCH_SIZE),
-      eval_preprocess_fn=lambda d: d.batch(BATCH_SIZE))
-  return tff.simulation.baselines.BaselineTask(datasets, model_fn)
-
-
 def build_context(task_name, *, uniform_weighting=False):
   if uniform_weighting:
     aggregator = tff.aggregators.UnweightedMeanFactory()
   else:
     aggregator = tff.aggregators.MeanFactory()
   return algorithm_setup.BuildContext(
-      task_name=task_name, task=tiny_task(),
+      task_name=task_name,
+      task=tiny_models.regression_task(dict(zip(CLIENT_IDS, (3, 5, 8))),
+                                       NUM_FEATURES, BATCH_SIZE),
       client_optimizer=tff.learning.optimizers.build_sgdm(0.1),
       server_optimizer=tff.learning.optimizers.build_sgdm(1.0),
       client_learning_rate=0.1, server_learning_rate=1.0,

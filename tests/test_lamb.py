@@ -1,13 +1,12 @@
 """LAMB matches a NumPy transcription of its published update."""
 
-import collections
-
 import numpy as np
 import pytest
 import tensorflow as tf
 import tensorflow_federated as tff
 
 from large_cohort import lamb
+from tests import tiny_models
 
 
 def _numpy_lamb_step(weights, moments, gradients, step, *, learning_rate,
@@ -27,36 +26,13 @@ def _numpy_lamb_step(weights, moments, gradients, step, *, learning_rate,
   return new_weights, new_moments
 
 
-def _initial_weights():
-  rng = np.random.default_rng(0)
-  kernel = rng.normal(size=(3, 2)).astype(np.float32)
-  bias = np.zeros(2, np.float32)  # zero-norm layer: trust ratio 1.
-  return [kernel, bias]
-
-
-def _gradients(step):
-  rng = np.random.default_rng(100 + step)
-  kernel_gradient = rng.normal(size=(3, 2)).astype(np.float32)
-  bias_gradient = rng.normal(size=2).astype(np.float32)
-  return [kernel_gradient, bias_gradient]
-
-
-def _run_optimizer(optimizer, num_steps):
-  weights = [tf.constant(w) for w in _initial_weights()]
-  state = optimizer.initialize(
-      [tf.TensorSpec(w.shape, tf.float32) for w in weights])
-  for step in range(num_steps):
-    state, weights = optimizer.next(
-        state, weights, [tf.constant(g) for g in _gradients(step)])
-  return [w.numpy() for w in weights]
-
-
 def _run_numpy(learning_rates, **hparams):
-  weights = [w.astype(np.float64) for w in _initial_weights()]
+  weights = [w.astype(np.float64)
+             for w in tiny_models.optimizer_initial_weights()]
   moments = [(np.zeros_like(w), np.zeros_like(w)) for w in weights]
   for step, learning_rate in enumerate(learning_rates):
     weights, moments = _numpy_lamb_step(
-        weights, moments, _gradients(step), step + 1,
+        weights, moments, tiny_models.optimizer_gradients(step), step + 1,
         learning_rate=learning_rate, **hparams)
   return weights
 
@@ -67,15 +43,15 @@ def test_four_steps_match_numpy(weight_decay):
                               weight_decay=weight_decay)
   expected = _run_numpy([0.1] * 4, beta_1=0.9, beta_2=0.99, epsilon=1e-3,
                         weight_decay=weight_decay)
-  for actual, want in zip(_run_optimizer(optimizer, 4), expected):
+  for actual, want in zip(tiny_models.run_optimizer(optimizer, 4), expected):
     np.testing.assert_allclose(actual, want, rtol=1e-5, atol=1e-6)
 
 
 def test_zero_norm_layer_takes_untrusted_step_and_others_are_rescaled():
   optimizer = lamb.build_lamb(0.5, epsilon=0.0)
-  kernel, bias = _initial_weights()
-  _, bias_gradient = _gradients(0)
-  new_kernel, new_bias = _run_optimizer(optimizer, 1)
+  kernel, bias = tiny_models.optimizer_initial_weights()
+  _, bias_gradient = tiny_models.optimizer_gradients(0)
+  new_kernel, new_bias = tiny_models.run_optimizer(optimizer, 1)
   # First step with ε = 0: the bias-corrected Adam direction is sign(g).
   # Zero bias: ratio 1, step = lr * sign(g).
   np.testing.assert_allclose(new_bias, -0.5 * np.sign(bias_gradient),
@@ -94,7 +70,7 @@ def test_scheduled_learning_rate_matches_numpy():
       lamb.build_lamb(1.0), schedule)
   expected = _run_numpy(rates, beta_1=0.9, beta_2=0.99, epsilon=1e-3,
                         weight_decay=0.0)
-  for actual, want in zip(_run_optimizer(optimizer, 3), expected):
+  for actual, want in zip(tiny_models.run_optimizer(optimizer, 3), expected):
     np.testing.assert_allclose(actual, want, rtol=1e-5, atol=1e-6)
 
 
@@ -122,62 +98,16 @@ def test_bad_hyperparameter_raises(kwargs, bad):
 
 
 # --- FedLamb: two rounds of TFF FedAvg with server LAMB on a linear model ---
-
-_CLIENT_DATA = [
-    (np.array([[1.0, 2.0], [0.5, -1.0], [2.0, 0.0]], np.float32),
-     np.array([[1.0], [0.0], [2.0]], np.float32)),
-    (np.array([[-1.0, 1.0], [0.0, 3.0]], np.float32),
-     np.array([[-1.0], [1.5]], np.float32)),
-]
-_CLIENT_LR = 0.1
-
-
-def _linear_model_fn():
-  keras_model = tf.keras.Sequential(
-      [tf.keras.layers.Dense(1, input_shape=(2,))])
-  return tff.learning.models.from_keras_model(
-      keras_model,
-      loss=tf.keras.losses.MeanSquaredError(),
-      input_spec=collections.OrderedDict(
-          x=tf.TensorSpec([None, 2], tf.float32),
-          y=tf.TensorSpec([None, 1], tf.float32)))
-
-
-def _numpy_fedavg_update(kernel, bias):
-  """Example-weighted mean of `x − x_k` after one full-batch SGD step."""
-  updates, weights = [], []
-  for x, y in _CLIENT_DATA:
-    residual = x @ kernel + bias - y
-    kernel_gradient = 2.0 * x.T @ residual / len(x)
-    bias_gradient = 2.0 * residual.sum(axis=0) / len(x)
-    updates.append([_CLIENT_LR * kernel_gradient, _CLIENT_LR * bias_gradient])
-    weights.append(len(x))
-  total = sum(weights)
-  return [sum(w * u[i] for w, u in zip(weights, updates)) / total
-          for i in range(2)]
-
-
 def test_two_round_fedavg_with_server_lamb_matches_numpy():
-  process = tff.learning.algorithms.build_weighted_fed_avg(
-      _linear_model_fn,
-      client_optimizer_fn=tff.learning.optimizers.build_sgdm(_CLIENT_LR),
-      server_optimizer_fn=lamb.build_lamb(
-          0.05, beta_1=0.9, beta_2=0.99, epsilon=1e-3))
-  datasets = [
-      tf.data.Dataset.from_tensor_slices(
-          collections.OrderedDict(x=x, y=y)).batch(len(x))
-      for x, y in _CLIENT_DATA]
-  state = process.initialize()
-  weights = [np.asarray(w, np.float64)
-             for w in process.get_model_weights(state).trainable]
+  process = tiny_models.build_fedavg(
+      lamb.build_lamb(0.05, beta_1=0.9, beta_2=0.99, epsilon=1e-3))
+  weights, weights_per_round = tiny_models.run_fedavg_rounds(process, 2)
   moments = [(np.zeros_like(w), np.zeros_like(w)) for w in weights]
   assert np.all(weights[1] == 0.0)  # the bias starts in the zero-norm case
-  for step in (1, 2):
-    state = process.next(state, datasets).state
+  for step, round_weights in enumerate(weights_per_round, start=1):
     weights, moments = _numpy_lamb_step(
-        weights, moments, _numpy_fedavg_update(*weights), step,
+        weights, moments, tiny_models.numpy_fedavg_update(*weights), step,
         learning_rate=0.05, beta_1=0.9, beta_2=0.99, epsilon=1e-3,
         weight_decay=0.0)
-    for actual, want in zip(process.get_model_weights(state).trainable,
-                            weights):
+    for actual, want in zip(round_weights, weights):
       np.testing.assert_allclose(actual, want, rtol=1e-5, atol=1e-6)

@@ -1,13 +1,11 @@
 """Normalized FedAvg takes unit-norm steps along the mean client update."""
 
-import collections
-
 import numpy as np
 import pytest
-import tensorflow as tf
 import tensorflow_federated as tff
 
 from large_cohort import normalized_update
+from tests import tiny_models
 
 _VALUE_TYPE = tff.types.StructWithPythonType(
     [tff.TensorType(np.float32, [2, 2]), tff.TensorType(np.float32, [1])],
@@ -63,58 +61,19 @@ def test_bad_arguments_raise():
 
 
 # --- Normalized FedAvg, two rounds on a linear model, against NumPy ---
-
-_CLIENT_DATA = [
-    (np.array([[1.0, 2.0], [0.5, -1.0], [2.0, 0.0]], np.float32),
-     np.array([[1.0], [0.0], [2.0]], np.float32)),
-    (np.array([[-1.0, 1.0], [0.0, 3.0]], np.float32),
-     np.array([[-1.0], [1.5]], np.float32)),
-]
-_CLIENT_LR = 0.1
-
-
-def _linear_model_fn():
-  keras_model = tf.keras.Sequential(
-      [tf.keras.layers.Dense(1, input_shape=(2,))])
-  return tff.learning.models.from_keras_model(
-      keras_model,
-      loss=tf.keras.losses.MeanSquaredError(),
-      input_spec=collections.OrderedDict(
-          x=tf.TensorSpec([None, 2], tf.float32),
-          y=tf.TensorSpec([None, 1], tf.float32)))
-
-
-def _numpy_mean_update(kernel, bias):
-  """Example-weighted mean of `x − x_k` after one full-batch SGD step."""
-  updates, weights = [], []
-  for x, y in _CLIENT_DATA:
-    residual = x @ kernel + bias - y
-    updates.append([_CLIENT_LR * 2.0 * x.T @ residual / len(x),
-                    _CLIENT_LR * 2.0 * residual.sum(axis=0) / len(x)])
-    weights.append(len(x))
-  return [sum(w * u[i] for w, u in zip(weights, updates)) / sum(weights)
-          for i in range(2)]
-
-
 def test_two_rounds_of_normalized_fed_avg_match_numpy():
   server_learning_rate = 0.3
   process = normalized_update.build_normalized_fed_avg(
-      _linear_model_fn, tff.learning.optimizers.build_sgdm(_CLIENT_LR),
+      tiny_models.linear_model_fn(tiny_models.FEDAVG_NUM_FEATURES),
+      tff.learning.optimizers.build_sgdm(
+          tiny_models.FEDAVG_CLIENT_LEARNING_RATE),
       server_learning_rate=server_learning_rate)
-  datasets = [
-      tf.data.Dataset.from_tensor_slices(
-          collections.OrderedDict(x=x, y=y)).batch(len(x))
-      for x, y in _CLIENT_DATA]
-  state = process.initialize()
-  weights = [np.asarray(w, np.float64)
-             for w in process.get_model_weights(state).trainable]
-  for _ in range(2):
-    state = process.next(state, datasets).state
-    update = _numpy_mean_update(*weights)
+  weights, weights_per_round = tiny_models.run_fedavg_rounds(process, 2)
+  for actual in weights_per_round:
+    update = tiny_models.numpy_fedavg_update(*weights)
     norm = np.linalg.norm(_flat(update))
     new_weights = [w - server_learning_rate * u / norm
                    for w, u in zip(weights, update)]
-    actual = process.get_model_weights(state).trainable
     for got, want in zip(actual, new_weights):
       np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
     # Every server step has length exactly η_s.

@@ -57,6 +57,22 @@ def test_missing_file_raises_one_line_naming_it_and_writes_nothing(tmp_path):
   assert not os.listdir(tmp_path)
 
 
+def test_tff_cached_file_is_looked_for_where_tff_caches_it(tmp_path):
+  with pytest.raises(errors.MissingDataError) as raised:
+    with offline_data.require_tff_cached_file(
+        'EMNIST', 'emnist_all.sqlite', str(tmp_path), _LOADER_CALL
+    ):
+      pass
+  assert offline_data.tff_cached_path(
+      'emnist_all.sqlite', str(tmp_path)) in str(raised.value)
+  (tmp_path / 'emnist_all.sqlite').write_text('')
+  with offline_data.require_tff_cached_file(
+      'EMNIST', 'emnist_all.sqlite', str(tmp_path), _LOADER_CALL
+  ):
+    result = 'loaded'
+  assert result == 'loaded'
+
+
 def test_only_missing_files_are_named(tmp_path):
   present = tmp_path / 'present.sqlite'
   present.write_text('')

@@ -1,26 +1,16 @@
 """Tests of large_cohort.plots: every figure type becomes a non-empty PNG."""
 
-import json
 import os
 
 import numpy as np
-import pandas as pd
 import pytest
 
 from large_cohort import analysis
 from large_cohort import plots
+from tests import run_directories
 
 _PNG_SIGNATURE = b'\x89PNG\r\n\x1a\n'
 _ROUNDS = 6
-
-
-def _write_run(root, name, hparams, metrics):
-  run_dir = os.path.join(root, name)
-  os.makedirs(run_dir)
-  with open(os.path.join(run_dir, 'hparams.json'), 'w') as f:
-    json.dump(hparams, f)
-  pd.DataFrame(metrics).to_csv(os.path.join(run_dir, 'metrics.csv'),
-                               index=False)
 
 
 @pytest.fixture(name='runs_root')
@@ -45,7 +35,7 @@ def fixture_runs_root(tmp_path):
         for q in analysis.PERCENTILES:
           metrics[analysis.percentile_column('test/accuracy', q)] = np.where(
               evaluated, accuracy * q / 100, np.nan)
-        _write_run(tmp_path, f'M{cohort}_l{lam}_s{seed}', {
+        run_directories.write_run(tmp_path, f'M{cohort}_l{lam}_s{seed}', {
             'clients_per_round': cohort, 'straggler_lambda': lam,
             'seed': seed, 'client_learning_rate': 0.1 * (1 + seed),
             'server_learning_rate': 1.0 if lam == 1.0 else 0.1}, metrics)

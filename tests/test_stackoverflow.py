@@ -4,16 +4,10 @@ import os
 
 import numpy as np
 import pytest
-import tensorflow as tf
 import tensorflow_federated as tff
 
-from tasks import errors
 from tasks import stackoverflow
-
-
-def _variable_shapes(task):
-  with tf.Graph().as_default():
-    return [v.shape.as_list() for v in task.model_fn().trainable_variables]
+from tests import task_checks
 
 
 def test_model_is_specs_lstm_over_vocab_plus_four_special_tokens():
@@ -24,7 +18,7 @@ def test_model_is_specs_lstm_over_vocab_plus_four_special_tokens():
   )
   vocab = num_synthetic_words + 4
   lstm_gates = 4 * 670
-  assert _variable_shapes(task) == [
+  assert task_checks.variable_shapes(task) == [
       [vocab, 96],  # embedding 96
       [96, lstm_gates], [670, lstm_gates], [lstm_gates],  # LSTM 670
       [670, 96], [96],  # projection back to 96
@@ -78,40 +72,22 @@ def test_fedavg_trains_two_rounds_on_two_clients():
   task = stackoverflow.create_stackoverflow_task(
       train_batch_size=2, use_synthetic_data=True, validation_fraction=0.0
   )
-  process = tff.learning.algorithms.build_weighted_fed_avg(
-      task.model_fn,
-      client_optimizer_fn=tff.learning.optimizers.build_sgdm(1.0),
+  run = task_checks.train_fedavg(
+      task, task.datasets.train_data.client_ids[:2], client_learning_rate=1.0
   )
-  state = process.initialize()
-  initial_weights = process.get_model_weights(state).trainable
-  client_ids = task.datasets.train_data.client_ids[:2]
-  for _ in range(2):
-    datasets = [
-        task.datasets.train_preprocess_fn(
-            task.datasets.train_data.create_tf_dataset_for_client(client_id)
-        )
-        for client_id in client_ids
-    ]
-    output = process.next(state, datasets)
-    state = output.state
-    train_metrics = output.metrics['client_work']['train']
+  for train_metrics in run.train_metrics:
     assert stackoverflow.ACCURACY_METRIC_NAME in train_metrics
     assert train_metrics['num_examples'] == 3 + 3  # sentences of 2 clients
     assert np.isfinite(train_metrics['loss'])
-  final_weights = process.get_model_weights(state).trainable
-  assert any(
-      not np.allclose(before, after)
-      for before, after in zip(initial_weights, final_weights)
-  )
+  task_checks.assert_model_changed(run)
 
 
 def test_missing_data_is_one_line_naming_the_file_and_writes_nothing(
     tmp_path,
 ):
-  with pytest.raises(errors.MissingDataError) as raised:
-    stackoverflow.create_stackoverflow_task(data_dir=str(tmp_path))
-  message = str(raised.value)
-  assert '\n' not in message
+  message = task_checks.missing_data_message(
+      stackoverflow.create_stackoverflow_task, tmp_path
+  )
   assert str(tmp_path / 'stackoverflow.sqlite') in message
   assert not os.listdir(tmp_path)
 

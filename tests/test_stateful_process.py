@@ -9,37 +9,12 @@ import tensorflow_federated as tff
 
 from adabest_tff import client_state_store
 from adabest_tff import stateful_process
+from tests import tiny_models
 
-NUM_FEATURES = 2
-BATCH_SIZE = 2
 CORRECTION = 0.5  # the probe subtracts this from every gradient entry
-RNG = np.random.default_rng(2)
-CLIENT_DATA = {
-    cid: (RNG.normal(size=(n, NUM_FEATURES)).astype(np.float32),
-          RNG.normal(size=(n, 1)).astype(np.float32))
-    for cid, n in (('a', 3), ('b', 5), ('c', 2))
-}
-
-
-def model_fn():
-  keras_model = tf.keras.Sequential([
-      tf.keras.layers.Dense(1, input_shape=(NUM_FEATURES,),
-                            kernel_initializer='ones',
-                            bias_initializer='zeros')
-  ])
-  return tff.learning.models.from_keras_model(
-      keras_model, loss=tf.keras.losses.MeanSquaredError(),
-      input_spec=(tf.TensorSpec([None, NUM_FEATURES], tf.float32),
-                  tf.TensorSpec([None, 1], tf.float32)))
-
-
-def dataset(client_id):
-  return tf.data.Dataset.from_tensor_slices(
-      CLIENT_DATA[client_id]).batch(BATCH_SIZE)
-
-
-def flat(trainable):
-  return np.concatenate([np.ravel(t) for t in trainable])
+PROBLEM = tiny_models.LinearRegressionProblem(
+    seed=2, client_sizes={'a': 3, 'b': 5, 'c': 2},
+    initial_kernel=[[1.0], [1.0]], initial_bias=[0.0])
 
 
 # The probe's client state records what the client saw and did.
@@ -50,7 +25,7 @@ PROBE_STATE_TYPE = tff.types.to_type(collections.OrderedDict(
 
 def build_probe_process(learning_rate=0.1, decay=0.5):
   """Corrected local SGD; the server counts examples and broadcasts them."""
-  weights_type = stateful_process.model_weights_type(model_fn)
+  weights_type = stateful_process.model_weights_type(PROBLEM.model_fn)
 
   def client_update(model, work_input, data, context):
     training = stateful_process.local_sgd_with_correction(
@@ -71,7 +46,7 @@ def build_probe_process(learning_rate=0.1, decay=0.5):
     return result, tf.cast(training.num_examples, tf.float32)
 
   client_work = stateful_process.build_stateful_client_work(
-      model_fn,
+      PROBLEM.model_fn,
       client_state_type=PROBE_STATE_TYPE,
       client_update_fn=client_update,
       initial_server_values_fn=lambda: tf.constant(0.0),
@@ -79,10 +54,6 @@ def build_probe_process(learning_rate=0.1, decay=0.5):
       server_values_update_fn=lambda total, examples: total + examples,
       client_learning_rate=learning_rate,
       client_learning_rate_decay=decay)
-
-  @tff.tensorflow.computation
-  def initial_weights():
-    return tff.learning.models.ModelWeights.from_model(model_fn())
 
   @tff.tensorflow.computation
   def initial_client_state():
@@ -93,7 +64,7 @@ def build_probe_process(learning_rate=0.1, decay=0.5):
         num_steps=tf.constant(0, tf.int64))
 
   return stateful_process.compose_stateful_learning_process(
-      initial_weights,
+      stateful_process.build_initial_model_weights_fn(PROBLEM.model_fn),
       tff.learning.templates.build_broadcast_process(weights_type),
       client_work,
       tff.aggregators.MeanFactory().create(weights_type.trainable,
@@ -104,12 +75,10 @@ def build_probe_process(learning_rate=0.1, decay=0.5):
 
 
 def reference_client_model(weights, client_id, learning_rate):
-  features, labels = CLIENT_DATA[client_id]
-  for start in range(0, len(labels), BATCH_SIZE):
-    x, y = features[start:start + BATCH_SIZE], labels[start:start + BATCH_SIZE]
-    residual = x @ weights[:NUM_FEATURES] + weights[NUM_FEATURES] - y[:, 0]
-    gradient = np.concatenate([2.0 / len(y) * x.T @ residual,
-                               [2.0 / len(y) * residual.sum()]])
+  features, labels = PROBLEM.client_data[client_id]
+  for start in range(0, len(labels), PROBLEM.batch_size):
+    batch = slice(start, start + PROBLEM.batch_size)
+    gradient = PROBLEM.loss_gradient(weights, features[batch], labels[batch])
     weights = weights - learning_rate * (gradient - CORRECTION)
   return weights
 
@@ -130,12 +99,12 @@ def test_is_a_learning_process_with_client_state_types(probe):
 def test_two_rounds_thread_states_context_and_corrected_sgd(probe):
   state = probe.initialize()
   fresh = probe.initial_client_state()
-  weights = flat(probe.get_model_weights(state).trainable)
+  weights = tiny_models.flat(probe.get_model_weights(state).trainable)
   states = {}
   examples_so_far = 0.0
   for round_num, cohort in ((1, ('b', 'a')), (2, ('c', 'b'))):
     output = probe.next(state, [
-        stateful_process.StatefulClientInput(dataset(cid),
+        stateful_process.StatefulClientInput(PROBLEM.dataset(cid),
                                              states.get(cid, fresh))
         for cid in cohort
     ])
@@ -144,23 +113,24 @@ def test_two_rounds_thread_states_context_and_corrected_sgd(probe):
       assert client_state['round_num'] == round_num
       np.testing.assert_allclose(client_state['learning_rate'], learning_rate)
       assert client_state['examples_before'] == examples_so_far
-      assert client_state['num_examples'] == len(CLIENT_DATA[cid][1])
-      assert client_state['num_steps'] == -(-len(CLIENT_DATA[cid][1]) //
-                                            BATCH_SIZE)
+      assert client_state['num_examples'] == len(PROBLEM.client_data[cid][1])
+      assert client_state['num_steps'] == -(
+          -len(PROBLEM.client_data[cid][1]) // PROBLEM.batch_size)
       assert client_state['rounds_seen'] == (
           states[cid]['rounds_seen'] + 1 if cid in states else 1)
     states.update(zip(cohort, output.client_states))
-    examples_so_far += sum(len(CLIENT_DATA[cid][1]) for cid in cohort)
+    examples_so_far += sum(len(PROBLEM.client_data[cid][1]) for cid in cohort)
     weights = np.mean([reference_client_model(weights, cid, learning_rate)
                        for cid in cohort], axis=0)
     state = output.state
-    np.testing.assert_allclose(flat(probe.get_model_weights(state).trainable),
-                               weights, atol=1e-6)
+    np.testing.assert_allclose(
+        tiny_models.flat(probe.get_model_weights(state).trainable), weights,
+        atol=1e-6)
     np.testing.assert_allclose(output.metrics['model_norms']
                                ['deployed_model_norm'],
                                np.linalg.norm(weights), rtol=1e-5)
     assert output.metrics['client_work']['train']['num_examples'] == sum(
-        len(CLIENT_DATA[cid][1]) for cid in cohort)
+        len(PROBLEM.client_data[cid][1]) for cid in cohort)
 
 
 def test_run_round_loads_and_saves_states_in_the_store(probe, tmp_path):
@@ -169,7 +139,7 @@ def test_run_round_loads_and_saves_states_in_the_store(probe, tmp_path):
   state = probe.initialize()
   for round_num, cohort in ((1, ['a', 'b']), (2, ['b', 'c'])):
     output = stateful_process.run_round(
-        probe, state, cohort, [dataset(cid) for cid in cohort], store,
+        probe, state, cohort, [PROBLEM.dataset(cid) for cid in cohort], store,
         round_num)
     assert isinstance(output, tff.learning.templates.LearningProcessOutput)
     state = output.state
@@ -180,7 +150,7 @@ def test_run_round_loads_and_saves_states_in_the_store(probe, tmp_path):
   assert (a['rounds_seen'], b['rounds_seen'], c['rounds_seen']) == (1, 2, 1)
   assert (a['round_num'], b['round_num'], c['round_num']) == (1, 2, 2)
   with pytest.raises(ValueError, match='2 client ids and 1 datasets'):
-    stateful_process.run_round(probe, state, ['a', 'b'], [dataset('a')],
+    stateful_process.run_round(probe, state, ['a', 'b'], [PROBLEM.dataset('a')],
                                store, 3)
 
 
@@ -193,7 +163,7 @@ def test_resume_from_a_checkpoint_repeats_the_uninterrupted_run(
     for round_num in rounds:
       cohort = cohorts[round_num]
       state = stateful_process.run_round(
-          probe, state, cohort, [dataset(cid) for cid in cohort], store,
+          probe, state, cohort, [PROBLEM.dataset(cid) for cid in cohort], store,
           round_num).state
     return state
 
@@ -210,8 +180,9 @@ def test_resume_from_a_checkpoint_repeats_the_uninterrupted_run(
   resumed_store.restore(2)
   resumed = run(resumed_store, checkpoint, [3, 4])
 
-  np.testing.assert_allclose(flat(probe.get_model_weights(resumed).trainable),
-                             flat(probe.get_model_weights(straight).trainable))
+  np.testing.assert_allclose(
+      tiny_models.flat(probe.get_model_weights(resumed).trainable),
+      tiny_models.flat(probe.get_model_weights(straight).trainable))
   for ours, theirs in zip(resumed_store.load(['a', 'b', 'c']),
                           straight_store.load(['a', 'b', 'c'])):
     assert ours['rounds_seen'] == theirs['rounds_seen']
@@ -283,3 +254,18 @@ def test_decayed_learning_rate_and_bad_arguments():
     stateful_process.compose_stateful_learning_process(
         None, None, None, None, None, None,
         with_deployed_model_weights_fn=lambda state, weights: state)
+
+
+@pytest.mark.parametrize('population_size', [0, -3, 2.5, '4'])
+def test_population_size_must_be_a_positive_int(population_size):
+  stateful_process.check_population_size(1)
+  with pytest.raises(ValueError, match=repr(population_size)):
+    stateful_process.check_population_size(population_size)
+
+
+def test_initial_model_weights_are_a_new_models():
+  weights = stateful_process.build_initial_model_weights_fn(
+      PROBLEM.model_fn)()
+  np.testing.assert_array_equal(tiny_models.flat(weights.trainable),
+                                PROBLEM.initial_weights())
+  assert not weights.non_trainable

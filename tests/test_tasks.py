@@ -25,14 +25,22 @@ def test_every_registry_table_covers_every_task():
 
 
 def test_default_batch_sizes_are_the_papers():
-  # SPEC.md §1 (large-cohort Table 2) and §3 (GeL: 5 for Synthetic).
+  # SPEC.md §1 (large-cohort Table 2), §2 (AdaBest: 45), §3 (GeL: 5 for
+  # Synthetic).
   assert tasks.DEFAULT_TRAIN_BATCH_SIZE == {
       'cifar100': 20,
       'emnist': 20,
       'shakespeare': 4,
       'stackoverflow': 32,
       'synthetic': 5,
+      'emnist_l': 45,
+      'cifar10': 45,
+      'cifar100_partitioned': 45,
+      'synthetic_partitioned': 45,
   }
+  assert set(tasks.DEFAULT_CLIENT_EPOCHS) == set(tasks.TASK_NAMES)
+  assert tasks.DEFAULT_CLIENT_EPOCHS['emnist'] == 1
+  assert tasks.DEFAULT_CLIENT_EPOCHS['cifar10'] == 5
 
 
 @pytest.mark.parametrize('name', sorted(tasks.TASK_BUILDERS))

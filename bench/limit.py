@@ -1,0 +1,80 @@
+"""BENCH.md's limit: a round's client work in plain TensorFlow, written fast.
+
+All clients' data are constant tensors shaped `[clients, batches, batch,
+...]`; one `tf.function` loops over clients and batches with `tf.range`,
+resets the model to the round's start weights for each client, runs the local
+SGD steps (same model, loss and learning rate as TFF's client work, Keras
+`training=True`, so dropout is on) and adds each client's final weights to a
+running sum. Nothing federated surrounds it: no serialization, no aggregation
+process, no metrics.
+"""
+
+from collections.abc import Sequence
+
+import numpy as np
+import tensorflow as tf
+
+from bench import workloads
+
+
+class LimitRound:
+  """One round of the limit for fixed client data; call it to run a round.
+
+  After a call, `mean_client_weights()` is the mean of the clients' final
+  weights: with equally sized clients, the FedAvg model (server SGD at 1.0)
+  the same round produces.
+  """
+
+  def __init__(self, workload: workloads.Workload,
+               arrays: workloads.ClientArrays):
+    if workload.examples_per_client % workload.batch_size:
+      raise ValueError(
+          f'examples_per_client={workload.examples_per_client} is not a '
+          f'multiple of batch_size={workload.batch_size}.')
+    self._num_clients = arrays.num_clients
+    num_batches = workload.batches_per_client
+    batched_shape = (self._num_clients, num_batches, workload.batch_size)
+    self._x = tf.constant(arrays.x.reshape(batched_shape + arrays.x.shape[2:]))
+    self._y = tf.constant(arrays.y.reshape(batched_shape + arrays.y.shape[2:]))
+    self._model = workload.keras_model_fn()
+    self._loss = workload.loss_fn()
+    self._learning_rate = workload.learning_rate
+    self._num_batches = num_batches
+    variables = self._model.trainable_variables
+    self._start_weights = [tf.Variable(v) for v in variables]
+    self._weight_sums = [tf.Variable(tf.zeros_like(v)) for v in variables]
+    self._round = tf.function(self._round_fn)
+
+  def set_start_weights(self, weights: Sequence[np.ndarray]) -> None:
+    """Sets the weights every client starts the round from."""
+    for variable, value in zip(self._start_weights, weights, strict=True):
+      variable.assign(value)
+
+  def mean_client_weights(self) -> list[np.ndarray]:
+    """The mean over clients of their weights after the last round."""
+    return [s.numpy() / self._num_clients for s in self._weight_sums]
+
+  def __call__(self) -> None:
+    self._round()
+
+  def _round_fn(self) -> None:
+    variables = self._model.trainable_variables
+    for weight_sum in self._weight_sums:
+      weight_sum.assign(tf.zeros_like(weight_sum))
+    for c in tf.range(self._num_clients):
+      for variable, start in zip(variables, self._start_weights):
+        variable.assign(start)
+      for b in tf.range(self._num_batches):
+        with tf.GradientTape() as tape:
+          predictions = self._model(self._x[c, b], training=True)
+          loss = self._loss(self._y[c, b], predictions)
+        gradients = tape.gradient(loss, variables)
+        for variable, gradient in zip(variables, gradients):
+          if isinstance(gradient, tf.IndexedSlices):  # embedding lookups
+            variable.scatter_sub(tf.IndexedSlices(
+                self._learning_rate * gradient.values, gradient.indices,
+                gradient.dense_shape))
+          else:
+            variable.assign_sub(self._learning_rate * gradient)
+      for weight_sum, variable in zip(self._weight_sums, variables):
+        weight_sum.assign_add(variable)

@@ -1,0 +1,150 @@
+"""Peak resident memory of training rounds, driver and worker.
+
+`measure_peak_memory` runs `rounds` rounds of an algorithm through the
+package's training loop (`experiment_driver.training_loop.run_training`, the
+loop `run_experiment.py` uses, with its evaluation, checkpoints and, for
+stateful algorithms, the `adabest_tff.client_state_store` on disk), every
+client of a population of `num_clients` taking part in every round, and
+reports the peak resident set size (Linux `VmHWM`) of this process (the
+driver) and of its `worker_binary`. The driver's peak is reset after the
+client data are built, so it counts what training adds on top of the data
+held in memory (`data_mb`).
+
+Algorithms: `fedavg`, the driver's FedAvg round (`large_cohort.fedopt` with
+the driver's default aggregator), stateless; `adabest`,
+`adabest_tff.adabest.build_adabest` at its defaults, whose clients each keep
+a model-sized state between rounds.
+
+Run it in a fresh process per measurement (`run_in_subprocess`), so the peaks
+of one measurement do not carry over to the next.
+"""
+
+import collections
+import gc
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from typing import Any
+
+import tensorflow_federated as tff
+
+from adabest_tff import adabest
+from bench import tff_rounds
+from bench import timing
+from bench import workloads
+from experiment_driver import algorithm_setup
+from experiment_driver import outputs
+from experiment_driver import runtime
+from experiment_driver import training_loop
+
+ALGORITHMS = ('fedavg', 'adabest')
+_NUM_TEST_CLIENTS = 2
+_BYTES_PER_MB = 2**20
+
+
+def _status_kilobytes(pid: int | str, field: str) -> int:
+  with open(f'/proc/{pid}/status') as f:
+    for line in f:
+      if line.startswith(field + ':'):
+        return int(line.split()[1])
+  raise ValueError(f'/proc/{pid}/status has no {field}.')
+
+
+def _reset_peak_rss() -> None:
+  """Resets this process's `VmHWM` to its current RSS (Linux >= 4.0)."""
+  with open('/proc/self/clear_refs', 'w') as f:
+    f.write('5')
+
+
+def _client_data(
+    arrays: workloads.ClientArrays) -> tff.simulation.datasets.ClientData:
+  return tff.simulation.datasets.TestClientData({
+      str(c): collections.OrderedDict(x=arrays.x[c], y=arrays.y[c])
+      for c in range(arrays.num_clients)
+  })
+
+
+def _task(workload: workloads.Workload,
+          num_clients: int) -> tuple[tff.simulation.baselines.BaselineTask,
+                                     int]:
+  """A task on random client data, and the training data's size in bytes."""
+  train = workload.client_arrays(num_clients, seed=0)
+  test = workload.client_arrays(_NUM_TEST_CLIENTS, seed=1)
+  datasets = tff.simulation.baselines.BaselineTaskDatasets(
+      train_data=_client_data(train),
+      test_data=_client_data(test),
+      train_preprocess_fn=lambda d: d.batch(workload.batch_size),
+      eval_preprocess_fn=lambda d: d.batch(workload.batch_size))
+  task = tff.simulation.baselines.BaselineTask(datasets,
+                                               workload.tff_model_fn())
+  return task, train.x.nbytes + train.y.nbytes
+
+
+def _process(algorithm: str, workload: workloads.Workload):
+  if algorithm == 'fedavg':
+    return tff_rounds.build_process(workload, 'package')
+  if algorithm == 'adabest':
+    return adabest.build_adabest(workload.tff_model_fn())
+  raise ValueError(
+      f'Unknown algorithm {algorithm!r}; expected one of {ALGORITHMS}.')
+
+
+def measure_peak_memory(algorithm: str, workload_name: str, num_clients: int,
+                        rounds: int = 2) -> dict[str, Any]:
+  """Trains `rounds` rounds with all `num_clients` clients; returns the peaks.
+
+  Returns:
+    A dict with `algorithm`, `workload`, `clients`, `data_mb` (the training
+    arrays), `driver_start_mb` (the driver's RSS once the data are built),
+    `driver_peak_mb` and `worker_peak_mb`.
+
+  Raises:
+    ValueError: For an unknown algorithm or workload, or non-positive
+      `num_clients` or `rounds`.
+  """
+  if rounds < 1:
+    raise ValueError(f'rounds must be positive, got {rounds}.')
+  workload = workloads.get_workload(workload_name)
+  task, data_bytes = _task(workload, num_clients)
+  with tempfile.TemporaryDirectory() as root, runtime.local_runtime():
+    worker_pid = timing.worker_pid()
+    setup = algorithm_setup.AlgorithmSetup(
+        process=_process(algorithm, workload))
+    config = training_loop.LoopConfig(
+        total_rounds=rounds, cohort_size_fn=lambda _: num_clients,
+        rounds_per_eval=rounds, rounds_per_checkpoint=rounds,
+        max_eval_clients=_NUM_TEST_CLIENTS, seed=0, print_fn=lambda _: None)
+    run_dir = outputs.RunDirectory(root, 'memory', {})
+    gc.collect()
+    _reset_peak_rss()
+    driver_start_kb = _status_kilobytes('self', 'VmRSS')
+    training_loop.run_training(setup, task, run_dir, config)
+    driver_peak_kb = _status_kilobytes('self', 'VmHWM')
+    worker_peak_kb = _status_kilobytes(worker_pid, 'VmHWM')
+  return {
+      'algorithm': algorithm,
+      'workload': workload_name,
+      'clients': num_clients,
+      'data_mb': data_bytes / _BYTES_PER_MB,
+      'driver_start_mb': driver_start_kb / 1024,
+      'driver_peak_mb': driver_peak_kb / 1024,
+      'worker_peak_mb': worker_peak_kb / 1024,
+  }
+
+
+def run_in_subprocess(algorithm: str, workload_name: str, num_clients: int,
+                      rounds: int = 2) -> dict[str, Any]:
+  """`measure_peak_memory` in a fresh Python process (`bench.probe`)."""
+  request = {'kind': 'memory', 'algorithm': algorithm,
+             'workload': workload_name, 'clients': num_clients,
+             'rounds': rounds}
+  completed = subprocess.run(
+      [sys.executable, '-m', 'bench.probe', json.dumps(request)],
+      capture_output=True, text=True, check=False,
+      cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+  if completed.returncode:
+    raise RuntimeError(
+        f'memory probe {request} failed:\n{completed.stderr[-3000:]}')
+  return json.loads(completed.stdout.strip().splitlines()[-1])

@@ -1,0 +1,83 @@
+"""TFF round time against the limit, per workload and cohort size.
+
+For each cohort size, the limit (`bench.limit`) and the TFF rounds of
+`bench.tff_rounds` run on the same random client data, timed side by side in
+this process (`bench.timing.time_interleaved`). Each row holds, per round
+kind, the fastest wall time (`<kind>_s`), the mean CPU time of driver plus
+worker (`<kind>_cpu_s`), and for the TFF rounds their ratios to the limit
+(`<kind>_ratio`, `<kind>_cpu_ratio`).
+
+Must run inside `experiment_driver.runtime.local_runtime()`.
+"""
+
+from collections.abc import Sequence
+from typing import Any
+
+from bench import limit
+from bench import tff_rounds
+from bench import timing
+from bench import workloads
+
+LIMIT = 'limit'
+
+
+def measure_ratios(workload: workloads.Workload, cohorts: Sequence[int],
+                   repeats: int,
+                   variants: Sequence[str] = tff_rounds.VARIANTS
+                   ) -> list[dict[str, Any]]:
+  """One row per cohort size: the limit's and each variant's times, ratios.
+
+  The learning processes are built once and reused for every cohort size.
+
+  Raises:
+    ValueError: If a cohort size is not positive, `variants` is empty or
+      holds an unknown variant, or `repeats` is not positive.
+  """
+  if not variants:
+    raise ValueError('variants must not be empty.')
+  for num_clients in cohorts:
+    if num_clients < 1:
+      raise ValueError(f'Cohort sizes must be positive, got {num_clients}.')
+  processes = {v: tff_rounds.build_process(workload, v) for v in variants}
+  rows = []
+  for num_clients in cohorts:
+    arrays = workload.client_arrays(num_clients)
+    datasets = workload.client_datasets(arrays)
+    rounds = {LIMIT: limit.LimitRound(workload, arrays)}
+    for variant, process in processes.items():
+      rounds[variant] = tff_rounds.TffRound(process, datasets)
+    timings = timing.time_interleaved(rounds, repeats)
+    row = {'workload': workload.name, 'clients': num_clients}
+    for name, t in timings.items():
+      row[f'{name}_s'] = t.wall_seconds
+      row[f'{name}_cpu_s'] = t.cpu_seconds
+      if name != LIMIT:
+        row[f'{name}_ratio'] = t.wall_seconds / timings[LIMIT].wall_seconds
+        row[f'{name}_cpu_ratio'] = t.cpu_seconds / timings[LIMIT].cpu_seconds
+    rows.append(row)
+  return rows
+
+
+def per_client_rows(rows: Sequence[dict[str, Any]],
+                    kinds: Sequence[str]) -> list[dict[str, Any]]:
+  """Round time per client at each cohort size, and its drift.
+
+  For each row of `measure_ratios` and each round kind in `kinds`:
+  `<kind>_ms_per_client` (wall time / clients) and `<kind>_vs_smallest`
+  (that per-client time over the same workload's at its smallest cohort): 1.0
+  throughout when round time grows linearly with the cohort.
+  """
+  smallest = {}
+  for row in sorted(rows, key=lambda r: r['clients']):
+    smallest.setdefault(row['workload'], row)
+  scaling = []
+  for row in rows:
+    base = smallest[row['workload']]
+    out = {'workload': row['workload'], 'clients': row['clients']}
+    for kind in kinds:
+      per_client = row[f'{kind}_s'] / row['clients']
+      out[f'{kind}_ms_per_client'] = 1000 * per_client
+      out[f'{kind}_vs_smallest'] = per_client / (
+          base[f'{kind}_s'] / base['clients'])
+    scaling.append(out)
+  return scaling

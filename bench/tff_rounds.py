@@ -1,0 +1,74 @@
+"""The TFF rounds the benchmark times against the limit.
+
+Three processes, all FedAvg (client SGD at the workload's rate, server SGD at
+1.0, example-weighted mean) on the same client datasets:
+
+* `tff_reduce` — TFF 0.87's `build_weighted_fed_avg` as shipped: its default
+  `DATASET_REDUCE` client loop. The "before" of this package's changes.
+* `fedavg` — the package's `large_cohort.fedopt.build_fedopt`, TFF's mean
+  aggregator.
+* `package` — the same with the driver's default aggregator, i.e. a full
+  round as `run_experiment.py` runs it: the paper's diagnostics (update norm,
+  pairwise cosine, non-finite screening) around TFF's robust aggregator with
+  adaptive clipping (`experiment_driver.build.model_aggregator()` at its
+  default flags: `--clipping`, no `--zeroing`, example weighting).
+"""
+
+from collections.abc import Sequence
+
+import tensorflow as tf
+import tensorflow_federated as tff
+
+from bench import workloads
+from large_cohort import diagnostics
+from large_cohort import fedopt
+from large_cohort import optimizers
+
+VARIANTS = ('tff_reduce', 'fedavg', 'package')
+
+
+def driver_default_aggregator() -> tff.aggregators.WeightedAggregationFactory:
+  """The driver's aggregator at its default flags (see module docstring)."""
+  return diagnostics.diagnostics_factory(
+      tff.learning.robust_aggregator(zeroing=False, clipping=True))
+
+
+def build_process(
+    workload: workloads.Workload,
+    variant: str) -> tff.learning.templates.LearningProcess:
+  """The FedAvg learning process of `variant` for `workload`.
+
+  Raises:
+    ValueError: If `variant` is not one of `VARIANTS`.
+  """
+  model_fn = workload.tff_model_fn()
+  client_optimizer = optimizers.build_optimizer('sgd', workload.learning_rate)
+  server_optimizer = optimizers.build_optimizer('sgd', 1.0)
+  if variant == 'tff_reduce':
+    return tff.learning.algorithms.build_weighted_fed_avg(
+        model_fn, client_optimizer_fn=client_optimizer,
+        server_optimizer_fn=server_optimizer)
+  if variant == 'fedavg':
+    return fedopt.build_fedopt(model_fn, client_optimizer, server_optimizer)
+  if variant == 'package':
+    return fedopt.build_fedopt(model_fn, client_optimizer, server_optimizer,
+                               model_aggregator=driver_default_aggregator())
+  raise ValueError(f'Unknown variant {variant!r}; expected one of {VARIANTS}.')
+
+
+class TffRound:
+  """Rounds of one learning process on fixed client datasets.
+
+  Each call runs `process.next` on the current state and keeps the new one,
+  as a training loop does. Must be built and called inside a TFF runtime
+  (`experiment_driver.runtime.local_runtime()`).
+  """
+
+  def __init__(self, process: tff.learning.templates.LearningProcess,
+               datasets: Sequence[tf.data.Dataset]):
+    self.process = process
+    self.state = process.initialize()
+    self._datasets = list(datasets)
+
+  def __call__(self) -> None:
+    self.state = self.process.next(self.state, self._datasets).state

@@ -1,0 +1,89 @@
+"""Side-by-side timing: warm-up, then interleaved timed calls.
+
+Absolute times on a shared machine move with the load, so every figure the
+benchmark reports is a ratio of calls timed in one process, interleaved (call
+A, call B, call A, call B, ...) so that a burst of load hits all of them
+alike. Per function: the minimum wall time over the timed calls (BENCH.md),
+and the mean CPU time they used in this process and its children (the TFF
+`worker_binary` computes in a child): CPU time barely moves with the load, so
+its ratio is a second, steadier reading of the overhead.
+"""
+
+import dataclasses
+import time
+from collections.abc import Callable, Mapping
+
+import psutil
+
+WORKER_PROCESS_NAME = 'worker_binary'
+
+
+@dataclasses.dataclass(frozen=True)
+class Timing:
+  """Wall and CPU time of one function's timed calls.
+
+  Attributes:
+    wall_seconds: The fastest call's wall time.
+    cpu_seconds: The mean CPU time (user + system) of a call, over this
+      process and its child processes.
+    wall_samples: Every timed call's wall time, in order.
+  """
+
+  wall_seconds: float
+  cpu_seconds: float
+  wall_samples: tuple[float, ...]
+
+
+def _cpu_seconds_with_children() -> float:
+  """CPU time used so far by this process and its live children."""
+  process = psutil.Process()
+  total = sum(process.cpu_times()[:2])
+  for child in process.children(recursive=True):
+    try:
+      total += sum(child.cpu_times()[:2])
+    except psutil.NoSuchProcess:
+      pass
+  return total
+
+
+def worker_pid() -> int:
+  """The process id of this process's TFF `worker_binary`.
+
+  Raises:
+    RuntimeError: If this process has no running `worker_binary` child.
+  """
+  for child in psutil.Process().children():
+    if child.name() == WORKER_PROCESS_NAME:
+      return child.pid
+  raise RuntimeError(f'This process has no {WORKER_PROCESS_NAME} child; run '
+                     'inside experiment_driver.runtime.local_runtime().')
+
+
+def time_interleaved(functions: Mapping[str, Callable[[], object]],
+                     repeats: int) -> dict[str, Timing]:
+  """Times each function `repeats` times, after one warm-up call each.
+
+  Round r calls every function once, in the order given, before round r+1.
+
+  Raises:
+    ValueError: If `repeats` is not positive.
+  """
+  if repeats < 1:
+    raise ValueError(f'repeats must be positive, got {repeats}.')
+  for function in functions.values():
+    function()  # warm-up: tracing, compilation, worker-side caches
+  walls = {name: [] for name in functions}
+  cpus = {name: [] for name in functions}
+  for _ in range(repeats):
+    for name, function in functions.items():
+      cpu_started = _cpu_seconds_with_children()
+      started = time.perf_counter()
+      function()
+      walls[name].append(time.perf_counter() - started)
+      cpus[name].append(_cpu_seconds_with_children() - cpu_started)
+  return {
+      name: Timing(wall_seconds=min(walls[name]),
+                   cpu_seconds=sum(cpus[name]) / repeats,
+                   wall_samples=tuple(walls[name]))
+      for name in functions
+  }

@@ -1,0 +1,138 @@
+"""Tables and figures of the FedAvg cohort-size runs on Synthetic (§3-4).
+
+    .venv/bin/python results/large_cohort/summarize.py \
+        --root=/tmp/e2runs/large_cohort --max_round=150
+
+Reads every run directory under `--root` with `large_cohort.analysis` and
+compares the cohort sizes over the rounds all of them reached (`--max_round`,
+default: the shortest run's last round), so that a longer run's later, smaller
+norms do not bias the comparison. Writes into this directory:
+
+* `update_norm_ratios.csv`: for each pair M1 < M2, `‖Δ_1‖/‖Δ_2‖` (norms
+  averaged over rounds `--min_round`..`--max_round`) against `sqrt(M2/M1)`,
+  and the same at single rounds (`--at_rounds`);
+* `per_cohort_summary.csv`: per M, mean `‖Δ‖` and mean pairwise cosine over
+  the window (and over its last 50 rounds), test accuracy at the window's
+  end, best test accuracy, and rounds and examples to each accuracy
+  threshold;
+* `update_norm_vs_rounds.png` (with the sqrt-rule prediction from M=50),
+  `cosine_vs_rounds.png`, `accuracy_vs_rounds.png`,
+  `rounds_to_accuracy.png`.
+"""
+
+import argparse
+import os
+import sys
+
+import matplotlib
+
+matplotlib.use('Agg')
+import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
+import numpy as np
+import pandas as pd
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__)))))
+from large_cohort import analysis  # pylint: disable=g-import-not-at-top
+from large_cohort import plots  # pylint: disable=g-import-not-at-top
+
+OUT_DIR = os.path.dirname(os.path.abspath(__file__))
+COSINE = 'mean_pairwise_cosine'
+
+
+def _floats(text: str) -> list[float]:
+  return [float(v) for v in text.split(',') if v.strip()]
+
+
+def main() -> None:
+  parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
+  parser.add_argument('--root', default='/tmp/e2runs/large_cohort')
+  parser.add_argument('--min_round', type=int, default=10,
+                      help='First round of the norm/cosine window (the paper:'
+                      ' the rule holds "after a small number of rounds").')
+  parser.add_argument('--max_round', type=int, default=None)
+  parser.add_argument('--at_rounds', type=_floats, default=[10, 50, 100, 150])
+  parser.add_argument('--thresholds', type=_floats,
+                      default=[0.6, 0.65, 0.7, 0.75, 0.8])
+  parser.add_argument('--reference_cohort_size', type=int, default=50)
+  args = parser.parse_args()
+
+  frame = analysis.load_runs([args.root])
+  last_rounds = frame.groupby(analysis.RUN)[analysis.ROUND].max()
+  max_round = args.max_round or int(last_rounds.min())
+  window = frame[frame[analysis.ROUND] <= max_round]
+  print(f'runs: {dict(last_rounds)}; common window: rounds'
+        f' {args.min_round}..{max_round}')
+
+  ratios = analysis.update_norm_ratios(window, min_round=args.min_round)
+  ratios.insert(0, 'rounds', f'mean {args.min_round}-{max_round}')
+  for at_round in args.at_rounds:
+    if at_round <= max_round:
+      at = analysis.update_norm_ratios(window, at_round=int(at_round))
+      at.insert(0, 'rounds', f'{int(at_round)}')
+      ratios = pd.concat([ratios, at], ignore_index=True)
+  ratios.to_csv(os.path.join(OUT_DIR, 'update_norm_ratios.csv'), index=False,
+                float_format='%.4f')
+  fit = analysis.fit_update_norm_scaling(window, min_round=args.min_round)
+
+  in_window = window[window[analysis.ROUND] >= args.min_round]
+  late = window[window[analysis.ROUND] > max_round - 50]
+  crossings = analysis.threshold_crossings(window, args.thresholds)
+  rows = []
+  for cohort, rows_m in in_window.groupby(analysis.COHORT_SIZE):
+    run_rows = window[window[analysis.COHORT_SIZE] == cohort]
+    evaluated = run_rows[run_rows[analysis.TEST_ACCURACY].notna()]
+    row = {
+        'clients_per_round': int(cohort),
+        'mean_update_norm': rows_m[analysis.UPDATE_NORM].mean(),
+        'mean_update_norm_last50': late[late[analysis.COHORT_SIZE] == cohort][
+            analysis.UPDATE_NORM].mean(),
+        'mean_pairwise_cosine': rows_m[COSINE].mean(),
+        'mean_pairwise_cosine_last50': late[late[analysis.COHORT_SIZE] ==
+                                            cohort][COSINE].mean(),
+        'test_accuracy_at_window_end': evaluated[
+            analysis.TEST_ACCURACY].iloc[-1],
+        'best_test_accuracy': evaluated[analysis.TEST_ACCURACY].max(),
+        'catastrophic_failures': int(run_rows[
+            analysis.CATASTROPHIC_FAILURE].fillna(0).sum()),
+    }
+    for _, crossing in crossings[crossings[analysis.COHORT_SIZE] ==
+                                 cohort].iterrows():
+      threshold = crossing[analysis.THRESHOLD]
+      row[f'rounds_to_{threshold:g}'] = crossing['rounds']
+      row[f'examples_to_{threshold:g}'] = crossing['examples']
+    rows.append(row)
+  summary = pd.DataFrame(rows)
+  summary.to_csv(os.path.join(OUT_DIR, 'per_cohort_summary.csv'), index=False,
+                 float_format='%.4f')
+  with pd.option_context('display.width', 250, 'display.max_columns', 40):
+    print(ratios.to_string(index=False))
+    print(f'fit over M: ||Delta|| ~ M^{fit.exponent:.3f} (R^2'
+          f' {fit.r_squared:.3f}); sqrt rule: M^-0.5')
+    print(summary.T)
+
+  print(plots.plot_update_norm_vs_rounds(
+      window, os.path.join(OUT_DIR, 'update_norm_vs_rounds.png'),
+      reference_cohort_size=args.reference_cohort_size))
+  print(plots.plot_accuracy_vs_rounds(
+      window, os.path.join(OUT_DIR, 'accuracy_vs_rounds.png')))
+  print(plots.plot_rounds_to_accuracy(
+      window, os.path.join(OUT_DIR, 'rounds_to_accuracy.png'),
+      args.thresholds))
+  fig, ax = plt.subplots(figsize=(6, 4))
+  for cohort, rows_m in window.groupby(analysis.COHORT_SIZE):
+    ax.plot(rows_m[analysis.ROUND], rows_m[COSINE], label=f'M={int(cohort)}',
+            linewidth=0.8)
+  ax.axhline(0.0, color='gray', linewidth=0.8)
+  ax.set_xlabel('communication round')
+  ax.set_ylabel('mean pairwise cosine of client updates (eq. 5)')
+  ax.legend(fontsize='small')
+  ax.grid(alpha=0.3)
+  fig.tight_layout()
+  path = os.path.join(OUT_DIR, 'cosine_vs_rounds.png')
+  fig.savefig(path, dpi=120)
+  print(path)
+
+
+if __name__ == '__main__':
+  main()
