@@ -9,29 +9,86 @@ LAMB it is FedAvgM, FedAdagrad, FedAdam, FedLARS, FedLamb.
 FedSGD: each client takes one full-batch gradient at x (client rate 1); the
 server applies `ServerOpt` to their mean.
 
-Both are TFF's own learning processes (`tff.learning.algorithms`), with the
-paper's aggregation (adaptive clipping etc., `large_cohort.aggregation`)
-plugged into the aggregator slot.
+FedOpt is composed from TFF's learning-process slots as TFF's
+`build_weighted_fed_avg` / `build_unweighted_fed_avg` compose it (broadcast,
+`build_model_delta_client_work`, the aggregator, `build_apply_optimizer_
+finalizer`), with the paper's aggregation (adaptive clipping etc.) plugged
+into the aggregator slot. FedSGD is TFF's `build_fed_sgd`.
 
-Client loop: both default to TFF's `DATASET_ITERATOR` loop instead of TFF's
-default `DATASET_REDUCE`; the computed update is the same. Under
-`dataset.reduce` the model's forward and backward `tf.function`s live in a
-tf.data function, which the worker's TensorFlow neither inlines nor
-optimizes: it re-instantiates them for every client (~12 % of the worker's
-CPU time on the EMNIST CNN) and runs the max-pool gradient unfused. With the
-iterator loop they sit in the main graph, where TFF's compiler inlines them;
-the worker then spends ~35 % less CPU per client (`bench/`, ../BENCH.md).
+Two choices make the client work ~1.6x (EMNIST CNN) to ~2.5x (Stack Overflow
+LSTM) cheaper in the worker than TFF's defaults, with the same result
+(`bench/`, ../BENCH.md):
+
+* The client loop is TFF's `DATASET_ITERATOR`, not its default
+  `DATASET_REDUCE`. Under `dataset.reduce` the model's forward and backward
+  `tf.function`s live in a tf.data function, which the worker's TensorFlow
+  neither inlines nor optimizes: it re-instantiates them for every client
+  (~12 % of the worker's CPU on the EMNIST CNN) and runs the max-pool
+  gradient unfused (~10 %). With the iterator loop they sit in the main graph,
+  where TFF's compiler inlines them.
+* The client work's model gets zeros as the initial values of its trainable
+  variables (`_client_model_fn`). The worker re-creates the model's variables
+  for every client and runs their initializers, then overwrites the trainable
+  ones with the broadcast weights; the initializers' random draws (and the
+  LSTM's orthogonal initializer, a QR decomposition) were ~45 % of the
+  worker's CPU on the Stack Overflow LSTM. The initial server model still
+  comes from `model_fn` with its own initializers.
 """
 
+import functools
 from collections.abc import Callable
 from typing import Optional
 
+import numpy as np
+import tensorflow as tf
 import tensorflow_federated as tff
 
 from large_cohort import aggregator_wrappers
 
 ModelFn = Callable[[], tff.learning.models.VariableModel]
 _ITERATOR_LOOP = tff.learning.LoopImplementation.DATASET_ITERATOR
+
+
+def _client_model_fn(model_fn: ModelFn) -> ModelFn:
+  """`model_fn` whose trainable variables start at zero instead of their
+  initializers (see the module docstring).
+
+  The client work assigns the broadcast weights to every variable of
+  `ModelWeights.from_model(model)` before training, so the initial value of a
+  trainable variable is never read; any other variable (metrics, Keras
+  non-trainable weights) keeps its initializer.
+
+  Raises:
+    ValueError: (when the returned function is called) if a trainable
+      variable it created is not among the model's trainable variables, so
+      that its initial value would be read.
+  """
+
+  @functools.wraps(model_fn)
+  def client_model_fn() -> tff.learning.models.VariableModel:
+    zero_initialized = []
+
+    def zero_initial_value(next_creator, **kwargs):
+      shape, dtype = kwargs.get('shape'), kwargs.get('dtype')
+      if (kwargs.get('trainable') is not False and dtype is not None and
+          shape is not None and tf.TensorShape(shape).is_fully_defined()):
+        kwargs['initial_value'] = functools.partial(tf.zeros, shape, dtype)
+        variable = next_creator(**kwargs)
+        zero_initialized.append(variable)
+        return variable
+      return next_creator(**kwargs)
+
+    with tf.variable_creator_scope(zero_initial_value):
+      model = model_fn()
+    trainable = {v.ref() for v in model.trainable_variables}
+    unassigned = [v.name for v in zero_initialized if v.ref() not in trainable]
+    if unassigned:
+      raise ValueError(
+          f'model_fn creates trainable variables {unassigned} outside the '
+          "model's trainable_variables; FedOpt cannot train such a model.")
+    return model
+
+  return client_model_fn
 
 
 def build_fedopt(
@@ -45,6 +102,11 @@ def build_fedopt(
 ) -> tff.learning.templates.LearningProcess:
   """Builds FedOpt (Algorithm 1) as a TFF learning process.
 
+  The process is TFF's FedAvg (`tff.learning.algorithms.
+  build_weighted_fed_avg`, or `build_unweighted_fed_avg` with
+  `uniform_weighting`), composed from the same slots, with the client work
+  of the module docstring.
+
   Args:
     model_fn: A no-arg function returning a `tff.learning.models.VariableModel`.
     client_optimizer: The client optimizer (`ClientOpt`, rate η_c).
@@ -54,21 +116,42 @@ def build_fedopt(
       unless `uniform_weighting`); TFF's mean when `None`.
     loop_implementation: TFF's client training loop; see the module
       docstring for why the default is `DATASET_ITERATOR`.
+
+  Raises:
+    TypeError: If `model_aggregator` is unweighted without
+      `uniform_weighting`, or weighted with it.
   """
   if uniform_weighting:
-    return tff.learning.algorithms.build_unweighted_fed_avg(
-        model_fn,
-        client_optimizer_fn=client_optimizer,
-        server_optimizer_fn=server_optimizer,
-        model_aggregator=model_aggregator,
-        loop_implementation=loop_implementation,
-    )
-  return tff.learning.algorithms.build_weighted_fed_avg(
-      model_fn,
-      client_optimizer_fn=client_optimizer,
-      server_optimizer_fn=server_optimizer,
-      model_aggregator=model_aggregator,
-      loop_implementation=loop_implementation,
+    expected = tff.aggregators.UnweightedAggregationFactory
+    model_aggregator = model_aggregator or tff.aggregators.UnweightedMeanFactory()
+  else:
+    expected = tff.aggregators.WeightedAggregationFactory
+    model_aggregator = model_aggregator or tff.aggregators.MeanFactory()
+  if not isinstance(model_aggregator, expected):
+    raise TypeError(
+        f'model_aggregator must be a {expected.__name__} with '
+        f'uniform_weighting={uniform_weighting}, got {model_aggregator!r}.')
+  if uniform_weighting:
+    model_aggregator = tff.aggregators.as_weighted_aggregator(model_aggregator)
+    client_weighting = tff.learning.ClientWeighting.UNIFORM
+  else:
+    client_weighting = tff.learning.ClientWeighting.NUM_EXAMPLES
+
+  @tff.tensorflow.computation()
+  def initial_model_weights_fn():
+    return tff.learning.models.ModelWeights.from_model(model_fn())
+
+  weights_type = initial_model_weights_fn.type_signature.result
+  return tff.learning.templates.compose_learning_process(
+      initial_model_weights_fn,
+      tff.learning.templates.build_broadcast_process(weights_type),
+      tff.learning.templates.build_model_delta_client_work(
+          _client_model_fn(model_fn), client_optimizer, client_weighting,
+          loop_implementation=loop_implementation),
+      model_aggregator.create(weights_type.trainable,
+                              tff.TensorType(np.float32)),
+      tff.learning.templates.build_apply_optimizer_finalizer(
+          server_optimizer, weights_type),
   )
 
 

@@ -6,8 +6,9 @@ Bazel starts it in the runfiles copy of the workspace; pytest runs there with
 the workspace's pytest.ini and rootdir, so tests/conftest.py (the suite's TFF
 runtime) applies as under `make test`. It also follows Bazel's test
 environment: results go to `$XML_OUTPUT_FILE` (per-test-case results in
-`bazel-testlogs`), temporary directories under `$TEST_TMPDIR`, and
-`--test_filter=EXPR` becomes `pytest -k EXPR`.
+`bazel-testlogs`), temporary directories and matplotlib's cache (the
+sandbox's $HOME is read-only) under `$TEST_TMPDIR`, and `--test_filter=EXPR`
+becomes `pytest -k EXPR`.
 """
 
 import os
@@ -38,8 +39,12 @@ def pytest_args(test_file: str, environ: dict[str, str]) -> list[str]:
 
 
 def main(argv: list[str]) -> int:
+  """Runs pytest on the module `argv[1]`; returns pytest's exit code."""
   if len(argv) != 2:
     raise SystemExit(f'usage: {argv[0]} tests/test_<module>.py (got {argv[1:]})')
+  if 'TEST_TMPDIR' in os.environ:
+    os.environ.setdefault(
+        'MPLCONFIGDIR', os.path.join(os.environ['TEST_TMPDIR'], 'matplotlib'))
   return pytest.main(pytest_args(argv[1], os.environ))
 
 

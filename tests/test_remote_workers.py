@@ -119,13 +119,21 @@ def runs(workers, tmp_path_factory):
   """The same run through the workers and locally (at the same time)."""
   root = tmp_path_factory.mktemp('runs')
   ticks_before = workers.cpu_ticks()
-  remote = _start(*_RUN, f'--root_output_dir={root}', '--experiment_name=remote',
-                  f'--worker_addresses={",".join(workers.addresses)}')
-  local = _start(*_RUN, f'--root_output_dir={root}', '--experiment_name=local')
-  for driver in (remote, local):
-    _finish(driver)
-  return root, {a: workers.cpu_ticks()[a] - ticks_before[a]
-                for a in ticks_before}
+  drivers = [
+      _start(*_RUN, f'--root_output_dir={root}', '--experiment_name=remote',
+             f'--worker_addresses={",".join(workers.addresses)}'),
+      _start(*_RUN, f'--root_output_dir={root}', '--experiment_name=local'),
+  ]
+  try:
+    for driver in drivers:
+      _finish(driver)
+  finally:
+    for driver in drivers:
+      if driver.poll() is None:
+        driver.kill()
+        driver.wait()
+  ticks_after = workers.cpu_ticks()
+  return root, {a: ticks_after[a] - ticks_before[a] for a in ticks_before}
 
 
 def test_remote_run_matches_local_run(runs):

@@ -18,7 +18,8 @@ readers (`large_cohort.analysis`) and GeL's accounting (`gel_tff.accounting`):
 * `grid_<algorithm>/` roots (Figure 7): the (eta_l, eta) grid of final test
   accuracy per algorithm, `lr_grid.csv` and one 2x2 heatmap `lr_grid.png`
   with a shared color scale.
-* `accuracy_vs_rounds.png`: test accuracy of the table runs.
+* `accuracy_vs_rounds_{fedavgcm,fedprox_fednova}.png`: test accuracy of the
+  table runs.
 """
 
 import argparse
@@ -229,9 +230,14 @@ def main() -> None:
   with pd.option_context('display.width', 250, 'display.max_columns', 50):
     print(per_run.to_string(index=False))
     print(table.to_string(index=False))
-  plots.plot_accuracy_vs_rounds(
-      frame, os.path.join(args.output_dir, 'accuracy_vs_rounds.png'),
-      by=(ALGORITHM, analysis.CLIENT_LEARNING_RATE))
+  bases = frame[ALGORITHM].map(_base)
+  for name, shown in (('fedavgcm', ['fedavgcm']),
+                      ('fedprox_fednova', ['fedprox', 'fednova'])):
+    if bases.isin(shown).any():
+      plots.plot_accuracy_vs_rounds(
+          frame[bases.isin(shown)],
+          os.path.join(args.output_dir, f'accuracy_vs_rounds_{name}.png'),
+          by=(ALGORITHM, analysis.CLIENT_LEARNING_RATE))
   grids = grid_tables(args.root)
   if grids:
     pd.concat(grids, names=[ALGORITHM]).to_csv(
