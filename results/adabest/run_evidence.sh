@@ -2,8 +2,11 @@
 # FedDyn vs AdaBest at 5 of 1,000 clients per round on partitioned Synthetic
 # (Dirichlet 0.3), each run under measure_peak_memory.py and /usr/bin/time -v.
 # Usage: results/adabest/run_evidence.sh NAME [extra driver flags...]
-# e.g.   results/adabest/run_evidence.sh feddyn --algorithm=feddyn
-#        results/adabest/run_evidence.sh adabest_beta0.2 --algorithm=adabest --adabest_beta=0.2
+# What was run (see README.md):
+#   results/adabest/run_evidence.sh feddyn --algorithm=feddyn
+#   results/adabest/run_evidence.sh adabest_beta0.9 --algorithm=adabest --adabest_beta=0.9
+#   ROUNDS=250 results/adabest/run_evidence.sh fedavg_reference \
+#       --algorithm=adabest --adabest_beta=0 --adabest_mu=0
 set -eu
 cd "$(dirname "$0")/../.."
 ROOT=${ROOT:-/tmp/e2runs/adabest}

@@ -10,7 +10,8 @@ for the peak memory. Writes into this directory:
   the cloud model norm `‖x^t‖`, the deployed model norm `‖x̄^t‖`, `‖h^t‖`
   and test accuracy;
 * `summary.csv`: per run, first/last/max `‖x^t‖`, the slope of `‖x^t‖` over
-  the last half of the rounds, final and best test accuracy, peak memory;
+  the last half of its rounds and over the second half of the rounds all
+  runs reached, final and best test accuracy, peak memory;
 * `norm_and_accuracy_vs_rounds.png`: `‖x^t‖`, `‖h^t‖` and test accuracy
   against rounds, one line per run.
 """
@@ -35,7 +36,7 @@ TEST_ACCURACY = 'test/accuracy'
 LABELS = {
     'feddyn': 'FedDyn (μ=0.02)',
     'adabest_beta0.9': 'AdaBest (μ=0.02, β=0.9)',
-    'adabest_beta0.2': 'AdaBest (μ=0.02, β=0.2)',
+    'fedavg_reference': 'FedAvg (AdaBest with β=0, μ=0)',
 }
 
 
@@ -82,7 +83,7 @@ def _slope(rounds: pd.Series, values: pd.Series) -> float:
 def main() -> None:
   parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
   parser.add_argument('--root', default='/tmp/e2runs/adabest')
-  parser.add_argument('--runs', default='feddyn,adabest_beta0.9,adabest_beta0.2')
+  parser.add_argument('--runs', default='feddyn,adabest_beta0.9,fedavg_reference')
   parser.add_argument('--every', type=int, default=50,
                       help='Rounds between rows of norms_and_accuracy.csv.')
   args = parser.parse_args()
@@ -94,6 +95,7 @@ def main() -> None:
   if not runs:
     raise SystemExit(f'no metrics.csv of {args.runs} under {args.root}')
 
+  common_rounds = min(int(frame['round'].max()) for frame in runs.values())
   table, summary = [], []
   for run, frame in runs.items():
     evaluated = frame[frame[TEST_ACCURACY].notna()]
@@ -106,6 +108,8 @@ def main() -> None:
                     'h_norm': row[H_NORM],
                     'test_accuracy': row[TEST_ACCURACY]})
     last_half = frame[frame['round'] > frame['round'].max() / 2]
+    common_half = frame[(frame['round'] > common_rounds / 2)
+                        & (frame['round'] <= common_rounds)]
     summary.append({
         'run': run,
         'rounds': int(frame['round'].max()),
@@ -114,6 +118,12 @@ def main() -> None:
         'cloud_norm_max': frame[CLOUD_NORM].max(),
         'cloud_norm_slope_last_half_per_100_rounds':
             100 * _slope(last_half['round'], last_half[CLOUD_NORM]),
+        f'cloud_norm_at_round_{common_rounds}': common_half[CLOUD_NORM].iloc[-1],
+        f'cloud_norm_slope_rounds_{common_rounds // 2}_{common_rounds}'
+        '_per_100_rounds':
+            100 * _slope(common_half['round'], common_half[CLOUD_NORM]),
+        f'test_accuracy_at_round_{common_rounds}': common_half[
+            TEST_ACCURACY].dropna().iloc[-1],
         'h_norm_final': frame[H_NORM].iloc[-1],
         'h_norm_max': frame[H_NORM].max(),
         'test_accuracy_final': evaluated[TEST_ACCURACY].iloc[-1],

@@ -1,8 +1,8 @@
 #!/bin/bash
 # FedAvg (server SGD, tuned lrs) on Synthetic, adaptive clipping off so that
-# ||Delta|| is not capped. Usage (what was run):
-#   COHORTS=10,50 ROUNDS=300 results/large_cohort/run_evidence.sh
-#   COHORTS=200   ROUNDS=150 results/large_cohort/run_evidence.sh
+# ||Delta|| is not capped. Usage (what was run; see README.md):
+#   COHORTS=10     ROUNDS=300 results/large_cohort/run_evidence.sh
+#   COHORTS=50,200 ROUNDS=150 results/large_cohort/run_evidence.sh
 # Rerunning with a larger ROUNDS resumes a run from its last checkpoint.
 set -eu
 cd "$(dirname "$0")/../.."

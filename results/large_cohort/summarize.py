@@ -9,8 +9,14 @@ default: the shortest run's last round), so that a longer run's later, smaller
 norms do not bias the comparison. Writes into this directory:
 
 * `update_norm_ratios.csv`: for each pair M1 < M2, `‖Δ_1‖/‖Δ_2‖` (norms
-  averaged over rounds `--min_round`..`--max_round`) against `sqrt(M2/M1)`,
-  and the same at single rounds (`--at_rounds`);
+  averaged over rounds `--min_round`..`--max_round`, and over each of
+  `--windows`) against the paper's `sqrt(M2/M1)` and against
+  `sqrt(E[Σp²]_M1 / E[Σp²]_M2)`, the ratio nearly orthogonal updates of
+  equal norm give when the server weights client k by its examples
+  (`p_k = n_k / Σ n`, as the driver's FedAvg does; the sqrt rule is the
+  special case of equal weights). `E[Σp²]` is estimated by drawing cohorts
+  from the run's training clients (Synthetic's sizes are heavy-tailed, so
+  the weighted mean averages fewer effective clients than M);
 * `per_cohort_summary.csv`: per M, mean `‖Δ‖` and mean pairwise cosine over
   the window (and over its last 50 rounds), test accuracy at the window's
   end, best test accuracy, and rounds and examples to each accuracy
@@ -33,8 +39,11 @@ import pandas as pd
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__)))))
+from experiment_driver import runtime  # pylint: disable=g-import-not-at-top,unused-import
 from large_cohort import analysis  # pylint: disable=g-import-not-at-top
 from large_cohort import plots  # pylint: disable=g-import-not-at-top
+from tasks import synthetic  # pylint: disable=g-import-not-at-top
+from tasks import validation_split  # pylint: disable=g-import-not-at-top
 
 OUT_DIR = os.path.dirname(os.path.abspath(__file__))
 COSINE = 'mean_pairwise_cosine'
@@ -44,6 +53,43 @@ def _floats(text: str) -> list[float]:
   return [float(v) for v in text.split(',') if v.strip()]
 
 
+def _windows(text: str) -> list[tuple[int, int]]:
+  """`'10-50,51-100'` -> `[(10, 50), (51, 100)]`."""
+  return [tuple(int(r) for r in w.split('-')) for w in text.split(',')]
+
+
+def expected_sum_of_squared_weights(cohort_size: int, seed: int = 0,
+                                    validation_fraction: float = 0.2,
+                                    num_draws: int = 4000) -> float:
+  """`E[Σ_k p_k²]`, `p_k ∝` training examples, over uniform cohorts.
+
+  The training clients and their example counts are those of the driver's
+  Synthetic task with the given split seed and validation fraction.
+  """
+  clients = synthetic.generate_synthetic_clients()
+  train, _ = synthetic.split_client_examples(clients, synthetic.LEAF_SEED)
+  ids = [f'{i:04d}' for i in range(len(clients))]
+  train_ids, _ = validation_split.split_client_ids(ids, validation_fraction,
+                                                   seed)
+  sizes = np.array([len(train[int(i)][1]) for i in train_ids], float)
+  rng = np.random.default_rng(seed)
+  total = 0.0
+  for _ in range(num_draws):
+    weights = sizes[rng.choice(len(sizes), cohort_size, replace=False)]
+    total += np.sum((weights / weights.sum())**2)
+  return total / num_draws
+
+
+def _with_weighted_prediction(ratios: pd.DataFrame,
+                              sum_sq: dict[int, float]) -> pd.DataFrame:
+  ratios['weighted_orthogonal_ratio'] = [
+      np.sqrt(sum_sq[int(m1)] / sum_sq[int(m2)])
+      for m1, m2 in zip(ratios['cohort_size_1'], ratios['cohort_size_2'])]
+  ratios['ratio_to_weighted_prediction'] = (
+      ratios['observed_ratio'] / ratios['weighted_orthogonal_ratio'])
+  return ratios
+
+
 def main() -> None:
   parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
   parser.add_argument('--root', default='/tmp/e2runs/large_cohort')
@@ -51,7 +97,9 @@ def main() -> None:
                       help='First round of the norm/cosine window (the paper:'
                       ' the rule holds "after a small number of rounds").')
   parser.add_argument('--max_round', type=int, default=None)
-  parser.add_argument('--at_rounds', type=_floats, default=[10, 50, 100, 150])
+  parser.add_argument('--windows', type=_windows,
+                      default=[(10, 50), (51, 100), (101, 150)],
+                      help='Round windows over which norms are also averaged.')
   parser.add_argument('--thresholds', type=_floats,
                       default=[0.6, 0.65, 0.7, 0.75, 0.8])
   parser.add_argument('--reference_cohort_size', type=int, default=50)
@@ -64,13 +112,19 @@ def main() -> None:
   print(f'runs: {dict(last_rounds)}; common window: rounds'
         f' {args.min_round}..{max_round}')
 
-  ratios = analysis.update_norm_ratios(window, min_round=args.min_round)
-  ratios.insert(0, 'rounds', f'mean {args.min_round}-{max_round}')
-  for at_round in args.at_rounds:
-    if at_round <= max_round:
-      at = analysis.update_norm_ratios(window, at_round=int(at_round))
-      at.insert(0, 'rounds', f'{int(at_round)}')
-      ratios = pd.concat([ratios, at], ignore_index=True)
+  ratios = []
+  for first, last in [(args.min_round, max_round), *args.windows]:
+    if last <= max_round:
+      part = analysis.update_norm_ratios(
+          window[window[analysis.ROUND] <= last], min_round=first)
+      part.insert(0, 'rounds', f'{first}-{last}')
+      ratios.append(part)
+  ratios = pd.concat(ratios, ignore_index=True)
+  cohort_sizes = sorted(int(m) for m in window[analysis.COHORT_SIZE].unique())
+  sum_sq = {m: expected_sum_of_squared_weights(m) for m in cohort_sizes}
+  print('E[sum p^2] per M:', {m: round(v, 4) for m, v in sum_sq.items()},
+        'effective cohort 1/E:', {m: round(1 / v, 1) for m, v in sum_sq.items()})
+  ratios = _with_weighted_prediction(ratios, sum_sq)
   ratios.to_csv(os.path.join(OUT_DIR, 'update_norm_ratios.csv'), index=False,
                 float_format='%.4f')
   fit = analysis.fit_update_norm_scaling(window, min_round=args.min_round)
@@ -84,6 +138,7 @@ def main() -> None:
     evaluated = run_rows[run_rows[analysis.TEST_ACCURACY].notna()]
     row = {
         'clients_per_round': int(cohort),
+        'effective_cohort_1_over_E_sum_p2': 1 / sum_sq[int(cohort)],
         'mean_update_norm': rows_m[analysis.UPDATE_NORM].mean(),
         'mean_update_norm_last50': late[late[analysis.COHORT_SIZE] == cohort][
             analysis.UPDATE_NORM].mean(),
