@@ -9,7 +9,7 @@ running sum. Nothing federated surrounds it: no serialization, no aggregation
 process, no metrics.
 """
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import tensorflow as tf
@@ -43,7 +43,7 @@ class LimitRound:
     variables = self._model.trainable_variables
     self._start_weights = [tf.Variable(v) for v in variables]
     self._weight_sums = [tf.Variable(tf.zeros_like(v)) for v in variables]
-    self._round = tf.function(self._round_fn)
+    self._round = tf.function(self._build_round_fn())
 
   def set_start_weights(self, weights: Sequence[np.ndarray]) -> None:
     """Sets the weights every client starts the round from."""
@@ -57,24 +57,29 @@ class LimitRound:
   def __call__(self) -> None:
     self._round()
 
-  def _round_fn(self) -> None:
-    variables = self._model.trainable_variables
-    for weight_sum in self._weight_sums:
-      weight_sum.assign(tf.zeros_like(weight_sum))
-    for c in tf.range(self._num_clients):
-      for variable, start in zip(variables, self._start_weights):
-        variable.assign(start)
-      for b in tf.range(self._num_batches):
-        with tf.GradientTape() as tape:
-          predictions = self._model(self._x[c, b], training=True)
-          loss = self._loss(self._y[c, b], predictions)
-        gradients = tape.gradient(loss, variables)
-        for variable, gradient in zip(variables, gradients):
-          if isinstance(gradient, tf.IndexedSlices):  # embedding lookups
-            variable.scatter_sub(tf.IndexedSlices(
-                self._learning_rate * gradient.values, gradient.indices,
-                gradient.dense_shape))
-          else:
-            variable.assign_sub(self._learning_rate * gradient)
-      for weight_sum, variable in zip(self._weight_sums, variables):
-        weight_sum.assign_add(variable)
+  def _build_round_fn(self) -> Callable[[], None]:
+    """The round, as a new Python function (one `tf.function` per object)."""
+
+    def round_fn() -> None:
+      variables = self._model.trainable_variables
+      for weight_sum in self._weight_sums:
+        weight_sum.assign(tf.zeros_like(weight_sum))
+      for c in tf.range(self._num_clients):
+        for variable, start in zip(variables, self._start_weights):
+          variable.assign(start)
+        for b in tf.range(self._num_batches):
+          with tf.GradientTape() as tape:
+            predictions = self._model(self._x[c, b], training=True)
+            loss = self._loss(self._y[c, b], predictions)
+          gradients = tape.gradient(loss, variables)
+          for variable, gradient in zip(variables, gradients):
+            if isinstance(gradient, tf.IndexedSlices):  # embedding lookups
+              variable.scatter_sub(tf.IndexedSlices(
+                  self._learning_rate * gradient.values, gradient.indices,
+                  gradient.dense_shape))
+            else:
+              variable.assign_sub(self._learning_rate * gradient)
+        for weight_sum, variable in zip(self._weight_sums, variables):
+          weight_sum.assign_add(variable)
+
+    return round_fn

@@ -19,7 +19,6 @@ Run it in a fresh process per measurement (`run_in_subprocess`), so the peaks
 of one measurement do not carry over to the next.
 """
 
-import collections
 import gc
 import json
 import os
@@ -58,41 +57,32 @@ def _reset_peak_rss() -> None:
     f.write('5')
 
 
-def _client_data(
-    arrays: workloads.ClientArrays) -> tff.simulation.datasets.ClientData:
-  return tff.simulation.datasets.TestClientData({
-      str(c): collections.OrderedDict(x=arrays.x[c], y=arrays.y[c])
-      for c in range(arrays.num_clients)
-  })
-
-
 def _task(workload: workloads.Workload,
           num_clients: int) -> tuple[tff.simulation.baselines.BaselineTask,
                                      int]:
   """A task on random client data, and the training data's size in bytes."""
   train = workload.client_arrays(num_clients, seed=0)
-  test = workload.client_arrays(_NUM_TEST_CLIENTS, seed=1)
   datasets = tff.simulation.baselines.BaselineTaskDatasets(
-      train_data=_client_data(train),
-      test_data=_client_data(test),
-      train_preprocess_fn=lambda d: d.batch(workload.batch_size),
-      eval_preprocess_fn=lambda d: d.batch(workload.batch_size))
+      train_data=workload.client_data(train),
+      test_data=workload.client_data(
+          workload.client_arrays(_NUM_TEST_CLIENTS, seed=1)),
+      train_preprocess_fn=workload.preprocess,
+      eval_preprocess_fn=workload.preprocess)
   task = tff.simulation.baselines.BaselineTask(datasets,
                                                workload.tff_model_fn())
   return task, train.x.nbytes + train.y.nbytes
 
 
-def _process(algorithm: str, workload: workloads.Workload):
+def _process(
+    algorithm: str,
+    workload: workloads.Workload) -> tff.learning.templates.LearningProcess:
   if algorithm == 'fedavg':
     return tff_rounds.build_process(workload, 'package')
-  if algorithm == 'adabest':
-    return adabest.build_adabest(workload.tff_model_fn())
-  raise ValueError(
-      f'Unknown algorithm {algorithm!r}; expected one of {ALGORITHMS}.')
+  return adabest.build_adabest(workload.tff_model_fn())
 
 
-def measure_peak_memory(algorithm: str, workload_name: str, num_clients: int,
-                        rounds: int = 2) -> dict[str, Any]:
+def measure_peak_memory(algorithm: str, workload: workloads.Workload,
+                        num_clients: int, rounds: int = 2) -> dict[str, Any]:
   """Trains `rounds` rounds with all `num_clients` clients; returns the peaks.
 
   Returns:
@@ -101,21 +91,25 @@ def measure_peak_memory(algorithm: str, workload_name: str, num_clients: int,
     `driver_peak_mb` and `worker_peak_mb`.
 
   Raises:
-    ValueError: For an unknown algorithm or workload, or non-positive
-      `num_clients` or `rounds`.
+    ValueError: For an unknown algorithm, or non-positive `num_clients` or
+      `rounds`.
   """
+  if algorithm not in ALGORITHMS:
+    raise ValueError(
+        f'Unknown algorithm {algorithm!r}; expected one of {ALGORITHMS}.')
   if rounds < 1:
     raise ValueError(f'rounds must be positive, got {rounds}.')
-  workload = workloads.get_workload(workload_name)
   task, data_bytes = _task(workload, num_clients)
-  with tempfile.TemporaryDirectory() as root, runtime.local_runtime():
-    worker_pid = timing.worker_pid()
+  with tempfile.TemporaryDirectory() as root, runtime.local_runtime() as (
+      address):
+    worker_pid = timing.worker_pid(address)
     setup = algorithm_setup.AlgorithmSetup(
         process=_process(algorithm, workload))
     config = training_loop.LoopConfig(
         total_rounds=rounds, cohort_size_fn=lambda _: num_clients,
         rounds_per_eval=rounds, rounds_per_checkpoint=rounds,
-        max_eval_clients=_NUM_TEST_CLIENTS, seed=0, print_fn=lambda _: None)
+        max_eval_clients=_NUM_TEST_CLIENTS, seed=0,
+        accuracy_name=workloads.ACCURACY_METRIC_NAME, print_fn=lambda _: None)
     run_dir = outputs.RunDirectory(root, 'memory', {})
     gc.collect()
     _reset_peak_rss()
@@ -125,7 +119,7 @@ def measure_peak_memory(algorithm: str, workload_name: str, num_clients: int,
     worker_peak_kb = _status_kilobytes(worker_pid, 'VmHWM')
   return {
       'algorithm': algorithm,
-      'workload': workload_name,
+      'workload': workload.name,
       'clients': num_clients,
       'data_mb': data_bytes / _BYTES_PER_MB,
       'driver_start_mb': driver_start_kb / 1024,

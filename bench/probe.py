@@ -39,9 +39,9 @@ def run(request: dict) -> object:
           workloads.get_workload(request['workload']), [request['clients']],
           request['repeats'], request['variants'])
   if kind == 'memory':
-    return memory.measure_peak_memory(request['algorithm'],
-                                      request['workload'], request['clients'],
-                                      request['rounds'])
+    return memory.measure_peak_memory(
+        request['algorithm'], workloads.get_workload(request['workload']),
+        request['clients'], request['rounds'])
   raise ValueError(f'Unknown probe kind {kind!r}; expected "ratios" or '
                    '"memory".')
 

@@ -5,11 +5,12 @@ For each cohort size, the limit (`bench.limit`) and the TFF rounds of
 this process (`bench.timing.time_interleaved`). Each row holds, per round
 kind, the fastest wall time (`<kind>_s`), the mean CPU time of driver plus
 worker (`<kind>_cpu_s`), and for the TFF rounds their ratios to the limit
-(`<kind>_ratio`, `<kind>_cpu_ratio`).
+(`<kind>_ratio`, `<kind>_cpu_ratio`; NaN if the limit's time is 0).
 
 Must run inside `experiment_driver.runtime.local_runtime()`.
 """
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -19,6 +20,12 @@ from bench import timing
 from bench import workloads
 
 LIMIT = 'limit'
+
+
+def _ratio(numerator: float, denominator: float) -> float:
+  """`numerator / denominator`; NaN for a zero denominator (a CPU time below
+  the clock's 10 ms resolution)."""
+  return numerator / denominator if denominator > 0 else math.nan
 
 
 def measure_ratios(workload: workloads.Workload, cohorts: Sequence[int],
@@ -42,18 +49,20 @@ def measure_ratios(workload: workloads.Workload, cohorts: Sequence[int],
   rows = []
   for num_clients in cohorts:
     arrays = workload.client_arrays(num_clients)
-    datasets = workload.client_datasets(arrays)
     rounds = {LIMIT: limit.LimitRound(workload, arrays)}
     for variant, process in processes.items():
-      rounds[variant] = tff_rounds.TffRound(process, datasets)
+      rounds[variant] = tff_rounds.TffRound(
+          process, tff_rounds.datasets_fn_for(workload, arrays, variant))
     timings = timing.time_interleaved(rounds, repeats)
     row = {'workload': workload.name, 'clients': num_clients}
     for name, t in timings.items():
       row[f'{name}_s'] = t.wall_seconds
       row[f'{name}_cpu_s'] = t.cpu_seconds
       if name != LIMIT:
-        row[f'{name}_ratio'] = t.wall_seconds / timings[LIMIT].wall_seconds
-        row[f'{name}_cpu_ratio'] = t.cpu_seconds / timings[LIMIT].cpu_seconds
+        row[f'{name}_ratio'] = _ratio(t.wall_seconds,
+                                      timings[LIMIT].wall_seconds)
+        row[f'{name}_cpu_ratio'] = _ratio(t.cpu_seconds,
+                                          timings[LIMIT].cpu_seconds)
     rows.append(row)
   return rows
 

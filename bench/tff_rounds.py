@@ -7,14 +7,19 @@ Three processes, all FedAvg (client SGD at the workload's rate, server SGD at
   `DATASET_REDUCE` client loop. The "before" of this package's changes.
 * `fedavg` — the package's `large_cohort.fedopt.build_fedopt`, TFF's mean
   aggregator.
-* `package` — the same with the driver's default aggregator, i.e. a full
-  round as `run_experiment.py` runs it: the paper's diagnostics (update norm,
+* `package` — a full round as `run_experiment.py` runs it: the same process
+  with the driver's default aggregator, the paper's diagnostics (update norm,
   pairwise cosine, non-finite screening) around TFF's robust aggregator with
   adaptive clipping (`experiment_driver.build.model_aggregator()` at its
-  default flags: `--clipping`, no `--zeroing`, example weighting).
+  default flags: `--clipping`, no `--zeroing`, example weighting), and the
+  client datasets built each round from a `ClientData` and the task's
+  preprocessing, as `experiment_driver.training_loop` builds them.
+
+`tff_reduce` and `fedavg` get the client datasets prebuilt: they measure
+TFF's round alone.
 """
 
-from collections.abc import Sequence
+from collections.abc import Callable
 
 import tensorflow as tf
 import tensorflow_federated as tff
@@ -57,18 +62,34 @@ def build_process(
 
 
 class TffRound:
-  """Rounds of one learning process on fixed client datasets.
+  """Rounds of one learning process; call it to run the next round.
 
-  Each call runs `process.next` on the current state and keeps the new one,
-  as a training loop does. Must be built and called inside a TFF runtime
+  Each call gets the round's client datasets from `datasets_fn`, runs
+  `process.next` on the current state and keeps the new one, as a training
+  loop does. Must be built and called inside a TFF runtime
   (`experiment_driver.runtime.local_runtime()`).
   """
 
   def __init__(self, process: tff.learning.templates.LearningProcess,
-               datasets: Sequence[tf.data.Dataset]):
+               datasets_fn: Callable[[], list[tf.data.Dataset]]):
     self.process = process
     self.state = process.initialize()
-    self._datasets = list(datasets)
+    self._datasets_fn = datasets_fn
 
   def __call__(self) -> None:
-    self.state = self.process.next(self.state, self._datasets).state
+    self.state = self.process.next(self.state, self._datasets_fn()).state
+
+
+def datasets_fn_for(workload: workloads.Workload,
+                    arrays: workloads.ClientArrays,
+                    variant: str) -> Callable[[], list[tf.data.Dataset]]:
+  """Where `variant`'s rounds get their client datasets (module docstring)."""
+  if variant == 'package':
+    client_data = workload.client_data(arrays)
+    client_ids = client_data.client_ids
+    return lambda: [
+        workload.preprocess(client_data.create_tf_dataset_for_client(i))
+        for i in client_ids
+    ]
+  datasets = workload.client_datasets(arrays)
+  return lambda: datasets

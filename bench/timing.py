@@ -46,17 +46,25 @@ def _cpu_seconds_with_children() -> float:
   return total
 
 
-def worker_pid() -> int:
-  """The process id of this process's TFF `worker_binary`.
+def worker_pid(address: str) -> int:
+  """The process id of this process's TFF `worker_binary` serving `address`.
+
+  Args:
+    address: The `host:port` that `experiment_driver.runtime.local_runtime()`
+      yields.
 
   Raises:
-    RuntimeError: If this process has no running `worker_binary` child.
+    RuntimeError: If no child `worker_binary` serves that port.
   """
+  port_flag = '--port=' + address.rpartition(':')[2]
   for child in psutil.Process().children():
-    if child.name() == WORKER_PROCESS_NAME:
-      return child.pid
-  raise RuntimeError(f'This process has no {WORKER_PROCESS_NAME} child; run '
-                     'inside experiment_driver.runtime.local_runtime().')
+    try:
+      if child.name() == WORKER_PROCESS_NAME and port_flag in child.cmdline():
+        return child.pid
+    except psutil.NoSuchProcess:
+      continue
+  raise RuntimeError(f'This process has no {WORKER_PROCESS_NAME} child '
+                     f'serving {address}.')
 
 
 def time_interleaved(functions: Mapping[str, Callable[[], object]],

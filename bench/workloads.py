@@ -17,7 +17,8 @@ it (same model, loss, learning rate and batch size in the limit and in TFF):
   client would need ~5 GB for the states alone.
 
 Client data are NumPy arrays shaped `[clients, examples, ...]`; the limit
-reshapes them into batches, TFF gets one `tf.data.Dataset` per client.
+reshapes them into batches, TFF gets one `tf.data.Dataset` per client,
+prebuilt or built each round from a `ClientData` as the training loop does.
 """
 
 import collections
@@ -30,6 +31,8 @@ import tensorflow_federated as tff
 from tensorflow_federated.python.simulation.baselines.emnist import emnist_models
 from tensorflow_federated.python.simulation.baselines.stackoverflow import word_prediction_models
 
+# The name of the accuracy metric every workload's TFF model reports.
+ACCURACY_METRIC_NAME = 'sparse_categorical_accuracy'
 EMNIST_CLASSES = 62
 # Stack Overflow's extended vocabulary: 10,000 words, pad, one
 # out-of-vocabulary bucket, beginning and end of sentence.
@@ -91,10 +94,22 @@ class Workload:
   def client_datasets(self, arrays: ClientArrays) -> list[tf.data.Dataset]:
     """One batched dataset per client, as TFF's client work consumes them."""
     return [
-        tf.data.Dataset.from_tensor_slices(
-            collections.OrderedDict(x=arrays.x[c], y=arrays.y[c])
-        ).batch(self.batch_size) for c in range(arrays.num_clients)
+        self.preprocess(tf.data.Dataset.from_tensor_slices(
+            collections.OrderedDict(x=arrays.x[c], y=arrays.y[c])))
+        for c in range(arrays.num_clients)
     ]
+
+  def client_data(
+      self, arrays: ClientArrays) -> tff.simulation.datasets.ClientData:
+    """The clients as a TFF `ClientData` (ids "0", "1", ...), unbatched."""
+    return tff.simulation.datasets.TestClientData({
+        str(c): collections.OrderedDict(x=arrays.x[c], y=arrays.y[c])
+        for c in range(arrays.num_clients)
+    })
+
+  def preprocess(self, dataset: tf.data.Dataset) -> tf.data.Dataset:
+    """A client's training pipeline: batches of `batch_size`."""
+    return dataset.batch(self.batch_size)
 
   def element_spec(self) -> collections.OrderedDict:
     """The element spec of `client_datasets`' datasets."""

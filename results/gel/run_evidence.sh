@@ -23,38 +23,32 @@ COMMON=(--task=synthetic --noclipping --clients_per_round=20
 sweep() { nice -n 10 "$PY" -m large_cohort.sweep --parallel=2 "$@"; }
 
 # 1. Table 1: FedAvgCM vs FedAvgCM + GeL, eta_l = 0.01 (tuned, 200 rounds)
-#    and 0.005 (150 rounds).
+#    and 0.005 (150 rounds), seeds 0 and 1.
 sweep --name_prefix=table --total_rounds=200 --root_output_dir="$ROOT" \
     --axis=algorithm:fedavgcm_budgeted,fedavgcm_gel \
-    --axis=client_learning_rate:0.01 --axis=seed:0 \
+    --axis=client_learning_rate:0.01 --axis=seed:0,1 \
     -- "${COMMON[@]}" --rounds_per_eval=5
 sweep --name_prefix=table --total_rounds=150 --root_output_dir="$ROOT" \
     --axis=algorithm:fedavgcm_budgeted,fedavgcm_gel \
-    --axis=client_learning_rate:0.005 --axis=seed:0 \
+    --axis=client_learning_rate:0.005 --axis=seed:0,1 \
     -- "${COMMON[@]}" --rounds_per_eval=5
 
-# 2. Table 2: FedProx and FedNova with and without GeL, eta_l = 0.01.
+# 2. Table 2: FedProx and FedNova with and without GeL, eta_l = 0.01, seed 0,
+#    60 rounds.
 sweep --name_prefix=table --total_rounds=60 --root_output_dir="$ROOT" \
     --axis=algorithm:fedprox_budgeted,fedprox_gel,fednova_budgeted,fednova_gel \
     --axis=client_learning_rate:0.01 --axis=seed:0 \
     -- "${COMMON[@]}" --rounds_per_eval=5
 
 # 3. Learning-rate grids (Figure 7 on Synthetic): (eta_l, eta) for FedAvgCM
-#    and FedYogi with and without GeL, accuracy after GRID_ROUNDS rounds.
-GRID_ROUNDS=${GRID_ROUNDS:-15}
+#    and FedYogi with and without GeL, test accuracy after 15 rounds, seed 0.
 for algorithm in fedavgcm_budgeted fedavgcm_gel fedyogi_budgeted fedyogi_gel; do
-  sweep --name_prefix=grid --total_rounds="$GRID_ROUNDS" \
+  sweep --name_prefix=grid --total_rounds=15 \
       --root_output_dir="$ROOT/grid_$algorithm" \
       --axis=client_learning_rate:0.003,0.03 \
       --axis=server_learning_rate:0.01,1 \
-      -- "${COMMON[@]}" --algorithm="$algorithm" --seed=0 \
-      --rounds_per_eval="$GRID_ROUNDS"
-  nice -n 10 "$PY" -m large_cohort.plots --run_dirs="$ROOT/grid_$algorithm" \
-      --output_dir="$ROOT/grid_$algorithm" --figures=learning_rate_grid \
-      --grid_accuracy_column=test/accuracy
-  cp "$ROOT/grid_$algorithm/learning_rate_grid.png" \
-      "$OUT/lr_grid_$algorithm.png"
+      -- "${COMMON[@]}" --algorithm="$algorithm" --seed=0 --rounds_per_eval=15
 done
 
-# 4. Tables (CSV) and the combined heatmap.
+# 4. Tables (CSV), accuracy curves and the heatmap (lr_grid.png).
 PYTHONPATH=. nice -n 10 "$PY" "$OUT/summarize.py" --root="$ROOT" --output_dir="$OUT"

@@ -169,23 +169,30 @@ def summary_table(per_run: pd.DataFrame) -> pd.DataFrame:
   return table
 
 
-def grid_tables(root: str) -> dict[str, pd.DataFrame]:
-  """Final test accuracy over (eta_l, eta) per algorithm that has a grid."""
-  grids = {}
+def grid_tables(root: str) -> tuple[dict[str, pd.DataFrame], list[int]]:
+  """Final test accuracy over (eta_l, eta) per algorithm that has a grid.
+
+  Returns:
+    The grids by algorithm and the distinct last rounds of their runs.
+  """
+  grids, last_rounds = {}, set()
   for algorithm in GRID_ALGORITHMS:
     grid_root = os.path.join(root, f'grid_{algorithm}')
     if os.path.isdir(grid_root):
+      frame = analysis.load_runs([grid_root])
       grids[algorithm] = analysis.learning_rate_grid(
-          analysis.load_runs([grid_root]),
-          accuracy_column=analysis.TEST_ACCURACY)
-  return grids
+          frame, accuracy_column=analysis.TEST_ACCURACY)
+      last_rounds.update(
+          frame.groupby(analysis.RUN)[analysis.ROUND].max().astype(int))
+  return grids, sorted(last_rounds)
 
 
-def plot_grids(grids: dict[str, pd.DataFrame], path: str) -> str:
+def plot_grids(grids: dict[str, pd.DataFrame], path: str, title: str) -> str:
   """The grids side by side on one color scale, best cell of each boxed."""
   low = min(np.nanmin(g.to_numpy(float)) for g in grids.values())
   high = max(np.nanmax(g.to_numpy(float)) for g in grids.values())
-  fig, axes = plt.subplots(2, 2, figsize=(9, 7), squeeze=False)
+  fig, axes = plt.subplots(2, 2, figsize=(9, 7), squeeze=False,
+                           constrained_layout=True)
   for ax, (algorithm, grid) in zip(axes.flat, grids.items()):
     values = grid.to_numpy(float)
     image = ax.imshow(np.ma.masked_invalid(values), cmap='viridis',
@@ -207,6 +214,7 @@ def plot_grids(grids: dict[str, pd.DataFrame], path: str) -> str:
   for ax in list(axes.flat)[len(grids):]:
     ax.axis('off')
   fig.colorbar(image, ax=axes, label='final test accuracy', shrink=0.8)
+  fig.suptitle(title)
   fig.savefig(path, dpi=120)
   plt.close(fig)
   return path
@@ -238,11 +246,15 @@ def main() -> None:
           frame[bases.isin(shown)],
           os.path.join(args.output_dir, f'accuracy_vs_rounds_{name}.png'),
           by=(ALGORITHM, analysis.CLIENT_LEARNING_RATE))
-  grids = grid_tables(args.root)
+  grids, last_rounds = grid_tables(args.root)
   if grids:
-    pd.concat(grids, names=[ALGORITHM]).to_csv(
+    pd.concat({algorithm: grid.rename(columns=lambda v: f'server_lr={v:g}')
+               for algorithm, grid in grids.items()},
+              names=[ALGORITHM]).to_csv(
         os.path.join(args.output_dir, 'lr_grid.csv'), float_format='%.4f')
-    plot_grids(grids, os.path.join(args.output_dir, 'lr_grid.png'))
+    plot_grids(grids, os.path.join(args.output_dir, 'lr_grid.png'),
+               'Synthetic: test accuracy after '
+               f'{"/".join(map(str, last_rounds))} rounds')
     for algorithm, grid in grids.items():
       print(algorithm)
       print(grid.to_string(float_format='%.3f'))

@@ -1,0 +1,259 @@
+"""The benchmark's rounds compute the same client work, and its code runs.
+
+The limit is checked against a NumPy reference (local SGD of a softmax
+regression), and every TFF round the benchmark times against the limit: with
+no dropout and equally sized clients, one FedAvg round (server SGD at 1.0)
+yields the mean of the clients' final weights, which the limit sums. The
+measurement, table and file code runs on a tiny configuration; nothing here
+asserts a speed.
+"""
+
+import csv
+import json
+import os
+
+import numpy as np
+import psutil
+import pytest
+import tensorflow as tf
+
+from bench import cores
+from bench import limit
+from bench import memory
+from bench import probe
+from bench import ratios
+from bench import report
+from bench import tff_rounds
+from bench import timing
+from bench import workloads
+
+_FEATURES = 4
+_CLASSES = 3
+
+
+def _tiny_examples(rng, num_clients, examples_per_client):
+  x = rng.normal(size=(num_clients, examples_per_client, _FEATURES))
+  y = rng.integers(0, _CLASSES, (num_clients, examples_per_client, 1))
+  return x.astype(np.float32), y.astype(np.int32)
+
+
+# Softmax regression, Keras' default (random) kernel initializer; two batches
+# per client. Its updates stay far below the adaptive clipping's initial norm
+# of 1, so the driver's aggregator averages them unclipped.
+TINY = workloads.Workload(
+    name='tiny_softmax',
+    keras_model_fn=lambda: tf.keras.Sequential([
+        tf.keras.layers.Dense(_CLASSES, activation='softmax',
+                              input_shape=(_FEATURES,))]),
+    loss_fn=tf.keras.losses.SparseCategoricalCrossentropy,
+    make_examples=_tiny_examples,
+    examples_per_client=6,
+    batch_size=3,
+    learning_rate=0.1,
+)
+
+
+def _numpy_client_weights(kernel, bias, x, y, workload):
+  """Local SGD of softmax regression on one client's batches."""
+  kernel, bias = kernel.copy(), bias.copy()
+  for start in range(0, len(x), workload.batch_size):
+    xb = x[start:start + workload.batch_size]
+    yb = y[start:start + workload.batch_size, 0]
+    logits = xb @ kernel + bias
+    probs = np.exp(logits - logits.max(axis=1, keepdims=True))
+    probs /= probs.sum(axis=1, keepdims=True)
+    grad_logits = (probs - np.eye(_CLASSES)[yb]) / len(xb)
+    kernel -= workload.learning_rate * xb.T @ grad_logits
+    bias -= workload.learning_rate * grad_logits.sum(axis=0)
+  return kernel, bias
+
+
+def _numpy_mean_client_weights(start, arrays, workload):
+  finals = [_numpy_client_weights(start[0], start[1], arrays.x[c],
+                                  arrays.y[c], workload)
+            for c in range(arrays.num_clients)]
+  return [np.mean([f[i] for f in finals], axis=0) for i in range(2)]
+
+
+def test_limit_round_matches_numpy():
+  arrays = TINY.client_arrays(3, seed=4)
+  rng = np.random.default_rng(5)
+  start = [rng.normal(size=(_FEATURES, _CLASSES)).astype(np.float32),
+           rng.normal(size=(_CLASSES,)).astype(np.float32)]
+  limit_round = limit.LimitRound(TINY, arrays)
+  limit_round.set_start_weights(start)
+  limit_round()
+  expected = _numpy_mean_client_weights(start, arrays, TINY)
+  for got, want in zip(limit_round.mean_client_weights(), expected):
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+  limit_round()  # every round restarts each client from the start weights
+  for got, want in zip(limit_round.mean_client_weights(), expected):
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize('variant', tff_rounds.VARIANTS)
+def test_tff_round_computes_the_limit_client_work(variant):
+  arrays = TINY.client_arrays(3, seed=6)
+  tff_round = tff_rounds.TffRound(
+      tff_rounds.build_process(TINY, variant),
+      tff_rounds.datasets_fn_for(TINY, arrays, variant))
+  start = [np.asarray(w) for w in
+           tff_round.process.get_model_weights(tff_round.state).trainable]
+  # The server model starts from the model's own initializer, not zeros.
+  assert np.abs(start[0]).max() > 0.1
+  limit_round = limit.LimitRound(TINY, arrays)
+  limit_round.set_start_weights(start)
+  limit_round()
+  tff_round()
+  got = tff_round.process.get_model_weights(tff_round.state).trainable
+  expected = limit_round.mean_client_weights()
+  update_norm = np.sqrt(sum(np.sum((e - s)**2)
+                            for e, s in zip(expected, start)))
+  assert 0 < update_norm < 1.0  # the premise of TINY: no clipping
+  for g, e in zip(got, expected):
+    np.testing.assert_allclose(np.asarray(g), e, rtol=1e-5, atol=1e-6)
+
+
+def test_limit_rejects_partial_batches():
+  uneven = workloads.Workload(
+      name='uneven', keras_model_fn=TINY.keras_model_fn,
+      loss_fn=TINY.loss_fn, make_examples=_tiny_examples,
+      examples_per_client=5, batch_size=3)
+  with pytest.raises(ValueError, match='examples_per_client=5'):
+    limit.LimitRound(uneven, uneven.client_arrays(2))
+
+
+@pytest.mark.parametrize('name', ['emnist_cnn', 'stackoverflow_lstm',
+                                  'emnist_2nn'])
+def test_workload_data_match_their_element_spec(name):
+  workload = workloads.get_workload(name)
+  arrays = workload.client_arrays(2)
+  assert arrays.x.shape[:2] == (2, workload.examples_per_client)
+  assert workload.examples_per_client % workload.batch_size == 0
+  dataset = workload.client_datasets(arrays)[1]
+  assert dataset.element_spec == workload.element_spec()
+  batches = list(dataset)
+  assert len(batches) == workload.batches_per_client
+  np.testing.assert_array_equal(batches[0]['x'],
+                                arrays.x[1, :workload.batch_size])
+  client_data = workload.client_data(arrays)
+  assert sorted(client_data.client_ids) == ['0', '1']
+
+
+def test_stackoverflow_labels_are_the_next_words():
+  arrays = workloads.STACKOVERFLOW_LSTM.client_arrays(1)
+  assert arrays.x.shape[-1] == workloads.STACKOVERFLOW_SEQUENCE_LENGTH
+  np.testing.assert_array_equal(arrays.x[..., 1:], arrays.y[..., :-1])
+  assert arrays.x.min() >= 1 and arrays.y.max() < workloads.STACKOVERFLOW_VOCAB
+
+
+def test_bad_workload_requests_are_rejected():
+  with pytest.raises(ValueError, match="'no_such_workload'"):
+    workloads.get_workload('no_such_workload')
+  with pytest.raises(ValueError, match='num_clients must be positive, got 0'):
+    TINY.client_arrays(0)
+  with pytest.raises(ValueError, match="'no_such_variant'"):
+    tff_rounds.build_process(TINY, 'no_such_variant')
+
+
+def test_time_interleaved_warms_up_then_alternates():
+  calls = []
+  functions = {'a': lambda: calls.append('a'), 'b': lambda: calls.append('b')}
+  timings = timing.time_interleaved(functions, repeats=3)
+  assert calls == ['a', 'b'] * 4
+  for t in timings.values():
+    assert len(t.wall_samples) == 3
+    assert t.wall_seconds == min(t.wall_samples)
+    assert t.cpu_seconds >= 0
+  with pytest.raises(ValueError, match='repeats must be positive, got 0'):
+    timing.time_interleaved(functions, repeats=0)
+
+
+def test_worker_pid_finds_the_worker_serving_an_address(tff_runtime):
+  pid = timing.worker_pid(tff_runtime)
+  assert psutil.Process(pid).name() == timing.WORKER_PROCESS_NAME
+  with pytest.raises(RuntimeError, match='serving localhost:1'):
+    timing.worker_pid('localhost:1')
+
+
+def test_measure_ratios_reports_each_round_against_the_limit():
+  rows = ratios.measure_ratios(TINY, [2, 4], repeats=1, variants=['fedavg'])
+  assert [r['clients'] for r in rows] == [2, 4]
+  for row in rows:
+    assert row['workload'] == 'tiny_softmax'
+    assert row['limit_s'] > 0 and row['fedavg_s'] > 0
+    assert row['fedavg_ratio'] == row['fedavg_s'] / row['limit_s']
+    if row['limit_cpu_s'] > 0:  # else below the CPU clock's resolution
+      assert row['fedavg_cpu_ratio'] == (row['fedavg_cpu_s'] /
+                                         row['limit_cpu_s'])
+    else:
+      assert np.isnan(row['fedavg_cpu_ratio'])
+  with pytest.raises(ValueError, match='Cohort sizes must be positive'):
+    ratios.measure_ratios(TINY, [0], repeats=1)
+
+
+def test_per_client_rows_normalize_by_the_smallest_cohort():
+  rows = [{'workload': 'w', 'clients': 50, 'limit_s': 5.0, 'package_s': 6.0},
+          {'workload': 'w', 'clients': 10, 'limit_s': 1.0, 'package_s': 1.5},
+          {'workload': 'v', 'clients': 20, 'limit_s': 4.0, 'package_s': 4.0}]
+  scaling = ratios.per_client_rows(rows, ('limit', 'package'))
+  assert scaling[0]['limit_ms_per_client'] == pytest.approx(100.0)
+  assert scaling[0]['limit_vs_smallest'] == pytest.approx(1.0)
+  assert scaling[0]['package_vs_smallest'] == pytest.approx(0.12 / 0.15)
+  assert scaling[1]['package_vs_smallest'] == pytest.approx(1.0)
+  assert scaling[2]['package_ms_per_client'] == pytest.approx(200.0)
+  assert scaling[2]['package_vs_smallest'] == pytest.approx(1.0)
+
+
+def test_format_table_aligns_columns_and_leaves_missing_cells_blank():
+  text = report.format_table(
+      'T', [{'name': 'a', 'x': 1.23456}, {'name': 'long name'}],
+      [('name', 'name', 's'), ('x', 'x value', '.2f')])
+  lines = text.splitlines()
+  assert lines[:2] == ['T', '-']
+  assert lines[2].split() == ['name', 'x', 'value']
+  assert lines[3].split() == ['a', '1.23']
+  assert lines[4].strip() == 'long name'
+  assert len({len(line) for line in lines[2:]}) == 1
+
+
+def test_write_tables_as_json_and_csv(tmp_path):
+  tables = {'ratios': [{'clients': 10, 'limit_s': 0.5}],
+            'memory': [{'algorithm': 'fedavg', 'driver_peak_mb': 12.0}]}
+  json_path = os.path.join(tmp_path, 'sub', 'bench.json')
+  report.write_tables(json_path, tables)
+  with open(json_path) as f:
+    assert json.load(f) == tables
+  csv_path = os.path.join(tmp_path, 'bench.csv')
+  report.write_tables(csv_path, tables)
+  with open(csv_path) as f:
+    rows = list(csv.reader(f))
+  assert rows[0] == ['table', 'row', 'field', 'value']
+  assert ['ratios', '0', 'limit_s', '0.5'] in rows
+  assert ['memory', '0', 'algorithm', 'fedavg'] in rows
+  assert len(rows) == 5
+  with pytest.raises(ValueError, match="'bench.txt'"):
+    report.write_tables('bench.txt', tables)
+
+
+def test_peak_memory_of_stateful_rounds_through_the_training_loop():
+  result = memory.measure_peak_memory('adabest', TINY, num_clients=3,
+                                      rounds=1)
+  assert result['algorithm'] == 'adabest'
+  assert result['clients'] == 3
+  assert result['data_mb'] == pytest.approx(3 * 6 * (4 * 4 + 4) / 2**20)
+  assert result['driver_peak_mb'] >= result['driver_start_mb'] > 0
+  assert result['worker_peak_mb'] > 0
+  with pytest.raises(ValueError, match="'sgd'"):
+    memory.measure_peak_memory('sgd', TINY, num_clients=3)
+
+
+def test_speedup_needs_two_cores(monkeypatch):
+  monkeypatch.setattr(os, 'sched_getaffinity', lambda pid: {3})
+  with pytest.raises(ValueError, match=r'Only CPU \[3\]'):
+    cores.measure_speedup('emnist_cnn', 10, repeats=1)
+
+
+def test_probe_rejects_unknown_requests():
+  with pytest.raises(ValueError, match="'timing'"):
+    probe.run({'kind': 'timing'})
