@@ -1,7 +1,7 @@
 #!/bin/bash
-# Reproduces results/gel/: GeL (Boukhari et al. 2024) evidence on LEAF Synthetic.
+# Reproduces results/gel/: GeL (Boukhari et al. 2024) evidence on Synthetic.
 #
-#   results/gel/run_evidence.sh            # runs every grid, then summarizes
+#   results/gel/run_evidence.sh     # runs every grid, then summarizes
 #   ROOT=/somewhere results/gel/run_evidence.sh
 #
 # Every run is a driver run (run_experiment.py) launched by the package's
@@ -51,4 +51,5 @@ for algorithm in fedavgcm_budgeted fedavgcm_gel fedyogi_budgeted fedyogi_gel; do
 done
 
 # 4. Tables (CSV), accuracy curves and the heatmap (lr_grid.png).
-PYTHONPATH=. nice -n 10 "$PY" "$OUT/summarize.py" --root="$ROOT" --output_dir="$OUT"
+PYTHONPATH=. nice -n 10 "$PY" "$OUT/summarize.py" --root="$ROOT" \
+    --output_dir="$OUT"

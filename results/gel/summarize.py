@@ -12,9 +12,11 @@ readers (`large_cohort.analysis`) and GeL's accounting (`gel_tff.accounting`):
   accuracy, up to the run's planned last round (`--total_rounds` of its
   sweep, `PLANNED_ROUNDS` below), and the accuracy of its last checkpoint on
   all 11,179 test examples (the runs evaluate 100 of the 1,000 test clients);
-  `rounds_to_target_per_run.csv` and, over seeds, `rounds_to_target.csv` with
-  the speedup of `<base>_gel` over `<base>_budgeted` (Table 1's
-  `(R_baseline - R) / R`).
+  `rounds_to_target_per_run.csv` and, over seeds, `rounds_to_target.csv`
+  (mean and std over the seeds that reached a threshold, and how many did)
+  with the speedup of `<base>_gel` over `<base>_budgeted` (Table 1's
+  `(R_baseline - R) / R`, of the means; only where every seed of both
+  reached the threshold).
 * `grid_<algorithm>/` roots (Figure 7): the (eta_l, eta) grid of final test
   accuracy per algorithm, `lr_grid.csv` and one 2x2 heatmap `lr_grid.png`
   with a shared color scale.
@@ -92,8 +94,9 @@ def checkpoint_accuracy(run_dir: str, x: np.ndarray,
   path = max(glob.glob(os.path.join(run_dir, 'checkpoints', 'program_state_*')),
              key=lambda p: int(p.rsplit('_', 1)[1]))
   tensors = [t.numpy() for t in tf.nest.flatten(tf.saved_model.load(path)())]
-  kernel, = [t for t in tensors if t.shape == (x.shape[1], 10)]
-  bias, = [t for t in tensors if t.shape == (10,)]
+  kernel, = [t for t in tensors
+             if t.shape == (x.shape[1], synthetic.NUM_CLASSES)]
+  bias, = [t for t in tensors if t.shape == (synthetic.NUM_CLASSES,)]
   predictions = np.argmax(x @ kernel + bias, axis=1)
   return int(path.rsplit('_', 1)[1]), float(np.mean(predictions == y))
 
@@ -140,7 +143,8 @@ def summary_table(per_run: pd.DataFrame) -> pd.DataFrame:
   rows = []
   for (algorithm, learning_rate), runs in per_run.groupby(keys, sort=True):
     row = {ALGORITHM: algorithm, analysis.CLIENT_LEARNING_RATE: learning_rate,
-           'seeds': len(runs), 'planned_rounds': int(runs['planned_rounds'].max()),
+           'seeds': len(runs),
+           'planned_rounds': int(runs['planned_rounds'].max()),
            'best_accuracy_mean': runs['best_accuracy'].mean(),
            'last_accuracy_mean': runs['last_accuracy'].mean(),
            'mean_accuracy_mean': runs['mean_accuracy'].mean(),
@@ -155,14 +159,18 @@ def summary_table(per_run: pd.DataFrame) -> pd.DataFrame:
   table = pd.DataFrame(rows)
   for threshold in THRESHOLDS:
     key = f'rounds_to_{threshold:.2f}_mean'
+    reached = f'rounds_to_{threshold:.2f}_reached'
     speedups = []
     for _, row in table.iterrows():
       baseline = table[
           (table[ALGORITHM] == f'{_base(row[ALGORITHM])}_budgeted') &
           (table[analysis.CLIENT_LEARNING_RATE] ==
            row[analysis.CLIENT_LEARNING_RATE])]
+      # Only when every seed of both rows reached the threshold: a mean over
+      # the seeds that did would compare different seeds.
       usable = (row[ALGORITHM].endswith('_gel') and len(baseline) == 1 and
-                np.isfinite(row[key]) and np.isfinite(baseline[key].iloc[0]))
+                row[reached] == row['seeds'] and
+                baseline[reached].iloc[0] == baseline['seeds'].iloc[0] > 0)
       speedups.append(accounting.speedup(row[key], baseline[key].iloc[0])
                       if usable else np.nan)
     table[f'speedup_{threshold:.2f}'] = speedups
@@ -231,10 +239,10 @@ def main() -> None:
   frame = load_table_runs(args.root)
   per_run = per_run_table(frame)
   per_run.to_csv(os.path.join(args.output_dir, 'rounds_to_target_per_run.csv'),
-                 index=False, float_format='%.4g')
+                 index=False, float_format='%.6g')
   table = summary_table(per_run)
   table.to_csv(os.path.join(args.output_dir, 'rounds_to_target.csv'),
-               index=False, float_format='%.4g')
+               index=False, float_format='%.6g')
   with pd.option_context('display.width', 250, 'display.max_columns', 50):
     print(per_run.to_string(index=False))
     print(table.to_string(index=False))
