@@ -5,9 +5,13 @@ process of its own (a CPU affinity, a clean peak memory). The request is a
 JSON object:
 
 * `{"kind": "ratios", "workload": W, "clients": N, "repeats": R,
-  "variants": [...]}` — `bench.ratios.measure_ratios` on a local runtime;
+  "variants": [...], "max_clients_per_call": K}` —
+  `bench.ratios.measure_ratios` on a local runtime;
 * `{"kind": "memory", "algorithm": A, "workload": W, "clients": N,
-  "rounds": R}` — `bench.memory.measure_peak_memory`.
+  "rounds": R, "max_clients_per_call": K}` —
+  `bench.memory.measure_peak_memory`.
+
+`K` is the local runtime's cohort slice size, `null` for none.
 
 The result is printed as JSON on the last line of stdout.
 """
@@ -34,14 +38,16 @@ def run(request: dict) -> object:
   """
   kind = request.get('kind')
   if kind == 'ratios':
-    with runtime.local_runtime():
+    with runtime.local_runtime(
+        max_clients_per_call=request['max_clients_per_call']):
       return ratios.measure_ratios(
           workloads.get_workload(request['workload']), [request['clients']],
           request['repeats'], request['variants'])
   if kind == 'memory':
     return memory.measure_peak_memory(
         request['algorithm'], workloads.get_workload(request['workload']),
-        request['clients'], request['rounds'])
+        request['clients'], request['rounds'],
+        request['max_clients_per_call'])
   raise ValueError(f'Unknown probe kind {kind!r}; expected "ratios" or '
                    '"memory".')
 

@@ -63,11 +63,18 @@ _SPEEDUP_CLIENTS = flags.DEFINE_integer(
     'speedup_clients', 50, 'Clients per round in the cores section.',
     lower_bound=1)
 _MEMORY_WORKLOAD = flags.DEFINE_string(
-    'memory_workload', 'emnist_2nn', 'Workload of the memory section.')
+    'memory_workload', 'emnist_linear', 'Workload of the memory section.')
 _MEMORY_CLIENTS = flags.DEFINE_list(
     'memory_clients', ['100', '1000'],
     'Population sizes of the memory section; every client takes part in '
     'every round.')
+_MAX_CLIENTS_PER_CALL = flags.DEFINE_integer(
+    'max_clients_per_call', 50,
+    'The local runtime runs a cohort in slices of at most this many clients '
+    '(experiment_driver.runtime.local_runtime): the worker holds several '
+    'model-sized values per client of a call, ~23 GB for 200 clients of the '
+    'Stack Overflow LSTM. The memory section measures with and without '
+    'slices.', lower_bound=1)
 _QUICK = flags.DEFINE_bool(
     'quick', False, 'Quicker settings: cohorts 10,50, 2 repeats, speed-up at '
     '10 clients, memory at 100 clients (overrides those flags).')
@@ -91,10 +98,12 @@ _SPEEDUP_COLUMNS = [('workload', 'workload', 's'), ('clients', 'clients', 'd'),
                     ('cores', 'cores', 'd'), ('speedup', 'speed-up', '.2f')]
 _MEMORY_COLUMNS = [('algorithm', 'algorithm', 's'),
                    ('workload', 'workload', 's'), ('clients', 'clients', 'd'),
+                   ('clients_per_call', 'clients/call', 's'),
                    ('data_mb', 'data MB', '.0f'),
                    ('driver_start_mb', 'driver start MB', '.0f'),
                    ('driver_peak_mb', 'driver peak MB', '.0f'),
-                   ('worker_peak_mb', 'worker peak MB', '.0f')]
+                   ('worker_peak_mb', 'worker peak MB', '.0f'),
+                   ('skipped', 'skipped', 's')]
 
 
 def _ints(values: Sequence[str], flag: str) -> list[int]:
@@ -128,17 +137,18 @@ def main(argv: Sequence[str]) -> None:
     raise app.UsageError(str(e)) from None
 
   tables = {}
+  per_call = _MAX_CLIENTS_PER_CALL.value
   if 'ratios' in _SECTIONS.value:
     rows = []
-    with runtime.local_runtime():
+    with runtime.local_runtime(max_clients_per_call=per_call):
       for workload in workload_list:
         rows += ratios.measure_ratios(workload, cohorts, repeats)
     tables['ratios'] = rows
     tables['scaling'] = ratios.per_client_rows(rows, (ratios.LIMIT, 'package'))
     print(report.format_table(
         f'Round time vs the limit (fastest of {repeats}; x limit = wall-time '
-        'ratio, cpu x = CPU-time ratio, driver + worker)', rows,
-        _RATIO_COLUMNS), flush=True)
+        'ratio, cpu x = CPU-time ratio, driver + worker; cohorts in slices of '
+        f'<= {per_call} clients)', rows, _RATIO_COLUMNS), flush=True)
     print(flush=True)
     print(report.format_table(
         'Scaling with cohort size (wall time per client; vs smallest = per-'
@@ -146,19 +156,24 @@ def main(argv: Sequence[str]) -> None:
         _SCALING_COLUMNS), flush=True)
     print(flush=True)
   if 'cores' in _SECTIONS.value:
-    tables['cores'] = cores.measure_speedup(_SPEEDUP_WORKLOAD.value,
-                                            speedup_clients, repeats)
+    tables['cores'] = cores.measure_speedup(
+        _SPEEDUP_WORKLOAD.value, speedup_clients, repeats,
+        max_clients_per_call=per_call)
     print(report.format_table('Speed-up from 1 core to all cores',
                               tables['cores'], _SPEEDUP_COLUMNS), flush=True)
     print(flush=True)
   if 'memory' in _SECTIONS.value:
     tables['memory'] = [
-        memory.run_in_subprocess(algorithm, _MEMORY_WORKLOAD.value, clients)
-        for algorithm in memory.ALGORITHMS for clients in memory_clients
+        row for algorithm in memory.ALGORITHMS
+        for clients_per_call in (None, per_call)
+        for row in memory.measure_series(
+            algorithm, _MEMORY_WORKLOAD.value, memory_clients,
+            max_clients_per_call=clients_per_call)
     ]
     print(report.format_table(
-        'Peak resident memory (2 rounds, every client in each round)',
-        tables['memory'], _MEMORY_COLUMNS), flush=True)
+        'Peak resident memory (2 rounds, every client in each round; '
+        'clients/call: the runtime\'s cohort slices)', tables['memory'],
+        _MEMORY_COLUMNS), flush=True)
   if _OUTPUT.value:
     report.write_tables(_OUTPUT.value, tables)
     print(f'\nwrote {_OUTPUT.value}')

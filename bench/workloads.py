@@ -11,10 +11,11 @@ it (same model, loss, learning rate and batch size in the limit and in TFF):
   special tokens, embedding 96, one LSTM of 670, dense 96, 10,004 logits),
   random token sequences of length 20, one batch of 32 per client (one step:
   the model is ~100x the CNN's cost per example), SGD at 0.1.
-* `emnist_2nn` — the two-hidden-layer EMNIST model (784-200-200-62), for the
-  memory benchmark at 1,000 clients: its client state (AdaBest keeps one
-  model-sized vector per client) is 0.8 MB, where the CNN's 4.8 MB per
-  client would need ~5 GB for the states alone.
+* `emnist_2nn` — TFF's two-hidden-layer EMNIST model (784-200-200-62,
+  0.8 MB of weights), and `emnist_linear`, a softmax regression on the 784
+  pixels (0.2 MB), for the memory benchmark at 1,000 clients per round: the
+  CNN's 4.8 MB of weights would be held several times per client (updates,
+  AdaBest's per-client state, ...), more than this machine's memory.
 
 Client data are NumPy arrays shaped `[clients, examples, ...]`; the limit
 reshapes them into batches, TFF gets one `tf.data.Dataset` per client,
@@ -179,7 +180,21 @@ EMNIST_2NN = Workload(
     batch_size=20,
 )
 
-WORKLOADS = {w.name: w for w in (EMNIST_CNN, STACKOVERFLOW_LSTM, EMNIST_2NN)}
+EMNIST_LINEAR = Workload(
+    name='emnist_linear',
+    keras_model_fn=lambda: tf.keras.Sequential([
+        tf.keras.layers.Reshape((28 * 28,), input_shape=(28, 28, 1)),
+        tf.keras.layers.Dense(EMNIST_CLASSES, activation='softmax')]),
+    loss_fn=tf.keras.losses.SparseCategoricalCrossentropy,
+    make_examples=_emnist_examples,
+    examples_per_client=100,
+    batch_size=20,
+)
+
+WORKLOADS = {
+    w.name: w
+    for w in (EMNIST_CNN, STACKOVERFLOW_LSTM, EMNIST_2NN, EMNIST_LINEAR)
+}
 
 
 def get_workload(name: str) -> Workload:

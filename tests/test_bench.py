@@ -26,6 +26,7 @@ from bench import report
 from bench import tff_rounds
 from bench import timing
 from bench import workloads
+from experiment_driver import runtime
 
 _FEATURES = 4
 _CLASSES = 3
@@ -91,9 +92,8 @@ def test_limit_round_matches_numpy():
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
 
 
-@pytest.mark.parametrize('variant', tff_rounds.VARIANTS)
-def test_tff_round_computes_the_limit_client_work(variant):
-  arrays = TINY.client_arrays(3, seed=6)
+def _tff_round_against_the_limit(variant, arrays):
+  """The TFF round's new model and the limit's mean client model."""
   tff_round = tff_rounds.TffRound(
       tff_rounds.build_process(TINY, variant),
       tff_rounds.datasets_fn_for(TINY, arrays, variant))
@@ -106,10 +106,26 @@ def test_tff_round_computes_the_limit_client_work(variant):
   limit_round()
   tff_round()
   got = tff_round.process.get_model_weights(tff_round.state).trainable
-  expected = limit_round.mean_client_weights()
+  return start, got, limit_round.mean_client_weights()
+
+
+@pytest.mark.parametrize('variant', tff_rounds.VARIANTS)
+def test_tff_round_computes_the_limit_client_work(variant):
+  start, got, expected = _tff_round_against_the_limit(
+      variant, TINY.client_arrays(3, seed=6))
   update_norm = np.sqrt(sum(np.sum((e - s)**2)
                             for e, s in zip(expected, start)))
   assert 0 < update_norm < 1.0  # the premise of TINY: no clipping
+  for g, e in zip(got, expected):
+    np.testing.assert_allclose(np.asarray(g), e, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize('variant', ['fedavg', 'package'])
+def test_tff_round_in_cohort_slices_computes_the_limit_client_work(variant):
+  # 5 clients in slices of at most 2: three partial aggregates merged.
+  with runtime.local_runtime(max_clients_per_call=2):
+    _, got, expected = _tff_round_against_the_limit(
+        variant, TINY.client_arrays(5, seed=7))
   for g, e in zip(got, expected):
     np.testing.assert_allclose(np.asarray(g), e, rtol=1e-5, atol=1e-6)
 
@@ -123,8 +139,7 @@ def test_limit_rejects_partial_batches():
     limit.LimitRound(uneven, uneven.client_arrays(2))
 
 
-@pytest.mark.parametrize('name', ['emnist_cnn', 'stackoverflow_lstm',
-                                  'emnist_2nn'])
+@pytest.mark.parametrize('name', sorted(workloads.WORKLOADS))
 def test_workload_data_match_their_element_spec(name):
   workload = workloads.get_workload(name)
   arrays = workload.client_arrays(2)
@@ -246,6 +261,60 @@ def test_peak_memory_of_stateful_rounds_through_the_training_loop():
   assert result['worker_peak_mb'] > 0
   with pytest.raises(ValueError, match="'sgd'"):
     memory.measure_peak_memory('sgd', TINY, num_clients=3)
+
+
+def test_memory_series_skips_sizes_predicted_to_exhaust_memory(monkeypatch):
+  measured = []
+
+  def fake_run(algorithm, workload_name, num_clients, rounds,
+               max_clients_per_call):
+    del rounds, max_clients_per_call
+    measured.append(num_clients)
+    # 100 MB before training, +1 MB (driver) and +2 MB (worker) per client.
+    return {'algorithm': algorithm, 'workload': workload_name,
+            'clients': num_clients, 'driver_start_mb': 100.0,
+            'driver_peak_mb': 100.0 + num_clients,
+            'worker_peak_mb': 2.0 * num_clients}
+
+  monkeypatch.setattr(memory, 'run_in_subprocess', fake_run)
+  available = type('Memory', (), {'available': 2000 * 2**20})
+  monkeypatch.setattr(psutil, 'virtual_memory', lambda: available)
+  # Budget 1,000 MB: 300 clients predict 100 + 3 * 300 = 1,000 MB (run),
+  # 400 clients predict 100 + 3 * 400 = 1,300 MB (skipped), and so is 500,
+  # predicted from 300 measured.
+  rows = memory.measure_series('fedavg', 'w', [400, 100, 300, 500],
+                               max_clients_per_call=50)
+  assert measured == [100, 300]
+  assert [r['clients'] for r in rows] == [100, 300, 400, 500]
+  assert 'skipped' not in rows[1]
+  assert rows[2]['skipped'] == (
+      'predicted 1300 MB > half the available memory (1000 MB)')
+  assert rows[3]['skipped'].startswith('predicted 1600 MB')
+  assert rows[3]['clients_per_call'] == '50'
+
+
+def test_speedup_keeps_each_setting_fastest_of_alternating_trials(
+    monkeypatch):
+  monkeypatch.setattr(os, 'sched_getaffinity', lambda pid: {0, 1})
+  times = iter([4.0, 8.0, 2.0, 3.0, 5.0, 6.0, 1.5, 4.0])
+  calls = []
+
+  def fake_measure(cpus, workload_name, num_clients, repeats,
+                   max_clients_per_call):
+    del workload_name, num_clients, repeats, max_clients_per_call
+    calls.append(list(cpus))
+    return {'limit_s': next(times), 'package_s': next(times)}
+
+  monkeypatch.setattr(cores, '_measure_with_cpus', fake_measure)
+  rows = cores.measure_speedup('emnist_cnn', 10, repeats=1, trials=2)
+  assert calls == [[0], [0, 1], [0], [0, 1]]
+  limit_row, package_row = rows
+  assert (limit_row['one_core_s'], limit_row['all_cores_s']) == (4.0, 1.5)
+  assert limit_row['speedup'] == pytest.approx(4.0 / 1.5)
+  assert (package_row['one_core_s'], package_row['all_cores_s']) == (6.0, 3.0)
+  assert package_row['cores'] == 2
+  with pytest.raises(ValueError, match='trials must be positive, got 0'):
+    cores.measure_speedup('emnist_cnn', 10, repeats=1, trials=0)
 
 
 def test_speedup_needs_two_cores(monkeypatch):
