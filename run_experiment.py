@@ -32,7 +32,9 @@ USER_ERRORS = (ValueError, tasks.MissingDataError, outputs.CheckpointError,
 def _runtime():
   if f.WORKER_ADDRESSES.value:
     return runtime.remote_runtime(f.WORKER_ADDRESSES.value)
-  return runtime.local_runtime(f.MAX_CONCURRENT_CLIENTS.value)
+  return runtime.local_runtime(
+      f.MAX_CONCURRENT_CLIENTS.value,
+      max_clients_per_call=f.MAX_CLIENTS_PER_CALL.value or None)
 
 
 def run() -> None:

@@ -30,7 +30,8 @@ ALGORITHMS = {**fedopt_setup.ALGORITHMS, **adabest_setup.ALGORITHMS,
 # may be resumed with other values of these.
 _NOT_HPARAMS = frozenset({
     'root_output_dir', 'experiment_name', 'total_rounds',
-    'rounds_per_checkpoint', 'max_concurrent_clients', 'worker_addresses',
+    'rounds_per_checkpoint', 'max_concurrent_clients', 'max_clients_per_call',
+    'worker_addresses',
     'target_accuracy', 'target_metric', 'baseline_run_dir',
 })
 

@@ -193,6 +193,13 @@ MAX_CONCURRENT_CLIENTS = flags.DEFINE_integer(
     'max_concurrent_clients', -1,
     'How many clients the local TFF worker trains at once; non-positive: no'
     ' limit (all cores).')
+MAX_CLIENTS_PER_CALL = flags.DEFINE_integer(
+    'max_clients_per_call', 0,
+    'Run each round\'s cohort on the local worker in slices of at most this'
+    ' many clients and merge their aggregates: the worker\'s memory then grows'
+    ' with this number, not the cohort (it holds several model-sized values'
+    ' per client of a call, ~23 GB for 200 clients of the Stack Overflow'
+    ' LSTM). 0: the whole cohort in one call.', lower_bound=0)
 WORKER_ADDRESSES = flags.DEFINE_list(
     'worker_addresses', [],
     'host:port of TFF worker_binary executor services (one per machine);'

@@ -30,6 +30,9 @@ from large_cohort import per_client_evaluation
 CUMULATIVE_METRICS = ('examples_processed', 'gradient_computations',
                       'bytes_up', 'bytes_down', 'simulated_round_time')
 _TRAIN_PREFIX = 'client_work/train/'
+# Evaluation clients are sampled with this seed, whatever the run's `--seed`:
+# runs of different seeds are scored on the same clients.
+EVAL_SAMPLE_SEED = 0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -82,21 +85,28 @@ def summarize_training_metrics(flat: dict[str, float],
 class Evaluator:
   """Evaluates the deployed model on fixed validation and test clients.
 
-  Reports the example-weighted metrics of each split (TFF's `build_fed_eval`)
-  and, for test clients, the percentiles 5/25/50/75/95 of per-client accuracy
-  (the paper's fairness measurement, §3.4).
+  Reports the example-weighted metrics of each split (the clients' metrics
+  summed, then finalized, as TFF's `build_fed_eval` does) and, for test
+  clients, the percentiles 5/25/50/75/95 of per-client accuracy (the paper's
+  fairness measurement, §3.4), from one pass over each split's clients.
+
+  A split with more than `max_clients` clients is scored on a sample of them
+  drawn with `sample_seed`, the same sample for every run that uses it.
   """
 
   def __init__(self, task: tff.simulation.baselines.BaselineTask,
-               accuracy_name: str, max_clients: int, seed: int):
-    self._process = tff.learning.algorithms.build_fed_eval(task.model_fn)
+               accuracy_name: str, max_clients: int, sample_seed: int):
+    self._evaluate = per_client_evaluation.build_per_client_evaluation(
+        task.model_fn)
+    self._finalize = per_client_evaluation.MetricsFinalizer(task.model_fn)
+    if accuracy_name not in self._finalize.metric_names:
+      raise ValueError(
+          f'The model has no metric {accuracy_name!r}; its metrics are '
+          f'{self._finalize.metric_names}.')
     self._accuracy_name = accuracy_name
-    self._per_client_accuracy = (
-        per_client_evaluation.build_per_client_evaluation(
-            task.model_fn, metric_name=accuracy_name))
     self._splits = {}
     datasets = task.datasets
-    rng = np.random.default_rng(seed)
+    rng = np.random.default_rng(sample_seed)
     for name, data in (('validation', datasets.validation_data),
                        ('test', datasets.test_data)):
       if data is None:
@@ -113,23 +123,20 @@ class Evaluator:
 
   def __call__(self, model_weights) -> dict[str, float]:
     metrics = {}
-    state = self._process.set_model_weights(self._process.initialize(),
-                                            model_weights)
     for name, client_datasets in self._splits.items():
-      output = self._process.next(state, client_datasets)
-      flat = outputs.flatten_metrics(
-          output.metrics['client_work']['eval']['current_round_metrics'])
-      for key, value in flat.items():
+      per_client = self._evaluate(model_weights, client_datasets)
+      totals = self._finalize(per_client_evaluation.sum_over_clients(
+          [client['unfinalized'] for client in per_client]))
+      for key, value in totals.items():
         metrics[f'{name}/{key}'] = value
-      if self._accuracy_name in flat:
-        metrics[f'{name}/accuracy'] = flat[self._accuracy_name]
-    test_datasets = self._splits.get('test')
-    if len(test_datasets or ()) > 1:
-      accuracies = [a for a in self._per_client_accuracy(
-          model_weights, test_datasets) if np.isfinite(a)]
-      for q, value in per_client_evaluation.accuracy_percentiles(
-          accuracies).items():
-        metrics[f'test/accuracy_p{q}'] = float(value)
+      metrics[f'{name}/accuracy'] = totals[self._accuracy_name]
+      if name == 'test' and len(per_client) > 1:
+        accuracies = [
+            a for a in (float(client['finalized'][self._accuracy_name])
+                        for client in per_client) if np.isfinite(a)]
+        for q, value in per_client_evaluation.accuracy_percentiles(
+            accuracies).items():
+          metrics[f'test/accuracy_p{q}'] = float(value)
     return metrics
 
 
@@ -185,7 +192,7 @@ def run_training(
       lambda _, ids: _preprocessed(train_data,
                                    task.datasets.train_preprocess_fn, ids))
   evaluator = Evaluator(task, config.accuracy_name, config.max_eval_clients,
-                        config.seed)
+                        sample_seed=EVAL_SAMPLE_SEED)
 
   structure = _initial_program_state(process.initialize())
   program_state, start_round = run_dir.load_latest_checkpoint(structure)

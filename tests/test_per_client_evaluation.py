@@ -1,4 +1,5 @@
-"""Per-client accuracy is each client's own; percentiles are numpy's."""
+"""Per-client metrics are each client's own, their sum is TFF's federated
+evaluation, percentiles are numpy's."""
 
 import collections
 
@@ -22,8 +23,8 @@ def _model_fn():
       metrics=[tf.keras.metrics.SparseCategoricalAccuracy()])
 
 
-def test_each_client_gets_its_own_accuracy():
-  # Weights whose prediction is argmax(x @ kernel + bias).
+def _weights_and_clients():
+  """Weights whose prediction is argmax(x @ kernel + bias), 3 clients."""
   kernel = np.array([[1.0, 0.0], [0.0, 1.0]], np.float32)
   bias = np.array([0.0, 0.5], np.float32)
   weights = tff.learning.models.ModelWeights(trainable=[kernel, bias],
@@ -34,19 +35,51 @@ def test_each_client_gets_its_own_accuracy():
     x = rng.normal(size=(num_examples, 2)).astype(np.float32)
     y = rng.integers(0, 2, size=(num_examples, 1)).astype(np.int32)
     predictions = np.argmax(x @ kernel + bias, axis=1)
-    expected.append(np.mean(predictions == y[:, 0]))
+    expected.append(predictions == y[:, 0])
     datasets.append(tf.data.Dataset.from_tensor_slices(
         collections.OrderedDict(x=x, y=y)).batch(2))  # several batches
+  return weights, datasets, expected
+
+
+def test_each_client_gets_its_own_accuracy():
+  weights, datasets, correct = _weights_and_clients()
   evaluate = per_client_evaluation.build_per_client_evaluation(_model_fn)
-  accuracies = evaluate(weights, datasets)
-  assert len(accuracies) == 3
+  per_client = evaluate(weights, datasets)
+  assert len(per_client) == 3
+  accuracies = [c['finalized']['sparse_categorical_accuracy']
+                for c in per_client]
+  expected = [np.mean(c) for c in correct]
   np.testing.assert_allclose(accuracies, expected, rtol=1e-6)
   assert len(set(expected)) > 1  # the clients really differ
+  assert [c['finalized']['num_examples'] for c in per_client] == [5, 1, 8]
 
 
-def test_unknown_metric_raises_with_the_available_names():
-  with pytest.raises(ValueError, match='sparse_categorical_accuracy'):
-    per_client_evaluation.build_per_client_evaluation(_model_fn, 'accuracy')
+def test_summed_then_finalized_metrics_equal_tff_federated_evaluation():
+  weights, datasets, correct = _weights_and_clients()
+  evaluate = per_client_evaluation.build_per_client_evaluation(_model_fn)
+  per_client = evaluate(weights, datasets)
+  totals = per_client_evaluation.MetricsFinalizer(_model_fn)(
+      per_client_evaluation.sum_over_clients(
+          [c['unfinalized'] for c in per_client]))
+  # Example-weighted: the accuracy over all 14 examples, not the mean of the
+  # clients' accuracies.
+  assert totals['sparse_categorical_accuracy'] == pytest.approx(
+      np.mean(np.concatenate(correct)), rel=1e-6)
+  fed_eval = tff.learning.algorithms.build_fed_eval(_model_fn)
+  state = fed_eval.set_model_weights(fed_eval.initialize(), weights)
+  want = fed_eval.next(state, datasets).metrics['client_work']['eval'][
+      'current_round_metrics']
+  assert set(totals) == set(want)
+  for name, value in want.items():
+    assert totals[name] == pytest.approx(float(value), rel=1e-6), name
+
+
+def test_a_non_tff_model_is_rejected():
+  with pytest.raises(ValueError, match='VariableModel'):
+    per_client_evaluation.build_per_client_evaluation(
+        lambda: tf.keras.Sequential([tf.keras.layers.Dense(1)]))
+  with pytest.raises(ValueError, match='at least one client'):
+    per_client_evaluation.sum_over_clients([])
 
 
 def test_percentiles_match_numpy():

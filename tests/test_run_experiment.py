@@ -121,6 +121,17 @@ def test_killed_run_resumes_to_the_same_metrics(full_run, tmp_path):
                                 _metrics(run_dir))
 
 
+def test_cohort_in_slices_gives_the_same_metrics(full_run, tmp_path):
+  # 3 clients in slices of at most 2: two partial aggregates merged, summed in
+  # another order (hence rtol, not equality).
+  run_dir, _ = full_run
+  _run(*_SMALL_RUN, '--max_clients_per_call=2', f'--root_output_dir={tmp_path}',
+       '--experiment_name=sliced')
+  pd.testing.assert_frame_equal(_metrics(os.path.join(tmp_path, 'sliced')),
+                                _metrics(run_dir), check_exact=False,
+                                rtol=1e-5)
+
+
 def test_no_worker_survives_a_run(full_run):
   del full_run  # the run has exited; so must its worker
   _assert_no_surviving_workers()

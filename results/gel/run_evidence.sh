@@ -10,44 +10,43 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 PY=.venv/bin/python
-ROOT=${ROOT:-/tmp/e1_gel/runs}
+ROOT=${ROOT:-/tmp/e2_gel/runs}
 OUT=results/gel
 
 # The paper's setting (Section 4.1, Appendix E): 20 clients per round, batch
 # 5, budgets tau_i ~ U{4..13} and tau = 18 (gel_setup's synthetic defaults),
 # no clipping, all 1,000 clients train (no validation hold-out). Test accuracy
-# on a fixed, seeded sample of 100 of the 1,000 test clients.
+# every 5 rounds on a fixed sample of 200 of the 1,000 test clients, the same
+# for every run (the driver samples evaluation clients with a fixed seed).
 COMMON=(--task=synthetic --noclipping --clients_per_round=20
-        --train_batch_size=5 --validation_fraction=0 --max_eval_clients=100)
+        --train_batch_size=5 --validation_fraction=0 --max_eval_clients=200
+        --rounds_per_eval=5)
+SEEDS=0,1,2,3,4
 
 sweep() { nice -n 10 "$PY" -m large_cohort.sweep --parallel=2 "$@"; }
 
-# 1. Table 1: FedAvgCM vs FedAvgCM + GeL, eta_l = 0.01 (tuned, 200 rounds)
-#    and 0.005 (150 rounds), seeds 0 and 1.
-sweep --name_prefix=table --total_rounds=200 --root_output_dir="$ROOT" \
+# 1. Table 1: FedAvgCM vs FedAvgCM + GeL, eta_l = 0.01 and 0.005, 5 seeds,
+#    300 rounds.
+sweep --name_prefix=table --total_rounds=300 --root_output_dir="$ROOT" \
     --axis=algorithm:fedavgcm_budgeted,fedavgcm_gel \
-    --axis=client_learning_rate:0.01 --axis=seed:0,1 \
-    -- "${COMMON[@]}" --rounds_per_eval=5
-sweep --name_prefix=table --total_rounds=150 --root_output_dir="$ROOT" \
-    --axis=algorithm:fedavgcm_budgeted,fedavgcm_gel \
-    --axis=client_learning_rate:0.005 --axis=seed:0,1 \
-    -- "${COMMON[@]}" --rounds_per_eval=5
+    --axis=client_learning_rate:0.01,0.005 --axis=seed:$SEEDS \
+    -- "${COMMON[@]}"
 
-# 2. Table 2: FedProx and FedNova with and without GeL, eta_l = 0.01, seed 0,
-#    60 rounds.
-sweep --name_prefix=table --total_rounds=60 --root_output_dir="$ROOT" \
+# 2. Table 2: FedProx and FedNova with and without GeL, eta_l = 0.01, 5 seeds,
+#    250 rounds.
+sweep --name_prefix=table --total_rounds=250 --root_output_dir="$ROOT" \
     --axis=algorithm:fedprox_budgeted,fedprox_gel,fednova_budgeted,fednova_gel \
-    --axis=client_learning_rate:0.01 --axis=seed:0 \
-    -- "${COMMON[@]}" --rounds_per_eval=5
+    --axis=client_learning_rate:0.01 --axis=seed:$SEEDS \
+    -- "${COMMON[@]}"
 
 # 3. Learning-rate grids (Figure 7 on Synthetic): (eta_l, eta) for FedAvgCM
-#    and FedYogi with and without GeL, test accuracy after 15 rounds, seed 0.
+#    and FedYogi with and without GeL, test accuracy after 40 rounds, seed 0.
 for algorithm in fedavgcm_budgeted fedavgcm_gel fedyogi_budgeted fedyogi_gel; do
-  sweep --name_prefix=grid --total_rounds=15 \
+  sweep --name_prefix=grid --total_rounds=40 \
       --root_output_dir="$ROOT/grid_$algorithm" \
-      --axis=client_learning_rate:0.003,0.03 \
-      --axis=server_learning_rate:0.01,1 \
-      -- "${COMMON[@]}" --algorithm="$algorithm" --seed=0 --rounds_per_eval=15
+      --axis=client_learning_rate:0.001,0.01,0.1 \
+      --axis=server_learning_rate:0.01,0.1,1 \
+      -- "${COMMON[@]}" --algorithm="$algorithm" --seed=0 --rounds_per_eval=40
 done
 
 # 4. Tables (CSV), accuracy curves and the heatmap (lr_grid.png).
