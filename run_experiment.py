@@ -73,6 +73,9 @@ def main(argv) -> None:
   if len(argv) > 1:
     raise app.UsageError(f'unexpected arguments: {" ".join(argv[1:])}')
   logging.set_verbosity(logging.WARNING)
+  # `bazel run` starts the program in its runfiles directory; relative paths
+  # in flags are meant from where the user typed the command.
+  os.chdir(os.environ.get('BUILD_WORKING_DIRECTORY', os.getcwd()))
   try:
     run()
   except USER_ERRORS as e:

@@ -132,6 +132,21 @@ def test_cohort_in_slices_gives_the_same_metrics(full_run, tmp_path):
                                 rtol=1e-5)
 
 
+def test_relative_paths_are_from_where_bazel_run_was_typed(tmp_path):
+  # `bazel run` starts the driver in its runfiles; BUILD_WORKING_DIRECTORY
+  # names the user's directory.
+  result = subprocess.run(
+      _command('--task=synthetic', '--total_rounds=1', '--clients_per_round=2',
+               '--max_eval_clients=2', '--root_output_dir=runs',
+               '--experiment_name=typed_here'),
+      capture_output=True, text=True, cwd=_REPO, timeout=600,
+      stdin=subprocess.DEVNULL,
+      env={**_ENV, 'BUILD_WORKING_DIRECTORY': str(tmp_path)})
+  assert result.returncode == 0, result.stderr[-3000:]
+  assert os.path.isfile(tmp_path / 'runs' / 'typed_here' / 'metrics.csv')
+  assert not os.path.exists(os.path.join(_REPO, 'runs'))
+
+
 def test_no_worker_survives_a_run(full_run):
   del full_run  # the run has exited; so must its worker
   _assert_no_surviving_workers()
