@@ -158,4 +158,7 @@ def progress_line(round_num: int, total_rounds: int, round_seconds: float,
     value = metrics.get(key)
     if value is not None and not (isinstance(value, float) and math.isnan(value)):
       parts.append(f'{key} {value:.4g}')
+  for key in ('num_nonfinite_updates', 'num_zero_updates'):
+    if metrics.get(key, 0) > 0:  # diverged clients, discarded (diagnostics)
+      parts.append(f'{key} {int(metrics[key])}')
   return ' | '.join(parts)

@@ -76,7 +76,7 @@ def summarize_training_metrics(flat: dict[str, float],
     summary['examples_processed'] = flat[_TRAIN_PREFIX + 'num_examples']
   for key, value in flat.items():
     for name in ('clipping_norm', 'update_norm', 'mean_pairwise_cosine',
-                 'num_nonfinite_updates'):
+                 'num_nonfinite_updates', 'num_zero_updates'):
       if key.endswith('/' + name):
         summary[name] = value
   return summary

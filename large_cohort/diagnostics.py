@@ -23,11 +23,15 @@ round (SPEC.md §1 "Measurements"):
 * `num_nonfinite_updates`: client updates containing a NaN or Inf. Such an
   update is replaced by zeros (and, for a weighted inner factory, its weight
   by 0) before the inner factory sees it, so it never reaches the server
-  model. TFF's own model-delta client work already zeroes a non-finite delta
-  and gives it weight 0 on the client; behind it this counter stays 0 and
-  those clients show up as zero updates (excluded from the cosine). With an
-  unweighted inner factory the zeroed update still counts in the mean's
-  denominator, as with `tff.aggregators.zeroing_factory`.
+  model. With an unweighted inner factory the zeroed update still counts in
+  the mean's denominator, as with `tff.aggregators.zeroing_factory`.
+* `num_zero_updates`: finite client updates that are exactly zero. TFF's
+  model-delta client work (FedOpt, FedSGD) zeroes a non-finite delta on the
+  client and gives it weight 0, so behind it a diverged client arrives here
+  as a zero update, not a non-finite one: this column is where it shows. A
+  client without examples, or one whose training left the model unchanged,
+  also sends zeros. Zero updates have no direction and are excluded from the
+  cosine.
 
 The inner factory's own measurements are kept under `inner_aggregator`.
 
@@ -65,8 +69,9 @@ def _build_client_screen(value_type: tff.types.Type) -> tff.Computation:
   """Client-side: zeroes a non-finite update, returns it and its unit vector.
 
   Returns a computation `value -> <safe_value, unit_value, is_nonfinite,
-  has_direction>`, where `unit_value` is `value/‖value‖` for a finite non-zero
-  update and zeros otherwise, and the two flags are int32 0/1.
+  has_direction, is_zero>`, where `unit_value` is `value/‖value‖` for a
+  finite non-zero update and zeros otherwise, and the three flags are int32
+  0/1.
   """
 
   @tff.tensorflow.computation(value_type)
@@ -85,7 +90,8 @@ def _build_client_screen(value_type: tff.types.Type) -> tff.Computation:
     unit_value = tf.nest.map_structure(unit, value)
     return (safe_value, unit_value,
             tf.cast(tf.logical_not(is_finite), tf.int32),
-            tf.cast(has_direction, tf.int32))
+            tf.cast(has_direction, tf.int32),
+            tf.cast(tf.logical_and(is_finite, tf.equal(norm, 0.0)), tf.int32))
 
   return screen
 
@@ -127,8 +133,8 @@ def _build_next_impl(
   diagnose = _build_server_diagnostics(value_type)
 
   def next_impl(state, value, weight):
-    safe_value, unit_value, is_nonfinite, has_direction = tff.federated_map(
-        screen, value)
+    safe_value, unit_value, is_nonfinite, has_direction, is_zero = (
+        tff.federated_map(screen, value))
     if weight is None:
       safe_weight = None
     else:
@@ -145,6 +151,7 @@ def _build_next_impl(
         mean_pairwise_cosine=mean_pairwise_cosine,
         num_clients=tff.federated_sum(tff.federated_value(1, tff.CLIENTS)),
         num_nonfinite_updates=tff.federated_sum(is_nonfinite),
+        num_zero_updates=tff.federated_sum(is_zero),
         inner_aggregator=inner_output.measurements,
     )
     return tff.templates.MeasuredProcessOutput(

@@ -63,6 +63,7 @@ def test_weighted_measurements_match_numpy():
       _numpy_mean_pairwise_cosine(updates), abs=1e-6)
   assert measurements['num_clients'] == 4
   assert measurements['num_nonfinite_updates'] == 0
+  assert measurements['num_zero_updates'] == 0
   assert set(measurements['inner_aggregator']) == {'mean_value', 'mean_weight'}
 
 
@@ -106,6 +107,7 @@ def test_nonfinite_updates_are_excluded_and_counted():
   assert np.all(np.isfinite(_flat(output.result)))
   np.testing.assert_allclose(_flat(output.result), expected_mean, rtol=1e-5)
   assert output.measurements['num_nonfinite_updates'] == 2
+  assert output.measurements['num_zero_updates'] == 0
   assert output.measurements['num_clients'] == 4
   assert output.measurements['mean_pairwise_cosine'] == pytest.approx(
       _numpy_mean_pairwise_cosine(finite), abs=1e-6)
@@ -117,6 +119,7 @@ def test_cosine_skips_zero_updates_and_is_nan_below_two_directions():
   output = _run_weighted(tff.aggregators.MeanFactory(), [nonzero, zero],
                          [1.0, 1.0])
   assert math.isnan(output.measurements['mean_pairwise_cosine'])
+  assert output.measurements['num_zero_updates'] == 1
   np.testing.assert_allclose(_flat(output.result), _flat(nonzero) / 2,
                              rtol=1e-6)
 

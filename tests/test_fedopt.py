@@ -7,6 +7,7 @@ import pytest
 import tensorflow as tf
 import tensorflow_federated as tff
 
+from large_cohort import diagnostics
 from large_cohort import fedopt
 from large_cohort import optimizers
 
@@ -131,6 +132,35 @@ def test_uniform_weighting_averages_clients_equally():
   deltas = [_client_delta(zeros_w, zeros_b, x, y, _CLIENT_LR) for x, y in arrays]
   np.testing.assert_allclose(_weights(process, state)[0],
                              (deltas[0][0] + deltas[1][0]) / 2, rtol=1e-5)
+
+
+def test_diverged_client_is_discarded_and_reported():
+  # A NaN feature makes one client's delta non-finite. TFF's client work
+  # zeroes it with weight 0, so the round equals the round without it, and
+  # the diagnostics aggregator reports it as a zero update.
+  def build():
+    return fedopt.build_fedopt(
+        _model_fn,
+        client_optimizer=optimizers.build_optimizer('sgd', _CLIENT_LR),
+        server_optimizer=optimizers.build_optimizer('sgd', _SERVER_LR),
+        model_aggregator=diagnostics.diagnostics_factory(
+            tff.aggregators.MeanFactory()))
+  arrays = _client_arrays()
+  diverged_x = arrays[1][0].copy()
+  diverged_x[0, 0] = np.nan
+  process = build()
+  output = process.next(process.initialize(),
+                        _datasets([arrays[0], (diverged_x, arrays[1][1])]))
+  clean = build()
+  reference = clean.next(clean.initialize(), _datasets(arrays[:1])).state
+  for got, want in zip(_weights(process, output.state),
+                       _weights(clean, reference)):
+    assert np.all(np.isfinite(got))
+    np.testing.assert_allclose(got, want, rtol=1e-6)
+  aggregator = output.metrics['aggregator']
+  assert aggregator['num_zero_updates'] == 1
+  assert aggregator['num_nonfinite_updates'] == 0
+  assert aggregator['num_clients'] == 2
 
 
 def test_fedsgd_takes_one_full_batch_gradient_step():

@@ -1,12 +1,14 @@
 """Tables and figures of the FedAvg cohort-size runs on Synthetic (§3-4).
 
     .venv/bin/python results/large_cohort/summarize.py \
-        --root=/tmp/e2runs/large_cohort --max_round=150
+        --root=/tmp/e2runs/large_cohort
 
-Reads every run directory under `--root` with `large_cohort.analysis` and
-compares the cohort sizes over the rounds all of them reached (`--max_round`,
-default: the shortest run's last round), so that a longer run's later, smaller
-norms do not bias the comparison. Writes into this directory:
+Reads every run directory under `--root` with `large_cohort.analysis` and,
+separately for the runs that weight client updates by examples (the driver's
+default) and those with `--uniform_weighting`, compares the cohort sizes over
+the rounds all runs reached (`--max_round`, default: the shortest run's last
+round), so that a longer run's later, smaller norms do not bias the
+comparison. Writes into this directory:
 
 * `update_norm_ratios.csv`: for each pair M1 < M2, `‖Δ_1‖/‖Δ_2‖` (norms
   averaged over rounds `--min_round`..`--max_round`, and over each of
@@ -14,16 +16,18 @@ norms do not bias the comparison. Writes into this directory:
   `sqrt(E[Σp²]_M1 / E[Σp²]_M2)`, the ratio nearly orthogonal updates of
   equal norm give when the server weights client k by its examples
   (`p_k = n_k / Σ n`, as the driver's FedAvg does; the sqrt rule is the
-  special case of equal weights). `E[Σp²]` is estimated by drawing cohorts
-  from the run's training clients (Synthetic's sizes are heavy-tailed, so
-  the weighted mean averages fewer effective clients than M);
+  special case of equal weights, and the prediction of the uniform runs).
+  `E[Σp²]` is estimated by drawing cohorts from the run's training clients
+  (Synthetic's sizes are heavy-tailed, so the weighted mean averages fewer
+  effective clients than M);
 * `per_cohort_summary.csv`: per M, mean `‖Δ‖` and mean pairwise cosine over
   the window (and over its last 50 rounds), test accuracy at the window's
   end, best test accuracy, and rounds and examples to each accuracy
   threshold;
 * `update_norm_vs_rounds.png` (with the sqrt-rule prediction from M=50),
   `cosine_vs_rounds.png`, `accuracy_vs_rounds.png`,
-  `rounds_to_accuracy.png`.
+  `rounds_to_accuracy.png`, and the same with `_uniform` for the uniformly
+  weighted runs.
 """
 
 import argparse
@@ -47,6 +51,7 @@ from tasks import validation_split  # pylint: disable=g-import-not-at-top
 
 OUT_DIR = os.path.dirname(os.path.abspath(__file__))
 COSINE = 'mean_pairwise_cosine'
+WEIGHTING = 'uniform_weighting'  # hparams.json: False = by examples
 
 
 def _floats(text: str) -> list[float]:
@@ -90,28 +95,11 @@ def _with_weighted_prediction(ratios: pd.DataFrame,
   return ratios
 
 
-def main() -> None:
-  parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
-  parser.add_argument('--root', default='/tmp/e2runs/large_cohort')
-  parser.add_argument('--min_round', type=int, default=10,
-                      help='First round of the norm/cosine window (the paper:'
-                      ' the rule holds "after a small number of rounds").')
-  parser.add_argument('--max_round', type=int, default=None)
-  parser.add_argument('--windows', type=_windows,
-                      default=[(10, 50), (51, 100), (101, 150)],
-                      help='Round windows over which norms are also averaged.')
-  parser.add_argument('--thresholds', type=_floats,
-                      default=[0.6, 0.65, 0.7, 0.75, 0.8])
-  parser.add_argument('--reference_cohort_size', type=int, default=50)
-  args = parser.parse_args()
-
-  frame = analysis.load_runs([args.root])
-  last_rounds = frame.groupby(analysis.RUN)[analysis.ROUND].max()
-  max_round = args.max_round or int(last_rounds.min())
-  window = frame[frame[analysis.ROUND] <= max_round]
-  print(f'runs: {dict(last_rounds)}; common window: rounds'
-        f' {args.min_round}..{max_round}')
-
+def _summarize_weighting(window: pd.DataFrame, uniform: bool,
+                         args: argparse.Namespace,
+                         max_round: int) -> tuple[pd.DataFrame, pd.DataFrame]:
+  """Norm ratios and per-M summary of the runs of one client weighting."""
+  weighting = 'uniform' if uniform else 'examples'
   ratios = []
   for first, last in [(args.min_round, max_round), *args.windows]:
     if last <= max_round:
@@ -121,13 +109,17 @@ def main() -> None:
       ratios.append(part)
   ratios = pd.concat(ratios, ignore_index=True)
   cohort_sizes = sorted(int(m) for m in window[analysis.COHORT_SIZE].unique())
-  sum_sq = {m: expected_sum_of_squared_weights(m) for m in cohort_sizes}
-  print('E[sum p^2] per M:', {m: round(v, 4) for m, v in sum_sq.items()},
+  # Uniform weights p_k = 1/M give Σp² = 1/M: the prediction is the sqrt rule.
+  sum_sq = {m: 1.0 / m if uniform else expected_sum_of_squared_weights(m)
+            for m in cohort_sizes}
+  print(f'[{weighting}] E[sum p^2] per M:',
+        {m: round(v, 4) for m, v in sum_sq.items()},
         'effective cohort 1/E:', {m: round(1 / v, 1) for m, v in sum_sq.items()})
   ratios = _with_weighted_prediction(ratios, sum_sq)
-  ratios.to_csv(os.path.join(OUT_DIR, 'update_norm_ratios.csv'), index=False,
-                float_format='%.4f')
+  ratios.insert(0, 'weighting', weighting)
   fit = analysis.fit_update_norm_scaling(window, min_round=args.min_round)
+  print(f'[{weighting}] fit over M: ||Delta|| ~ M^{fit.exponent:.3f} (R^2'
+        f' {fit.r_squared:.3f}); sqrt rule: M^-0.5')
 
   in_window = window[window[analysis.ROUND] >= args.min_round]
   late = window[window[analysis.ROUND] > max_round - 50]
@@ -137,8 +129,10 @@ def main() -> None:
     run_rows = window[window[analysis.COHORT_SIZE] == cohort]
     evaluated = run_rows[run_rows[analysis.TEST_ACCURACY].notna()]
     row = {
+        'weighting': weighting,
         'clients_per_round': int(cohort),
         'effective_cohort_1_over_E_sum_p2': 1 / sum_sq[int(cohort)],
+        'update_norm_exponent_fit': fit.exponent,
         'mean_update_norm': rows_m[analysis.UPDATE_NORM].mean(),
         'mean_update_norm_last50': late[late[analysis.COHORT_SIZE] == cohort][
             analysis.UPDATE_NORM].mean(),
@@ -157,22 +151,15 @@ def main() -> None:
       row[f'rounds_to_{threshold:g}'] = crossing['rounds']
       row[f'examples_to_{threshold:g}'] = crossing['examples']
     rows.append(row)
-  summary = pd.DataFrame(rows)
-  summary.to_csv(os.path.join(OUT_DIR, 'per_cohort_summary.csv'), index=False,
-                 float_format='%.4f')
-  with pd.option_context('display.width', 250, 'display.max_columns', 40):
-    print(ratios.to_string(index=False))
-    print(f'fit over M: ||Delta|| ~ M^{fit.exponent:.3f} (R^2'
-          f' {fit.r_squared:.3f}); sqrt rule: M^-0.5')
-    print(summary.T)
 
+  suffix = '_uniform' if uniform else ''
   print(plots.plot_update_norm_vs_rounds(
-      window, os.path.join(OUT_DIR, 'update_norm_vs_rounds.png'),
+      window, os.path.join(OUT_DIR, f'update_norm_vs_rounds{suffix}.png'),
       reference_cohort_size=args.reference_cohort_size))
   print(plots.plot_accuracy_vs_rounds(
-      window, os.path.join(OUT_DIR, 'accuracy_vs_rounds.png')))
+      window, os.path.join(OUT_DIR, f'accuracy_vs_rounds{suffix}.png')))
   print(plots.plot_rounds_to_accuracy(
-      window, os.path.join(OUT_DIR, 'rounds_to_accuracy.png'),
+      window, os.path.join(OUT_DIR, f'rounds_to_accuracy{suffix}.png'),
       args.thresholds))
   fig, ax = plt.subplots(figsize=(6, 4))
   for cohort, rows_m in window.groupby(analysis.COHORT_SIZE):
@@ -181,12 +168,50 @@ def main() -> None:
   ax.axhline(0.0, color='gray', linewidth=0.8)
   ax.set_xlabel('communication round')
   ax.set_ylabel('mean pairwise cosine of client updates (eq. 5)')
+  ax.set_title(f'client updates weighted by {weighting}')
   ax.legend(fontsize='small')
   ax.grid(alpha=0.3)
   fig.tight_layout()
-  path = os.path.join(OUT_DIR, 'cosine_vs_rounds.png')
+  path = os.path.join(OUT_DIR, f'cosine_vs_rounds{suffix}.png')
   fig.savefig(path, dpi=120)
+  plt.close(fig)
   print(path)
+  return ratios, pd.DataFrame(rows)
+
+
+def main() -> None:
+  parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
+  parser.add_argument('--root', default='/tmp/e2runs/large_cohort')
+  parser.add_argument('--min_round', type=int, default=10,
+                      help='First round of the norm/cosine window (the paper:'
+                      ' the rule holds "after a small number of rounds").')
+  parser.add_argument('--max_round', type=int, default=None)
+  parser.add_argument('--windows', type=_windows,
+                      default=[(10, 100), (101, 200), (201, 300)],
+                      help='Round windows over which norms are also averaged.')
+  parser.add_argument('--thresholds', type=_floats,
+                      default=[0.6, 0.65, 0.7, 0.75, 0.8, 0.85])
+  parser.add_argument('--reference_cohort_size', type=int, default=50)
+  args = parser.parse_args()
+
+  frame = analysis.load_runs([args.root])
+  last_rounds = frame.groupby(analysis.RUN)[analysis.ROUND].max()
+  max_round = args.max_round or int(last_rounds.min())
+  window = frame[frame[analysis.ROUND] <= max_round]
+  print(f'runs: {dict(last_rounds)}; common window: rounds'
+        f' {args.min_round}..{max_round}')
+  results = [
+      _summarize_weighting(runs, bool(uniform), args, max_round)
+      for uniform, runs in window.groupby(WEIGHTING, sort=True)]
+  ratios = pd.concat([r for r, _ in results], ignore_index=True)
+  summary = pd.concat([s for _, s in results], ignore_index=True)
+  ratios.to_csv(os.path.join(OUT_DIR, 'update_norm_ratios.csv'), index=False,
+                float_format='%.4f')
+  summary.to_csv(os.path.join(OUT_DIR, 'per_cohort_summary.csv'), index=False,
+                 float_format='%.4f')
+  with pd.option_context('display.width', 250, 'display.max_columns', 40):
+    print(ratios.to_string(index=False))
+    print(summary.T)
 
 
 if __name__ == '__main__':
