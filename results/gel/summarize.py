@@ -38,6 +38,9 @@ import pandas as pd  # pylint: disable=g-import-not-at-top
 
 import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
+# Imported for its side effect: it drops TFF's default context, whose
+# runtime would otherwise fail noisily at exit.
+from experiment_driver import runtime  # pylint: disable=g-import-not-at-top,unused-import
 from gel_tff import accounting  # pylint: disable=g-import-not-at-top
 from large_cohort import analysis  # pylint: disable=g-import-not-at-top
 from large_cohort import plots  # pylint: disable=g-import-not-at-top
