@@ -10,7 +10,8 @@ the rounds all runs reached (`--max_round`, default: the shortest run's last
 round), so that a longer run's later, smaller norms do not bias the
 comparison. Writes into this directory:
 
-* `update_norm_ratios.csv`: for each pair M1 < M2, `‖Δ_1‖/‖Δ_2‖` (norms
+* `update_norm_ratios.csv` (`_uniform.csv` for the uniform runs; likewise
+  every file below): for each pair M1 < M2, `‖Δ_1‖/‖Δ_2‖` (norms
   averaged over rounds `--min_round`..`--max_round`, and over each of
   `--windows`) against the paper's `sqrt(M2/M1)` and against
   `sqrt(E[Σp²]_M1 / E[Σp²]_M2)`, the ratio nearly orthogonal updates of
@@ -26,8 +27,9 @@ comparison. Writes into this directory:
   threshold;
 * `update_norm_vs_rounds.png` (with the sqrt-rule prediction from M=50),
   `cosine_vs_rounds.png`, `accuracy_vs_rounds.png`,
-  `rounds_to_accuracy.png`, and the same with `_uniform` for the uniformly
-  weighted runs.
+  `rounds_to_accuracy.png`.
+
+A weighting with runs of a single cohort size is skipped.
 """
 
 import argparse
@@ -200,18 +202,20 @@ def main() -> None:
   window = frame[frame[analysis.ROUND] <= max_round]
   print(f'runs: {dict(last_rounds)}; common window: rounds'
         f' {args.min_round}..{max_round}')
-  results = [
-      _summarize_weighting(runs, bool(uniform), args, max_round)
-      for uniform, runs in window.groupby(WEIGHTING, sort=True)]
-  ratios = pd.concat([r for r, _ in results], ignore_index=True)
-  summary = pd.concat([s for _, s in results], ignore_index=True)
-  ratios.to_csv(os.path.join(OUT_DIR, 'update_norm_ratios.csv'), index=False,
-                float_format='%.4f')
-  summary.to_csv(os.path.join(OUT_DIR, 'per_cohort_summary.csv'), index=False,
-                 float_format='%.4f')
-  with pd.option_context('display.width', 250, 'display.max_columns', 40):
-    print(ratios.to_string(index=False))
-    print(summary.T)
+  for uniform, runs in window.groupby(WEIGHTING, sort=True):
+    if runs[analysis.COHORT_SIZE].nunique() < 2:
+      print(f'uniform_weighting={uniform}: one cohort size only, skipped')
+      continue
+    ratios, summary = _summarize_weighting(runs, bool(uniform), args,
+                                           max_round)
+    suffix = '_uniform' if uniform else ''
+    ratios.to_csv(os.path.join(OUT_DIR, f'update_norm_ratios{suffix}.csv'),
+                  index=False, float_format='%.4f')
+    summary.to_csv(os.path.join(OUT_DIR, f'per_cohort_summary{suffix}.csv'),
+                   index=False, float_format='%.4f')
+    with pd.option_context('display.width', 250, 'display.max_columns', 40):
+      print(ratios.to_string(index=False))
+      print(summary.T)
 
 
 if __name__ == '__main__':
