@@ -161,17 +161,32 @@ def stop_all_workers() -> None:
     stop_worker(process)
 
 
+def _health_probe(channel: grpc.Channel) -> grpc.UnaryUnaryMultiCallable:
+  """A call any gRPC server answers at once (if only with UNIMPLEMENTED)."""
+  return channel.unary_unary(
+      '/grpc.health.v1.Health/Check',
+      request_serializer=lambda request: request,
+      response_deserializer=lambda response: response)
+
+
 def _connect(address: str, timeout_seconds: float) -> grpc.Channel:
-  """Returns a gRPC channel to the executor service at `address`, ready."""
+  """Returns a gRPC channel to the executor service at `address`, ready.
+
+  Readiness is one health probe that waits for the connection, not
+  `grpc.channel_ready_future`, whose connectivity-polling thread can outlive
+  the channel and fail with "Channel closed!" when the channel is closed.
+  """
   channel = grpc.insecure_channel(address, _GRPC_OPTIONS)
   try:
-    grpc.channel_ready_future(channel).result(timeout=timeout_seconds)
-  except grpc.FutureTimeoutError:
-    channel.close()
-    raise WorkerUnavailableError(
-        f'TFF worker at {address} did not answer within {timeout_seconds:g}'
-        ' s; start it with `worker_binary --port=PORT` (see README).'
-    ) from None
+    _health_probe(channel)(b'', timeout=timeout_seconds, wait_for_ready=True)
+  except grpc.RpcError as e:
+    if e.code() in (grpc.StatusCode.UNAVAILABLE,
+                    grpc.StatusCode.DEADLINE_EXCEEDED):
+      channel.close()
+      raise WorkerUnavailableError(
+          f'TFF worker at {address} did not answer within {timeout_seconds:g}'
+          ' s; start it with `worker_binary --port=PORT` (see README).'
+      ) from None
   return channel
 
 
@@ -291,10 +306,7 @@ class _WorkerStub(remote_executor_grpc_stub.RemoteExecutorGrpcStub):
     self.address = address
     self._probe_interval_seconds = probe_interval_seconds
     self._probe_timeout_seconds = probe_timeout_seconds
-    self._probe_rpc = channel.unary_unary(
-        '/grpc.health.v1.Health/Check',
-        request_serializer=lambda request: request,
-        response_deserializer=lambda response: response)
+    self._probe_rpc = _health_probe(channel)
     self._failure: Optional[str] = None
 
   def _unavailable(self, reason: str) -> WorkerUnavailableError:
