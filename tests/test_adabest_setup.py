@@ -49,6 +49,24 @@ def test_builds_stateful_process_with_bytes_metrics(name):
                      'bytes_up': 3.0 * cost.bytes_up}
 
 
+@pytest.mark.parametrize('name', ['adabest', 'feddyn', 'scaffold'])
+def test_reports_the_diagnostics_of_the_other_families(name):
+  # The mean is wrapped in large_cohort.diagnostics (whose values are checked
+  # against NumPy in test_diagnostics.py).
+  context = build_context()
+  process = adabest_setup.ALGORITHMS[name](context).process
+  datasets = context.task.datasets
+  (_, metrics, _), = tiny_models.run_stateful_rounds(
+      process, [['a', 'b']], lambda cid: datasets.train_preprocess_fn(
+          datasets.train_data.create_tf_dataset_for_client(cid)))
+  aggregator = metrics['aggregator']
+  assert aggregator['num_clients'] == 2
+  assert aggregator['num_zero_updates'] == 0
+  assert aggregator['num_nonfinite_updates'] == 0
+  assert aggregator['update_norm'] > 0.0
+  assert -1.0 <= aggregator['mean_pairwise_cosine'] <= 1.0
+
+
 def test_beta_flag_reaches_the_server_optimizer():
   with flagsaver.flagsaver(adabest_beta=0.4):
     process = adabest_setup.ALGORITHMS['adabest'](build_context()).process
