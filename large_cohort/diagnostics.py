@@ -69,9 +69,8 @@ def _build_client_screen(value_type: tff.types.Type) -> tff.Computation:
   """Client-side: zeroes a non-finite update, returns it and its unit vector.
 
   Returns a computation `value -> <safe_value, unit_value, is_nonfinite,
-  has_direction, is_zero>`, where `unit_value` is `value/‖value‖` for a
-  finite non-zero update and zeros otherwise, and the three flags are int32
-  0/1.
+  has_direction>`, where `unit_value` is `value/‖value‖` for a finite non-zero
+  update and zeros otherwise, and the two flags are int32 0/1.
   """
 
   @tff.tensorflow.computation(value_type)
@@ -90,8 +89,7 @@ def _build_client_screen(value_type: tff.types.Type) -> tff.Computation:
     unit_value = tf.nest.map_structure(unit, value)
     return (safe_value, unit_value,
             tf.cast(tf.logical_not(is_finite), tf.int32),
-            tf.cast(has_direction, tf.int32),
-            tf.cast(tf.logical_and(is_finite, tf.equal(norm, 0.0)), tf.int32))
+            tf.cast(has_direction, tf.int32))
 
   return screen
 
@@ -107,10 +105,14 @@ def _build_weight_screen(weight_type: tff.types.Type) -> tff.Computation:
 
 
 def _build_server_diagnostics(value_type: tff.types.Type) -> tff.Computation:
-  """Server-side: `<aggregate, Σu_k, #directions> -> <‖Δ‖, mean cosine>`."""
+  """Server-side: `<aggregate, Σu_k, #directions, #clients, #non-finite> ->
+  <‖Δ‖, mean cosine, #zero updates>`; an update is non-finite, zero, or has a
+  direction."""
 
-  @tff.tensorflow.computation(value_type, value_type, np.int32)
-  def diagnose(aggregate, unit_sum, num_directions):
+  @tff.tensorflow.computation(value_type, value_type, np.int32, np.int32,
+                              np.int32)
+  def diagnose(aggregate, unit_sum, num_directions, num_clients,
+               num_nonfinite):
     count = tf.cast(num_directions, tf.float64)
     unit_sum_square_norm = tf.square(aggregator_wrappers.global_norm(unit_sum))
     mean_cosine = tf.where(
@@ -118,7 +120,8 @@ def _build_server_diagnostics(value_type: tff.types.Type) -> tff.Computation:
         (unit_sum_square_norm - count) / (count * (count - 1.0)),
         tf.constant(np.nan, tf.float64))
     return (tf.cast(aggregator_wrappers.global_norm(aggregate), tf.float32),
-            tf.cast(mean_cosine, tf.float32))
+            tf.cast(mean_cosine, tf.float32),
+            num_clients - num_nonfinite - num_directions)
 
   return diagnose
 
@@ -133,8 +136,8 @@ def _build_next_impl(
   diagnose = _build_server_diagnostics(value_type)
 
   def next_impl(state, value, weight):
-    safe_value, unit_value, is_nonfinite, has_direction, is_zero = (
-        tff.federated_map(screen, value))
+    safe_value, unit_value, is_nonfinite, has_direction = tff.federated_map(
+        screen, value)
     if weight is None:
       safe_weight = None
     else:
@@ -142,16 +145,18 @@ def _build_next_impl(
                                       (weight, is_nonfinite))
     inner_output = aggregator_wrappers.inner_next(inner_process, state,
                                                   safe_value, safe_weight)
-    update_norm, mean_pairwise_cosine = tff.federated_map(
+    num_clients = tff.federated_sum(tff.federated_value(1, tff.CLIENTS))
+    num_nonfinite = tff.federated_sum(is_nonfinite)
+    update_norm, mean_pairwise_cosine, num_zero = tff.federated_map(
         diagnose,
         (inner_output.result, tff.federated_sum(unit_value),
-         tff.federated_sum(has_direction)))
+         tff.federated_sum(has_direction), num_clients, num_nonfinite))
     measurements = collections.OrderedDict(
         update_norm=update_norm,
         mean_pairwise_cosine=mean_pairwise_cosine,
-        num_clients=tff.federated_sum(tff.federated_value(1, tff.CLIENTS)),
-        num_nonfinite_updates=tff.federated_sum(is_nonfinite),
-        num_zero_updates=tff.federated_sum(is_zero),
+        num_clients=num_clients,
+        num_nonfinite_updates=num_nonfinite,
+        num_zero_updates=num_zero,
         inner_aggregator=inner_output.measurements,
     )
     return tff.templates.MeasuredProcessOutput(
