@@ -59,60 +59,84 @@ import tensorflow_federated as tff
 from large_cohort import aggregator_wrappers
 
 
-def _all_finite(value: Any) -> tf.Tensor:
-  """Whether every entry of a structure of float tensors is finite."""
-  return tf.reduce_all(
-      [tf.reduce_all(tf.math.is_finite(t)) for t in tf.nest.flatten(value)])
+# Per-client counts, summed in one `federated_sum`: (1, non-finite, direction).
+_COUNT_CLIENT, _COUNT_NONFINITE, _COUNT_DIRECTION = range(3)
 
 
-def _build_client_screen(value_type: tff.types.Type) -> tff.Computation:
-  """Client-side: zeroes a non-finite update, returns it and its unit vector.
+def _screen_norm(value: Any) -> tf.Tensor:
+  """Global L2 norm of a client update, as a float64 scalar; NaN or Inf if
+  (and only if) the update has a NaN or Inf entry.
 
-  Returns a computation `value -> <safe_value, unit_value, is_nonfinite,
-  has_direction>`, where `unit_value` is `value/‖value‖` for a finite non-zero
-  update and zeros otherwise, and the two flags are int32 0/1.
+  One float32 pass over the update (`tf.linalg.global_norm`); only when that
+  overflows or is not finite is the norm recomputed in float64, which tells a
+  finite update whose squares overflow float32 from a non-finite one.
+  """
+  flat = tf.nest.flatten(value)
+  norm = tf.cast(tf.linalg.global_norm(flat), tf.float64)
+  return tf.cond(tf.math.is_finite(norm), lambda: norm,
+                 lambda: aggregator_wrappers.global_norm(flat))
+
+
+def _build_client_screen(value_type: tff.types.Type,
+                         weight_type: Optional[tff.types.Type]
+                         ) -> tff.Computation:
+  """Client side, one computation per client: screening and unit vector.
+
+  Returns `value -> <safe_value, unit_value, counts>` (unweighted) or
+  `<value, weight> -> <safe_value, safe_weight, unit_value, counts>`:
+  `safe_value` is the update, or zeros if it has a NaN or Inf entry (and
+  `safe_weight` is then 0); `unit_value` is `value/‖value‖` for a finite
+  non-zero update and zeros otherwise; `counts` is int32
+  `(1, is_nonfinite, has_direction)`, summed over clients in one
+  `federated_sum`. One norm pass and one scaling pass over the update.
   """
 
-  @tff.tensorflow.computation(value_type)
-  def screen(value):
-    is_finite = _all_finite(value)
-    norm = aggregator_wrappers.global_norm(value)
+  def screen_value(value):
+    norm = _screen_norm(value)
+    is_finite = tf.math.is_finite(norm)
     has_direction = tf.logical_and(is_finite, norm > 0.0)
+    safe_value = tf.cond(
+        is_finite, lambda: value,
+        lambda: tf.nest.map_structure(tf.zeros_like, value))
+    inverse_norm = tf.where(has_direction, 1.0 / norm, 0.0)
+    unit_value = tf.nest.map_structure(
+        lambda t: t * tf.cast(inverse_norm, t.dtype), safe_value)
+    counts = tf.stack([
+        tf.constant(1),
+        tf.cast(tf.logical_not(is_finite), tf.int32),
+        tf.cast(has_direction, tf.int32)
+    ])
+    return safe_value, unit_value, counts, is_finite
 
-    def unit(t):
-      return tf.where(has_direction,
-                      tf.cast(tf.cast(t, tf.float64) / norm, t.dtype),
-                      tf.zeros_like(t))
+  if weight_type is None:
 
-    safe_value = tf.nest.map_structure(
-        lambda t: tf.where(is_finite, t, tf.zeros_like(t)), value)
-    unit_value = tf.nest.map_structure(unit, value)
-    return (safe_value, unit_value,
-            tf.cast(tf.logical_not(is_finite), tf.int32),
-            tf.cast(has_direction, tf.int32))
+    @tff.tensorflow.computation(value_type)
+    def screen(value):
+      safe_value, unit_value, counts, _ = screen_value(value)
+      return safe_value, unit_value, counts
 
-  return screen
+    return screen
 
+  @tff.tensorflow.computation(value_type, weight_type)
+  def screen_weighted(value, weight):
+    safe_value, unit_value, counts, is_finite = screen_value(value)
+    safe_weight = tf.where(is_finite, weight, tf.zeros_like(weight))
+    return safe_value, safe_weight, unit_value, counts
 
-def _build_weight_screen(weight_type: tff.types.Type) -> tff.Computation:
-  """Client-side: `<weight, is_nonfinite> -> 0 if is_nonfinite else weight`."""
-
-  @tff.tensorflow.computation(weight_type, np.int32)
-  def zero_weight_if_nonfinite(weight, is_nonfinite):
-    return tf.where(is_nonfinite > 0, tf.zeros_like(weight), weight)
-
-  return zero_weight_if_nonfinite
+  return screen_weighted
 
 
 def _build_server_diagnostics(value_type: tff.types.Type) -> tff.Computation:
-  """Server-side: `<aggregate, Σu_k, #directions, #clients, #non-finite> ->
-  <‖Δ‖, mean cosine, #zero updates>`; an update is non-finite, zero, or has a
+  """Server-side: `<aggregate, Σu_k, Σcounts> -> <‖Δ‖, mean cosine, #clients,
+  #non-finite, #zero updates>`; an update is non-finite, zero, or has a
   direction."""
 
-  @tff.tensorflow.computation(value_type, value_type, np.int32, np.int32,
-                              np.int32)
-  def diagnose(aggregate, unit_sum, num_directions, num_clients,
-               num_nonfinite):
+  @tff.tensorflow.computation(value_type, value_type,
+                              tff.TensorType(np.int32, [3]))
+  def diagnose(aggregate, unit_sum, counts):
+    num_clients = counts[_COUNT_CLIENT]
+    num_nonfinite = counts[_COUNT_NONFINITE]
+    num_directions = counts[_COUNT_DIRECTION]
     count = tf.cast(num_directions, tf.float64)
     unit_sum_square_norm = tf.square(aggregator_wrappers.global_norm(unit_sum))
     mean_cosine = tf.where(
@@ -120,7 +144,7 @@ def _build_server_diagnostics(value_type: tff.types.Type) -> tff.Computation:
         (unit_sum_square_norm - count) / (count * (count - 1.0)),
         tf.constant(np.nan, tf.float64))
     return (tf.cast(aggregator_wrappers.global_norm(aggregate), tf.float32),
-            tf.cast(mean_cosine, tf.float32),
+            tf.cast(mean_cosine, tf.float32), num_clients, num_nonfinite,
             num_clients - num_nonfinite - num_directions)
 
   return diagnose
@@ -132,25 +156,22 @@ def _build_next_impl(
     weight_type: Optional[tff.types.Type],
 ) -> aggregator_wrappers.NextImpl:
   """The diagnostics `next` around `inner_process` (weighted if a type)."""
-  screen = _build_client_screen(value_type)
+  screen = _build_client_screen(value_type, weight_type)
   diagnose = _build_server_diagnostics(value_type)
 
   def next_impl(state, value, weight):
-    safe_value, unit_value, is_nonfinite, has_direction = tff.federated_map(
-        screen, value)
     if weight is None:
+      safe_value, unit_value, counts = tff.federated_map(screen, value)
       safe_weight = None
     else:
-      safe_weight = tff.federated_map(_build_weight_screen(weight_type),
-                                      (weight, is_nonfinite))
+      safe_value, safe_weight, unit_value, counts = tff.federated_map(
+          screen, (value, weight))
     inner_output = aggregator_wrappers.inner_next(inner_process, state,
                                                   safe_value, safe_weight)
-    num_clients = tff.federated_sum(tff.federated_value(1, tff.CLIENTS))
-    num_nonfinite = tff.federated_sum(is_nonfinite)
-    update_norm, mean_pairwise_cosine, num_zero = tff.federated_map(
-        diagnose,
-        (inner_output.result, tff.federated_sum(unit_value),
-         tff.federated_sum(has_direction), num_clients, num_nonfinite))
+    unit_sum, count_sums = tff.federated_sum((unit_value, counts))
+    (update_norm, mean_pairwise_cosine, num_clients, num_nonfinite,
+     num_zero) = tff.federated_map(
+         diagnose, (inner_output.result, unit_sum, count_sums))
     measurements = collections.OrderedDict(
         update_norm=update_norm,
         mean_pairwise_cosine=mean_pairwise_cosine,

@@ -113,6 +113,21 @@ def test_nonfinite_updates_are_excluded_and_counted():
       _numpy_mean_pairwise_cosine(finite), abs=1e-6)
 
 
+def test_finite_update_whose_squares_overflow_float32_keeps_its_direction():
+  # 1e30² overflows float32: the client screen's fast float32 norm is Inf,
+  # and the float64 recomputation must tell this finite update from a NaN.
+  huge = [np.array([3e30, 0.0, 0.0], np.float32),
+          np.array([4e30, 0.0], np.float32)]
+  same_direction = [np.array([3.0, 0.0, 0.0], np.float32),
+                    np.array([4.0, 0.0], np.float32)]
+  output = _run_weighted(tff.aggregators.MeanFactory(),
+                         [huge, same_direction], [1.0, 1.0])
+  assert output.measurements['num_nonfinite_updates'] == 0
+  assert output.measurements['num_zero_updates'] == 0
+  assert output.measurements['mean_pairwise_cosine'] == pytest.approx(
+      1.0, abs=1e-6)
+
+
 def test_cosine_skips_zero_updates_and_is_nan_below_two_directions():
   nonzero = _client_updates(1, seed=3)[0]
   zero = [np.zeros(3, np.float32), np.zeros(2, np.float32)]
