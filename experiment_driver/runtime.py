@@ -421,7 +421,9 @@ class _CohortSplittingContext(context_base.SyncContext):
 
   With `max_clients_per_slice`, a cohort is cut into more slices when needed
   so that none holds more than that many clients; slice `i` runs on worker
-  `i mod K`, and each worker runs its slices one after the other. A worker
+  `i mod K`, and each worker runs its slices one after the other. A
+  computation whose arguments make a single slice (one worker, a cohort
+  within the cap) runs whole on that worker, unsplit. A worker
   holds every client's intermediate values (model updates, ...) of the
   computation it runs at once, so this bounds a worker's memory whatever the
   cohort size.
