@@ -1,6 +1,6 @@
 """The package's benchmark (`make bench`): TFF rounds against BENCH.md's limit.
 
-    python -m bench.round_time                 # everything, ~20 min idle
+    python -m bench.round_time                 # everything, ~30 min idle
     python -m bench.round_time --quick         # smaller, ~5 min idle
     python -m bench.round_time --sections=ratios --workloads=emnist_cnn \\
         --cohorts=10,50 --repeats=3 --output=/tmp/bench.json
