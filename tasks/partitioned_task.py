@@ -253,6 +253,14 @@ def bootstrapped_epochs(
     batch_size: The batch size the result will be batched by.
     num_epochs: Number of epochs.
 
+  The draws are stateless, from one seed drawn from TF's global random
+  stream when this function is called: each call (each client of a round)
+  gets its own permutations, and under `tf.random.set_seed` the same calls
+  in the same order give the same datasets, wherever they are iterated.
+  (Unseeded random ops inside the `flat_map` function would all take the
+  same seed from the outer graph: equally sized clients would then be
+  shuffled alike.)
+
   Returns:
     An unbatched dataset of `num_epochs * ceil(n / batch_size) * batch_size`
     examples (none if the client has none).
@@ -260,16 +268,31 @@ def bootstrapped_epochs(
   num_examples = client_dataset.reduce(
       tf.constant(0, tf.int64), lambda count, _: count + 1
   )
+  dataset_seed = tf.random.uniform(
+      [2], minval=tf.int64.min, maxval=tf.int64.max, dtype=tf.int64
+  )
 
   def epochs_of(examples: Element) -> tf.data.Dataset:
     num_fillers = tf.math.floormod(-num_examples, batch_size)
 
-    def one_epoch(_) -> tf.data.Dataset:
+    def one_epoch(epoch: tf.Tensor) -> tf.data.Dataset:
+      shuffle_seed, filler_seed = tf.unstack(
+          tf.random.experimental.stateless_split(
+              tf.random.experimental.stateless_fold_in(dataset_seed, epoch),
+              num=2,
+          )
+      )
       order = tf.concat(
           [
-              tf.random.shuffle(tf.range(num_examples)),
-              tf.random.uniform(
-                  [num_fillers], maxval=num_examples, dtype=tf.int64
+              tf.random.experimental.stateless_shuffle(
+                  tf.range(num_examples), seed=shuffle_seed
+              ),
+              tf.random.stateless_uniform(
+                  [num_fillers],
+                  seed=filler_seed,
+                  minval=tf.constant(0, tf.int64),
+                  maxval=num_examples,
+                  dtype=tf.int64,
               ),
           ],
           axis=0,

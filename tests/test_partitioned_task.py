@@ -50,6 +50,25 @@ def test_bootstrapped_fillers_are_resampled_every_epoch():
   assert not np.array_equal(examples[:50], examples[90:140])
 
 
+def test_bootstrapped_epochs_differ_between_clients_and_repeat_under_a_seed():
+  values = np.arange(30)
+
+  def two_clients():
+    tf.random.set_seed(7)
+    return [[e['v'].numpy() for e in _epochs_of(values, 8, 2)]
+            for _ in range(2)]
+
+  first, second = two_clients()
+  # Equally sized clients built one after the other are shuffled apart...
+  assert not np.array_equal(first, second)
+  # ...and the same seed rebuilds the same datasets.
+  np.testing.assert_array_equal(two_clients(), [first, second])
+  # A dataset gives the same examples every time it is iterated.
+  dataset = _epochs_of(values, 8, 2)
+  np.testing.assert_array_equal([e['v'].numpy() for e in dataset],
+                                [e['v'].numpy() for e in dataset])
+
+
 def test_bootstrapped_epochs_of_an_empty_client_are_empty():
   assert not list(_epochs_of(np.zeros(0, np.int64), 45, 5))
 
