@@ -186,20 +186,32 @@ def create_partitioned_task(
     x = (tf.cast(element['x'], tf.float32) - mean) / stddev
     return collections.OrderedDict(x=x, y=element['y'])
 
-  def prepare_for_training(element: Element) -> Element:
-    element = prepare(element)
-    if settings.augment_train_images:
-      element['x'] = augment_image(element['x'])
-    return element
-
   def train_preprocess_fn(client_dataset: tf.data.Dataset) -> tf.data.Dataset:
-    return (
-        bootstrapped_epochs(
-            client_dataset, batch_size=batch_size, num_epochs=num_epochs
-        )
-        .map(prepare_for_training, num_parallel_calls=tf.data.AUTOTUNE)
-        .batch(batch_size)
+    examples = bootstrapped_epochs(
+        client_dataset, batch_size=batch_size, num_epochs=num_epochs
     )
+    if settings.augment_train_images:
+      # Stateless augmentation from a per-dataset seed (as in
+      # `bootstrapped_epochs`): unseeded ops in the map function would
+      # augment every client's k-th example alike.
+      augment_seed = tf.random.uniform(
+          [2], minval=tf.int64.min, maxval=tf.int64.max, dtype=tf.int64
+      )
+
+      def prepare_for_training(index, element):
+        element = prepare(element)
+        element['x'] = augment_image(
+            element['x'],
+            tf.random.experimental.stateless_fold_in(augment_seed, index),
+        )
+        return element
+
+      examples = examples.enumerate()
+    else:
+      prepare_for_training = prepare
+    return examples.map(
+        prepare_for_training, num_parallel_calls=tf.data.AUTOTUNE
+    ).batch(batch_size)
 
   def eval_preprocess_fn(eval_dataset: tf.data.Dataset) -> tf.data.Dataset:
     return eval_dataset.map(prepare).batch(eval_batch_size)
@@ -308,13 +320,24 @@ def bootstrapped_epochs(
   return all_examples.flat_map(epochs_of)
 
 
-def augment_image(image: tf.Tensor) -> tf.Tensor:
-  """FedDyn's CIFAR augmentation: flip and pad-4 crop, each with p = 0.5."""
-  image = tf.image.random_flip_left_right(image)
+def augment_image(image: tf.Tensor, seed: tf.Tensor) -> tf.Tensor:
+  """FedDyn's CIFAR augmentation: flip and pad-4 crop, each with p = 0.5.
+
+  Args:
+    image: One `[height, width, channels]` image.
+    seed: A shape `[2]` integer seed; the draws are stateless, so the same
+      seed gives the same augmentation.
+  """
+  flip_seed, crop_seed, choice_seed = tf.unstack(
+      tf.random.experimental.stateless_split(seed, num=3))
+  image = tf.image.stateless_random_flip_left_right(image, seed=flip_seed)
   padding = [[_CROP_PADDING, _CROP_PADDING], [_CROP_PADDING, _CROP_PADDING],
              [0, 0]]
-  cropped = tf.image.random_crop(tf.pad(image, padding), tf.shape(image))
-  return tf.cond(tf.random.uniform([]) < 0.5, lambda: cropped, lambda: image)
+  cropped = tf.image.stateless_random_crop(
+      tf.pad(image, padding), tf.shape(image), seed=crop_seed)
+  return tf.cond(
+      tf.random.stateless_uniform([], seed=choice_seed) < 0.5,
+      lambda: cropped, lambda: image)
 
 
 def _channel_moments(images: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

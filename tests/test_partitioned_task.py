@@ -88,8 +88,9 @@ def test_augment_image_keeps_shape_and_flips_and_crops_half_the_time():
   candidates = _flips_and_crops(image)
   num_draws = 400
   unchanged = flipped_only = 0
-  for _ in range(num_draws):
-    augmented = partitioned_task.augment_image(tf.constant(image)).numpy()
+  for draw in range(num_draws):
+    augmented = partitioned_task.augment_image(
+        tf.constant(image), tf.constant([0, draw], tf.int64)).numpy()
     assert augmented.shape == image.shape
     assert any(np.array_equal(augmented, c) for c in candidates)
     unchanged += np.array_equal(augmented, image)
@@ -98,6 +99,13 @@ def test_augment_image_keeps_shape_and_flips_and_crops_half_the_time():
   expected = 0.5 * (0.5 + 0.5 / 81)
   assert abs(unchanged / num_draws - expected) < 0.1
   assert abs(flipped_only / num_draws - expected) < 0.1
+
+
+def test_augment_image_is_a_function_of_its_seed():
+  image = tf.random.stateless_normal([8, 8, 3], seed=[1, 2])
+  seed = tf.constant([3, 4], tf.int64)
+  np.testing.assert_array_equal(partitioned_task.augment_image(image, seed),
+                                partitioned_task.augment_image(image, seed))
 
 
 def _two_rounds_of_fedavg(task, client_ids):
@@ -137,6 +145,24 @@ def test_mock_cifar10_task_trains_two_rounds_of_fedavg():
   train_metrics = _two_rounds_of_fedavg(task, ['0', '1', '2'])
   # One epoch over 20 examples is one bootstrapped batch of 45 per client.
   assert train_metrics['num_examples'] == 3 * 45
+
+
+def test_mock_cifar10_training_data_differs_between_clients_and_repeats():
+  task = partitioned_task.create_partitioned_task(
+      'cifar10', num_clients=10, dirichlet_alpha=0.3, num_epochs=1,
+      use_mock_data=True)
+  client_data = task.datasets.train_data.create_tf_dataset_for_client('0')
+
+  def two_builds_of_one_client():
+    # As two clients of a round: built one after the other under one seed.
+    tf.random.set_seed(11)
+    return [[batch['x'].numpy() for batch in
+             task.datasets.train_preprocess_fn(client_data)]
+            for _ in range(2)]
+
+  first, second = two_builds_of_one_client()
+  assert not np.array_equal(np.concatenate(first), np.concatenate(second))
+  np.testing.assert_array_equal(two_builds_of_one_client(), [first, second])
 
 
 def test_mock_emnist_l_inputs_are_standardized_and_model_is_the_mlp():
