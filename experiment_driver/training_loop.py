@@ -88,11 +88,13 @@ def summarize_training_metrics(flat: dict[str, float],
     summary['train/accuracy'] = flat[_TRAIN_PREFIX + accuracy_name]
   if _TRAIN_PREFIX + 'num_examples' in flat:
     summary['examples_processed'] = flat[_TRAIN_PREFIX + 'num_examples']
-  for key, value in flat.items():
+  # Where aggregators nest (FedNova around the diagnostics), the outermost
+  # measurement is the round's: FedNova's `update_norm` is the server's step.
+  for key in sorted(flat, key=lambda k: k.count('/'), reverse=True):
     for name in ('clipping_norm', 'update_norm', 'mean_pairwise_cosine',
                  'num_nonfinite_updates', 'num_zero_updates'):
       if key.endswith('/' + name):
-        summary[name] = value
+        summary[name] = flat[key]
   return summary
 
 

@@ -55,8 +55,10 @@ class FedNovaAggregationFactory(tff.aggregators.WeightedAggregationFactory):
   `mean_p` is the inner factory's weighted mean. A client with
   `||a_i||_1 = 0` (no local step) contributes a zero normalized delta.
 
-  Measurements: the inner aggregator's under `normalized_update`, and
-  `effective_steps` (= `tau_eff`).
+  Measurements: the inner aggregator's under `normalized_update`,
+  `effective_steps` (= `tau_eff`), and `update_norm`, the global L2 norm of
+  the returned `Delta` (the server's step; a `diagnostics_factory` inside
+  measures the mean normalized delta before the `tau_eff` scaling).
   """
 
   def __init__(
@@ -105,8 +107,9 @@ class FedNovaAggregationFactory(tff.aggregators.WeightedAggregationFactory):
     @tff.tensorflow.computation(delta_process.next.type_signature.result
                                 .result.member, normalizer_type)
     def scale(mean_normalized_delta, effective_steps):
-      return tf.nest.map_structure(lambda d: d * effective_steps,
-                                   mean_normalized_delta)
+      delta = tf.nest.map_structure(lambda d: d * effective_steps,
+                                    mean_normalized_delta)
+      return delta, tf.linalg.global_norm(tf.nest.flatten(delta))
 
     @tff.federated_computation()
     def init_fn():
@@ -125,14 +128,15 @@ class FedNovaAggregationFactory(tff.aggregators.WeightedAggregationFactory):
           weight)
       normalizer_output = normalizer_process.next(
           state['effective_steps'], value.normalizer, weight)
-      aggregate = tff.federated_map(
+      aggregate, update_norm = tff.federated_map(
           scale, (delta_output.result, normalizer_output.result))
       new_state = tff.federated_zip(collections.OrderedDict(
           normalized_update=delta_output.state,
           effective_steps=normalizer_output.state))
       measurements = tff.federated_zip(collections.OrderedDict(
           normalized_update=delta_output.measurements,
-          effective_steps=normalizer_output.result))
+          effective_steps=normalizer_output.result,
+          update_norm=update_norm))
       return tff.templates.MeasuredProcessOutput(new_state, aggregate,
                                                  measurements)
 

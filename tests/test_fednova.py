@@ -54,6 +54,8 @@ def test_matches_numpy_for_heterogeneous_steps():
   np.testing.assert_allclose(flat(output.result), expected, rtol=1e-5)
   np.testing.assert_allclose(output.measurements['effective_steps'], tau_eff,
                              rtol=1e-6)
+  np.testing.assert_allclose(output.measurements['update_norm'],
+                             np.linalg.norm(expected), rtol=1e-5)
   # Not the plain weighted mean of the deltas: normalization matters here.
   plain_mean = np.average(np.stack([flat(v.model_delta) for v in values]),
                           axis=0, weights=weights)

@@ -80,3 +80,20 @@ def test_round_pipelines_depend_only_on_seed_and_round():
   _first_batch_ids(task, round_num=4)  # other work in between
   np.testing.assert_array_equal(_first_batch_ids(task, round_num=3), first)
   assert not np.array_equal(_first_batch_ids(task, round_num=5), first)
+
+
+def test_summary_takes_the_outermost_of_nested_measurements():
+  # FedNova's aggregator around the diagnostics: both report `update_norm`;
+  # the outer one is the server's step (after the tau_eff scaling).
+  flat = {
+      'aggregator/update_norm': 2.0,
+      'aggregator/normalized_update/update_norm': 0.5,
+      'aggregator/normalized_update/mean_pairwise_cosine': 0.1,
+  }
+  summary = training_loop.summarize_training_metrics(flat, 'accuracy')
+  assert summary['update_norm'] == 2.0
+  assert summary['mean_pairwise_cosine'] == 0.1
+  # The order of the keys does not matter.
+  reversed_flat = dict(reversed(list(flat.items())))
+  assert training_loop.summarize_training_metrics(
+      reversed_flat, 'accuracy')['update_norm'] == 2.0
