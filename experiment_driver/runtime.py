@@ -446,8 +446,8 @@ class _CohortSplittingContext(context_base.SyncContext):
     # only add round trips through this process (partial aggregates out,
     # merged aggregates and the state back in): ~20 % of a 50-client EMNIST
     # CNN round, measured with `bench/`.
-    if (comp not in self._unsplittable and
-        self._num_slices(arg, comp.type_signature.parameter) > 1):
+    num_slices = self._num_slices(arg, comp.type_signature.parameter)
+    if comp not in self._unsplittable and num_slices > 1:
       try:
         form = self._compiler.compile(comp)
       except ValueError as e:
@@ -458,7 +458,7 @@ class _CohortSplittingContext(context_base.SyncContext):
         self._unsplittable.add(comp)
       else:
         result = self._event_loop.run_coro_and_return_result(
-            self._invoke(form, arg))
+            self._invoke(form, arg, num_slices))
         return type_conversions.type_to_py_container(
             result, form.after_merge.type_signature.result)
     return self._event_loop.run_coro_and_return_result(
@@ -495,9 +495,8 @@ class _CohortSplittingContext(context_base.SyncContext):
 
   async def _invoke(
       self, form: mergeable_comp_execution_context.MergeableCompForm,
-      arg: Any) -> Any:
+      arg: Any, num_slices: int) -> Any:
     arg_type = form.up_to_merge.type_signature.parameter
-    num_slices = self._num_slices(arg, arg_type)
     if arg is None:
       slices = [None] * num_slices
     else:

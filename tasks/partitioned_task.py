@@ -194,9 +194,7 @@ def create_partitioned_task(
       # Stateless augmentation from a per-dataset seed (as in
       # `bootstrapped_epochs`): unseeded ops in the map function would
       # augment every client's k-th example alike.
-      augment_seed = tf.random.uniform(
-          [2], minval=tf.int64.min, maxval=tf.int64.max, dtype=tf.int64
-      )
+      augment_seed = _new_dataset_seed()
 
       def prepare_for_training(index, element):
         element = prepare(element)
@@ -250,6 +248,14 @@ def create_partitioned_task(
   return tff.simulation.baselines.BaselineTask(task_datasets, model_fn)
 
 
+def _new_dataset_seed() -> tf.Tensor:
+  """A shape `[2]` int64 seed for one dataset's stateless random ops, drawn
+  from TF's global random stream (so `tf.random.set_seed` reproduces it)."""
+  return tf.random.uniform(
+      [2], minval=tf.int64.min, maxval=tf.int64.max, dtype=tf.int64
+  )
+
+
 def bootstrapped_epochs(
     client_dataset: tf.data.Dataset, *, batch_size: int, num_epochs: int
 ) -> tf.data.Dataset:
@@ -280,9 +286,7 @@ def bootstrapped_epochs(
   num_examples = client_dataset.reduce(
       tf.constant(0, tf.int64), lambda count, _: count + 1
   )
-  dataset_seed = tf.random.uniform(
-      [2], minval=tf.int64.min, maxval=tf.int64.max, dtype=tf.int64
-  )
+  dataset_seed = _new_dataset_seed()
 
   def epochs_of(examples: Element) -> tf.data.Dataset:
     num_fillers = tf.math.floormod(-num_examples, batch_size)
