@@ -51,10 +51,11 @@ from tensorflow_federated.python.core.impl.execution_contexts import sync_execut
 from tensorflow_federated.python.core.impl.executor_stacks import python_executor_stacks
 from tensorflow_federated.python.core.impl.executors import cardinalities_utils
 from tensorflow_federated.python.core.impl.executors import executors_errors
-from tensorflow_federated.python.core.impl.executors import remote_executor
 from tensorflow_federated.python.core.impl.executors import remote_executor_grpc_stub
 from tensorflow_federated.python.core.impl.types import type_analysis
 from tensorflow_federated.python.core.impl.types import type_conversions
+
+from experiment_driver import value_transfer
 
 WORKER_BINARY_PATH = os.path.join(
     os.path.dirname(tff.__file__), 'data', 'worker_binary'
@@ -193,7 +194,7 @@ def _connect(address: str, timeout_seconds: float) -> grpc.Channel:
 def _executor_factory(stub, default_num_clients: int = 0):
   def stack_fn(cardinalities):
     cardinalities.setdefault(tff.CLIENTS, default_num_clients)
-    executor = remote_executor.RemoteExecutor(stub)
+    executor = value_transfer.RemoteExecutor(stub)
     executor.set_cardinalities(cardinalities)
     return executor
 
