@@ -1,4 +1,4 @@
-"""Sends argument values to a TFF worker without copying them level by level.
+"""Sends argument values to a TFF worker: fewer copies, no per-client rewrites.
 
 TFF 0.87's `value_serialization.serialize_value` builds a value's
 `executor_pb2.Value` bottom-up: every struct and federated level constructs
@@ -13,11 +13,20 @@ round for the 4.8 MB EMNIST CNN (measured with `bench/`): 6 % of the round at
 bytes are copied once into the request. `RemoteExecutor` is TFF's remote
 executor with that serializer for `create_value`; what it sends is the same
 message, so the worker computes the same thing.
+
+Datasets are sent with tf.data's static graph rewrites and autotuning turned
+off (`WORKER_DATASET_OPTIONS`). The worker makes each client's iterator anew
+every round, and making one runs the rewrites (Grappler over the dataset's
+graph, which is serialized and rebuilt): ~1.5 ms of worker CPU per client,
+measured with `perf` on the worker (15 % of its CPU at 50 clients with
+empty datasets). The rewrites only reorganize the pipeline: the elements and
+their order stay the same.
 """
 
 from typing import Any
 
 import numpy as np
+import tensorflow as tf
 import tensorflow_federated as tff
 from tensorflow_federated.proto.v0 import executor_pb2
 from tensorflow_federated.python.common_libs import structure
@@ -27,6 +36,16 @@ from tensorflow_federated.python.core.impl.types import dtype_utils
 from tensorflow_federated.python.core.impl.types import type_serialization
 from tensorflow_federated.python.core.impl.executors import remote_executor
 from tensorflow_federated.python.core.impl.executors import value_serialization
+
+
+def _worker_dataset_options() -> tf.data.Options:
+  options = tf.data.Options()
+  options.experimental_optimization.apply_default_optimizations = False
+  options.autotune.enabled = False
+  return options
+
+
+WORKER_DATASET_OPTIONS = _worker_dataset_options()
 
 
 def _is_plain_array(value: Any, type_spec: tff.TensorType) -> bool:
@@ -46,9 +65,10 @@ def serialize_into(value: Any, type_spec: tff.Type,
                    proto: executor_pb2.Value) -> None:
   """Writes `value` of `type_spec` into the empty `proto`, in place.
 
-  The result equals `value_serialization.serialize_value(value, type_spec)`;
-  values TFF serializes as one piece (computations, sequences, scalars,
-  strings, arrays it must check and convert) are serialized by it.
+  The result equals `value_serialization.serialize_value(value, type_spec)`,
+  datasets having `WORKER_DATASET_OPTIONS`; values TFF serializes as one piece
+  (computations, sequences, scalars, strings, arrays it must check and
+  convert) are serialized by it.
 
   Raises:
     TypeError: If `value` does not match `type_spec` (as TFF raises).
@@ -81,6 +101,8 @@ def serialize_into(value: Any, type_spec: tff.Type,
     proto.array.shape.CopyFrom(array_shape.to_proto(value.shape))
     proto.array.content = np.asarray(value, type_spec.dtype.type).tobytes()
   else:
+    if isinstance(value, tf.data.Dataset):
+      value = value.with_options(WORKER_DATASET_OPTIONS)
     proto.CopyFrom(value_serialization.serialize_value(value, type_spec)[0])
 
 
@@ -88,7 +110,8 @@ class RemoteExecutor(remote_executor.RemoteExecutor):
   """TFF's `RemoteExecutor`; values it creates are serialized in place."""
 
   async def create_value(self, value, type_spec=None):
-    if not isinstance(type_spec, (tff.StructType, tff.FederatedType)):
+    if not isinstance(type_spec,
+                      (tff.StructType, tff.FederatedType, tff.SequenceType)):
       return await super().create_value(value, type_spec)
     self._check_has_executor_id()
     request = executor_pb2.CreateValueRequest(executor=self._executor_id)

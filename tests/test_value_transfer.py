@@ -4,6 +4,7 @@ import collections
 
 import numpy as np
 import pytest
+import tensorflow as tf
 import tensorflow_federated as tff
 from tensorflow_federated.proto.v0 import executor_pb2
 from tensorflow_federated.python.core.impl.executors import value_serialization
@@ -90,3 +91,18 @@ def test_struct_of_wrong_length_is_refused():
   with pytest.raises(TypeError, match='2 elements'):
     _in_place([np.float32(1.0)], tff.StructType(
         [tff.TensorType(np.float32), tff.TensorType(np.float32)]))
+
+
+def test_client_datasets_keep_elements_without_rewrites():
+  datasets = [tf.data.Dataset.range(c, 5 + c).map(lambda x: x * 2).batch(2)
+              for c in range(2)]
+  type_spec = tff.FederatedType(
+      tff.SequenceType(tff.TensorType(np.int64, [None])), tff.CLIENTS)
+  sent = _in_place(datasets, type_spec)
+  received, _ = value_serialization.deserialize_value(sent, type_spec)
+  for original, dataset in zip(datasets, received, strict=True):
+    assert dataset.options().autotune.enabled is False
+    optimization = dataset.options().experimental_optimization
+    assert optimization.apply_default_optimizations is False
+    assert [b.tolist() for b in dataset.as_numpy_iterator()] == [
+        b.tolist() for b in original.as_numpy_iterator()]
