@@ -61,3 +61,15 @@ def test_worker_dies_with_killed_parent():
     time.sleep(0.05)
   else:
     raise AssertionError(f'worker {worker_pid} outlived its killed parent')
+
+
+def test_started_worker_keeps_large_buffers_in_its_heap():
+  process, _ = runtime.start_worker()
+  try:
+    with open(f'/proc/{process.pid}/environ', 'rb') as f:
+      environment = dict(entry.split(b'=', 1)
+                         for entry in f.read().split(b'\0') if b'=' in entry)
+  finally:
+    runtime.stop_worker(process)
+  assert int(environment[b'MALLOC_MMAP_THRESHOLD_']) >= 1 << 30
+  assert int(environment[b'MALLOC_TRIM_THRESHOLD_']) >= 1 << 30
