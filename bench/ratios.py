@@ -51,8 +51,8 @@ def measure_ratios(workload: workloads.Workload, cohorts: Sequence[int],
     arrays = workload.client_arrays(num_clients)
     rounds = {LIMIT: limit.LimitRound(workload, arrays)}
     for variant, process in processes.items():
-      rounds[variant] = tff_rounds.TffRound(
-          process, tff_rounds.datasets_fn_for(workload, arrays, variant))
+      rounds[variant] = tff_rounds.round_for(process, workload, arrays,
+                                             variant)
     timings = timing.time_interleaved(rounds, repeats)
     row = {'workload': workload.name, 'clients': num_clients}
     for name, t in timings.items():

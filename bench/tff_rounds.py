@@ -13,7 +13,9 @@ Three processes, all FedAvg (client SGD at the workload's rate, server SGD at
   adaptive clipping (`experiment_driver.build.model_aggregator()` at its
   default flags: `--clipping`, no `--zeroing`, example weighting), and the
   client datasets built each round from a `ClientData` and the task's
-  preprocessing, as `experiment_driver.training_loop` builds them.
+  preprocessing, as `experiment_driver.training_loop` builds them: the next
+  round's while a round computes (`experiment_driver.round_inputs`), each
+  call waiting for that build to finish.
 
 `tff_reduce` and `fedavg` get the client datasets prebuilt: they measure
 TFF's round alone.
@@ -25,6 +27,7 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from bench import workloads
+from experiment_driver import round_inputs
 from large_cohort import diagnostics
 from large_cohort import fedopt
 from large_cohort import optimizers
@@ -66,18 +69,39 @@ class TffRound:
 
   Each call gets the round's client datasets from `datasets_fn`, runs
   `process.next` on the current state and keeps the new one, as a training
-  loop does. Must be built and called inside a TFF runtime
+  loop does; with `overlap_datasets`, the next call's datasets are built
+  while `process.next` runs, as the driver's training loop builds them. Must
+  be built and called inside a TFF runtime
   (`experiment_driver.runtime.local_runtime()`).
   """
 
   def __init__(self, process: tff.learning.templates.LearningProcess,
-               datasets_fn: Callable[[], list[tf.data.Dataset]]):
+               datasets_fn: Callable[[], list[tf.data.Dataset]],
+               overlap_datasets: bool = False):
     self.process = process
     self.state = process.initialize()
     self._datasets_fn = datasets_fn
+    self._overlapped = (
+        round_inputs.OverlappedRoundInputs(lambda _: datasets_fn())
+        if overlap_datasets else None)
+    self._round_num = 0
 
   def __call__(self) -> None:
-    self.state = self.process.next(self.state, self._datasets_fn()).state
+    if self._overlapped is None:
+      self.state = self.process.next(self.state, self._datasets_fn()).state
+      return
+    self._round_num += 1
+    self.state = self._overlapped.run(
+        self._round_num, self._round_num + 1,
+        lambda datasets: self.process.next(self.state, datasets)).state
+
+
+def round_for(process: tff.learning.templates.LearningProcess,
+              workload: workloads.Workload, arrays: workloads.ClientArrays,
+              variant: str) -> TffRound:
+  """`variant`'s rounds of `process` on `arrays` (module docstring)."""
+  return TffRound(process, datasets_fn_for(workload, arrays, variant),
+                  overlap_datasets=variant == 'package')
 
 
 def datasets_fn_for(workload: workloads.Workload,

@@ -6,10 +6,12 @@ by round) and adds what the papers measure per round: round time, examples
 processed and their running total, the algorithm's own per-round scalars, a
 progress line with ETA, and stateful clients (AdaBest, FedDyn, SCAFFOLD),
 whose states are loaded and saved around each round and committed with the
-checkpoint.
+checkpoint. Each round's client datasets are built while the previous round
+computes (`round_inputs`).
 """
 
 import dataclasses
+import functools
 import os
 import time
 from collections.abc import Callable, Sequence
@@ -23,6 +25,7 @@ from adabest_tff import client_state_store
 from adabest_tff import stateful_process
 from experiment_driver import algorithm_setup
 from experiment_driver import outputs
+from experiment_driver import round_inputs
 from large_cohort import diagnostics
 from large_cohort import per_client_evaluation
 
@@ -230,52 +233,63 @@ def run_training(
   if start_round:
     config.print_fn(f'resuming from the checkpoint of round {start_round}')
 
-  metrics: dict[str, float] = {}
-  round_times = []
-  for round_num in range(start_round + 1, config.total_rounds + 1):
-    started = time.perf_counter()
+  def build_round_inputs(round_num: int):
     seed_data_pipelines(config.seed, round_num)
     client_ids = sample_clients(round_num, config.cohort_size_fn(round_num))
-    datasets = client_datasets_fn(round_num, client_ids)
-    output = round_runner(process, state, round_num, client_ids, datasets)
-    state = output.state
-    round_seconds = time.perf_counter() - started
-    round_times.append(round_seconds)
+    return client_ids, client_datasets_fn(round_num, client_ids)
 
-    flat = outputs.flatten_metrics(output.metrics)
-    metrics = {'round_time_sec': round_seconds,
-               'clients_per_round': float(len(client_ids))}
-    metrics.update(flat)
-    metrics.update(summarize_training_metrics(flat, config.accuracy_name))
-    for metrics_fn in (setup.round_metrics_fn, *config.extra_metrics_fns):
-      if metrics_fn is not None:
-        metrics.update(metrics_fn(round_num, client_ids, metrics))
-    for name in CUMULATIVE_METRICS:
-      if name in metrics:
-        totals[name] += metrics[name]
-        metrics[f'cumulative_{name}'] = totals[name]
-    train_accuracy = metrics.get('train/accuracy', np.nan)
-    if np.isfinite(train_accuracy) and np.isfinite(last_train_accuracy):
-      metrics['catastrophic_failure'] = float(
-          diagnostics.is_catastrophic_failure(last_train_accuracy,
-                                              train_accuracy))
-    last_train_accuracy = train_accuracy
+  def run_round(round_num: int, state, built):
+    client_ids, datasets = built
+    return client_ids, round_runner(process, state, round_num, client_ids,
+                                    datasets)
 
-    if (round_num % config.rounds_per_eval == 0 or
-        round_num == config.total_rounds):
-      metrics.update(evaluator(process.get_model_weights(state)))
-    run_dir.release_metrics(metrics, round_num)
-    config.print_fn(outputs.progress_line(
-        round_num, config.total_rounds, round_seconds,
-        float(np.mean(round_times)), metrics))
+  metrics: dict[str, float] = {}
+  round_times = []
+  with round_inputs.OverlappedRoundInputs(build_round_inputs) as inputs:
+    for round_num in range(start_round + 1, config.total_rounds + 1):
+      started = time.perf_counter()
+      client_ids, output = inputs.run(
+          round_num,
+          round_num + 1 if round_num < config.total_rounds else None,
+          functools.partial(run_round, round_num, state))
+      state = output.state
+      round_seconds = time.perf_counter() - started
+      round_times.append(round_seconds)
 
-    if (round_num % config.rounds_per_checkpoint == 0 or
-        round_num == config.total_rounds):
-      run_dir.save_checkpoint({
-          'server_state': state,
-          'totals': {k: np.float64(v) for k, v in totals.items()},
-          'last_train_accuracy': np.float64(last_train_accuracy),
-      }, round_num)
-      if on_checkpoint is not None:
-        on_checkpoint(round_num)
+      flat = outputs.flatten_metrics(output.metrics)
+      metrics = {'round_time_sec': round_seconds,
+                 'clients_per_round': float(len(client_ids))}
+      metrics.update(flat)
+      metrics.update(summarize_training_metrics(flat, config.accuracy_name))
+      for metrics_fn in (setup.round_metrics_fn, *config.extra_metrics_fns):
+        if metrics_fn is not None:
+          metrics.update(metrics_fn(round_num, client_ids, metrics))
+      for name in CUMULATIVE_METRICS:
+        if name in metrics:
+          totals[name] += metrics[name]
+          metrics[f'cumulative_{name}'] = totals[name]
+      train_accuracy = metrics.get('train/accuracy', np.nan)
+      if np.isfinite(train_accuracy) and np.isfinite(last_train_accuracy):
+        metrics['catastrophic_failure'] = float(
+            diagnostics.is_catastrophic_failure(last_train_accuracy,
+                                                train_accuracy))
+      last_train_accuracy = train_accuracy
+
+      if (round_num % config.rounds_per_eval == 0 or
+          round_num == config.total_rounds):
+        metrics.update(evaluator(process.get_model_weights(state)))
+      run_dir.release_metrics(metrics, round_num)
+      config.print_fn(outputs.progress_line(
+          round_num, config.total_rounds, round_seconds,
+          float(np.mean(round_times)), metrics))
+
+      if (round_num % config.rounds_per_checkpoint == 0 or
+          round_num == config.total_rounds):
+        run_dir.save_checkpoint({
+            'server_state': state,
+            'totals': {k: np.float64(v) for k, v in totals.items()},
+            'last_train_accuracy': np.float64(last_train_accuracy),
+        }, round_num)
+        if on_checkpoint is not None:
+          on_checkpoint(round_num)
   return metrics

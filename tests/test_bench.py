@@ -94,9 +94,8 @@ def test_limit_round_matches_numpy():
 
 def _tff_round_against_the_limit(variant, arrays):
   """The TFF round's new model and the limit's mean client model."""
-  tff_round = tff_rounds.TffRound(
-      tff_rounds.build_process(TINY, variant),
-      tff_rounds.datasets_fn_for(TINY, arrays, variant))
+  tff_round = tff_rounds.round_for(tff_rounds.build_process(TINY, variant),
+                                   TINY, arrays, variant)
   start = [np.asarray(w) for w in
            tff_round.process.get_model_weights(tff_round.state).trainable]
   # The server model starts from the model's own initializer, not zeros.
