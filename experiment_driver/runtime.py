@@ -429,9 +429,16 @@ class _CohortSplittingContext(context_base.SyncContext):
   partial aggregates are merged and the per-slice results concatenated in
   slice order, not in the order the workers finish: client-placed results
   (per-client accuracies, stateful clients' new states) stay aligned with the
-  clients given, and merging is deterministic; and a computation that has no
-  `MergeableCompForm` (one aggregation depending on another) runs whole on
-  the first worker instead of failing.
+  clients given, and merging is deterministic; the partial aggregates are
+  merged in one call on the first worker (TFF makes one call, with two
+  aggregates up and one back, per merge); a result without client values
+  (a learning process's `next`) is finished in that same call, with the
+  first client of the first slice only (after the merge nothing is
+  aggregated, so such a result cannot depend on the clients' data): at 200
+  EMNIST CNN clients in slices of 50, merging and finishing took 0.3-0.4 s
+  instead of 0.75 s; and a computation that has no `MergeableCompForm` (one
+  aggregation depending on another) runs whole on the first worker instead
+  of failing.
 
   With `max_clients_per_slice`, a cohort is cut into more slices when needed
   so that none holds more than that many clients; slice `i` runs on worker
@@ -453,6 +460,8 @@ class _CohortSplittingContext(context_base.SyncContext):
     self._compiler = compiler_pipeline.CompilerPipeline(
         mergeable_comp_compiler.compile_to_mergeable_comp_form)
     self._unsplittable = set()
+    # (id(form), number of partial aggregates, finish) -> (form, computation).
+    self._merge_computations = {}
     self._event_loop = async_utils.AsyncThreadRunner()
 
   def invoke(self, comp: Any, arg: Any) -> Any:
@@ -461,7 +470,7 @@ class _CohortSplittingContext(context_base.SyncContext):
     # merged aggregates and the state back in): ~20 % of a 50-client EMNIST
     # CNN round, measured with `bench/`.
     num_slices = self._num_slices(arg, comp.type_signature.parameter)
-    if comp not in self._unsplittable and num_slices > 1:
+    if num_slices > 1 and comp not in self._unsplittable:
       try:
         form = self._compiler.compile(comp)
       except ValueError as e:
@@ -518,23 +527,93 @@ class _CohortSplittingContext(context_base.SyncContext):
     partial_aggregates = await self._map_slices(
         lambda worker, arg_slice: worker.invoke(form.up_to_merge, arg_slice),
         slices)
-    merged = partial_aggregates[0]
-    for partial_aggregate in partial_aggregates[1:]:
-      merged = await self._workers[0].invoke(
-          form.merge, structure.Struct.unnamed(merged, partial_aggregate))
+    result_type = form.after_merge.type_signature.result
+    if type_analysis.contains_only(
+        result_type,
+        lambda t: not isinstance(t, tff.FederatedType) or t.all_equal):
+      # A result without client values: after_merge cannot depend on the
+      # clients' data (it aggregates nothing), so it gets one client of
+      # them, in the same call as the merges.
+      finish = self._merge_and_finish(form, len(partial_aggregates))
+      leading = [] if arg is None else [
+          _first_client_only(slices[0], arg_type)]
+      return await self._workers[0].invoke(
+          finish, structure.Struct.unnamed(*leading, *partial_aggregates))
+    merged = await self._workers[0].invoke(
+        self._merge_all(form, len(partial_aggregates)),
+        structure.Struct.unnamed(*partial_aggregates))
 
     def after_merge(worker, arg_slice):
       return worker.invoke(
           form.after_merge, merged if arg_slice is None else
           structure.Struct.unnamed(arg_slice, merged))
 
-    result_type = form.after_merge.type_signature.result
-    if type_analysis.contains_only(
-        result_type,
-        lambda t: not isinstance(t, tff.FederatedType) or t.all_equal):
-      return await after_merge(self._workers[0], slices[0])
     results = await self._map_slices(after_merge, slices)
     return _join_result_slices(results, result_type)
+
+  def _merge_all(
+      self, form: mergeable_comp_execution_context.MergeableCompForm,
+      num_partials: int) -> tff.Computation:
+    """`<a_1, ..., a_K> -> merge(...merge(merge(a_1, a_2), a_3)..., a_K)`:
+    the partial aggregates merged in one call instead of `K - 1`, each of
+    which sent two model-sized aggregates to the worker and one back."""
+    return self._merging_computation(form, num_partials, finish=False)
+
+  def _merge_and_finish(
+      self, form: mergeable_comp_execution_context.MergeableCompForm,
+      num_partials: int) -> tff.Computation:
+    """`_merge_all`, then `after_merge` on its result, in one computation:
+    `<a_1, ..., a_K> -> after_merge(merged)`, or `<original_arg, a_1, ...,
+    a_K> -> after_merge(original_arg, merged)`."""
+    return self._merging_computation(form, num_partials, finish=True)
+
+  def _merging_computation(
+      self, form: mergeable_comp_execution_context.MergeableCompForm,
+      num_partials: int, finish: bool) -> tff.Computation:
+    """`_merge_all` (`finish=False`) or `_merge_and_finish`, built once.
+
+    Each partial aggregate is a parameter of its own, so that each is sent to
+    the worker as a value of its own (one message holding all of them was
+    several times slower to send).
+    """
+    key = (id(form), num_partials, finish)
+    if key not in self._merge_computations:
+      arg_type = form.up_to_merge.type_signature.parameter
+      leading = [arg_type] if finish and arg_type is not None else []
+      partial_type = form.merge.type_signature.parameter[0]
+
+      @tff.federated_computation(tff.StructType(
+          [(None, t) for t in leading + [partial_type] * num_partials]))
+      def merging(arg):
+        merged = arg[len(leading)]
+        for i in range(len(leading) + 1, len(leading) + num_partials):
+          merged = form.merge(merged, arg[i])
+        if not finish:
+          return merged
+        merged_at_server = tff.federated_value(merged, tff.SERVER)
+        if leading:
+          return form.after_merge(arg[0], merged_at_server)
+        return form.after_merge(merged_at_server)
+
+      self._merge_computations[key] = (form, merging)
+    return self._merge_computations[key][1]
+
+
+def _first_client_only(value: Any, type_spec: tff.Type) -> Any:
+  """`value` with each CLIENTS-placed part cut to its first client."""
+  if isinstance(type_spec, tff.FederatedType):
+    if type_spec.placement is tff.CLIENTS and not type_spec.all_equal:
+      return list(value)[:1]
+    return value
+  if isinstance(type_spec, tff.StructType):
+    elements = structure.from_container(value)
+    return structure.Struct([
+        (name, _first_client_only(element, element_type))
+        for (name, element), (_, element_type) in zip(
+            structure.iter_elements(elements),
+            structure.iter_elements(type_spec))
+    ])
+  return value
 
 
 @contextlib.contextmanager

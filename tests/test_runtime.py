@@ -7,6 +7,7 @@ import time
 
 import numpy as np
 import tensorflow_federated as tff
+from tensorflow_federated.python.core.impl.context_stack import context_stack_impl
 
 from experiment_driver import runtime
 
@@ -73,3 +74,44 @@ def test_started_worker_keeps_large_buffers_in_its_heap():
     runtime.stop_worker(process)
   assert int(environment[b'MALLOC_MMAP_THRESHOLD_']) >= 1 << 30
   assert int(environment[b'MALLOC_TRIM_THRESHOLD_']) >= 1 << 30
+
+
+@tff.tensorflow.computation(np.float32, np.float32)
+def _scale(x, y):
+  return x * y
+
+
+@tff.tensorflow.computation(np.float32, np.float32)
+def _add(x, y):
+  return x + y
+
+
+@tff.federated_computation(tff.FederatedType(np.float32, tff.SERVER),
+                           tff.FederatedType(np.float32, tff.CLIENTS))
+def _server_results(server_value, client_values):
+  scaled = tff.federated_map(
+      _scale, (tff.federated_broadcast(server_value), client_values))
+  return (tff.federated_map(_add, (server_value, tff.federated_sum(scaled))),
+          tff.federated_mean(client_values))
+
+
+@tff.federated_computation(tff.FederatedType(np.float32, tff.SERVER),
+                           tff.FederatedType(np.float32, tff.CLIENTS))
+def _client_results(server_value, client_values):
+  mean = tff.federated_broadcast(tff.federated_mean(client_values))
+  return tff.federated_map(_add, (client_values, mean))
+
+
+def test_cohort_in_three_slices_computes_the_whole_cohort():
+  # 5 clients in slices of at most 2: three partial aggregates are merged in
+  # one call, then the rest of the round runs (for a result with client
+  # values, on each slice; for a server result, with one client only).
+  client_values = [1.0, 2.0, 3.0, 4.0, 5.0]
+  with runtime.local_runtime(max_clients_per_call=2):
+    server_total, mean = _server_results(2.0, client_values)
+    per_client = _client_results(2.0, client_values)
+    splitting_context = context_stack_impl.context_stack.current
+    # Both computations were split: one merging computation each.
+    assert len(splitting_context._merge_computations) == 2
+  assert (server_total, mean) == (2.0 + 2.0 * 15.0, 3.0)
+  assert per_client == [4.0, 5.0, 6.0, 7.0, 8.0]
