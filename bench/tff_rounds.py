@@ -80,19 +80,15 @@ class TffRound:
                overlap_datasets: bool = False):
     self.process = process
     self.state = process.initialize()
-    self._datasets_fn = datasets_fn
-    self._overlapped = (
-        round_inputs.OverlappedRoundInputs(lambda _: datasets_fn())
-        if overlap_datasets else None)
+    self._inputs = round_inputs.OverlappedRoundInputs(lambda _: datasets_fn())
+    self._overlap_datasets = overlap_datasets
     self._round_num = 0
 
   def __call__(self) -> None:
-    if self._overlapped is None:
-      self.state = self.process.next(self.state, self._datasets_fn()).state
-      return
     self._round_num += 1
-    self.state = self._overlapped.run(
-        self._round_num, self._round_num + 1,
+    self.state = self._inputs.run(
+        self._round_num,
+        self._round_num + 1 if self._overlap_datasets else None,
         lambda datasets: self.process.next(self.state, datasets)).state
 
 

@@ -460,7 +460,7 @@ class _CohortSplittingContext(context_base.SyncContext):
     self._compiler = compiler_pipeline.CompilerPipeline(
         mergeable_comp_compiler.compile_to_mergeable_comp_form)
     self._unsplittable = set()
-    # (id(form), number of partial aggregates, finish) -> (form, computation).
+    # (form, number of partial aggregates, finish) -> merging computation.
     self._merge_computations = {}
     self._event_loop = async_utils.AsyncThreadRunner()
 
@@ -534,13 +534,15 @@ class _CohortSplittingContext(context_base.SyncContext):
       # A result without client values: after_merge cannot depend on the
       # clients' data (it aggregates nothing), so it gets one client of
       # them, in the same call as the merges.
-      finish = self._merge_and_finish(form, len(partial_aggregates))
+      finish = self._merging_computation(form, len(partial_aggregates),
+                                         finish=True)
       leading = [] if arg is None else [
           _first_client_only(slices[0], arg_type)]
       return await self._workers[0].invoke(
           finish, structure.Struct.unnamed(*leading, *partial_aggregates))
     merged = await self._workers[0].invoke(
-        self._merge_all(form, len(partial_aggregates)),
+        self._merging_computation(form, len(partial_aggregates),
+                                  finish=False),
         structure.Struct.unnamed(*partial_aggregates))
 
     def after_merge(worker, arg_slice):
@@ -551,32 +553,21 @@ class _CohortSplittingContext(context_base.SyncContext):
     results = await self._map_slices(after_merge, slices)
     return _join_result_slices(results, result_type)
 
-  def _merge_all(
-      self, form: mergeable_comp_execution_context.MergeableCompForm,
-      num_partials: int) -> tff.Computation:
-    """`<a_1, ..., a_K> -> merge(...merge(merge(a_1, a_2), a_3)..., a_K)`:
-    the partial aggregates merged in one call instead of `K - 1`, each of
-    which sent two model-sized aggregates to the worker and one back."""
-    return self._merging_computation(form, num_partials, finish=False)
-
-  def _merge_and_finish(
-      self, form: mergeable_comp_execution_context.MergeableCompForm,
-      num_partials: int) -> tff.Computation:
-    """`_merge_all`, then `after_merge` on its result, in one computation:
-    `<a_1, ..., a_K> -> after_merge(merged)`, or `<original_arg, a_1, ...,
-    a_K> -> after_merge(original_arg, merged)`."""
-    return self._merging_computation(form, num_partials, finish=True)
-
   def _merging_computation(
       self, form: mergeable_comp_execution_context.MergeableCompForm,
       num_partials: int, finish: bool) -> tff.Computation:
-    """`_merge_all` (`finish=False`) or `_merge_and_finish`, built once.
+    """The partial aggregates merged in one computation, built once.
 
+    `finish=False`: `<a_1, ..., a_K> -> merge(...merge(merge(a_1, a_2),
+    a_3)..., a_K)`, one call instead of TFF's `K - 1`, each of which sent two
+    model-sized aggregates to the worker and one back. `finish=True`: then
+    `after_merge` on the merged aggregate in the same computation,
+    `<[original_arg,] a_1, ..., a_K> -> after_merge([original_arg,] merged)`.
     Each partial aggregate is a parameter of its own, so that each is sent to
     the worker as a value of its own (one message holding all of them was
     several times slower to send).
     """
-    key = (id(form), num_partials, finish)
+    key = (form, num_partials, finish)
     if key not in self._merge_computations:
       arg_type = form.up_to_merge.type_signature.parameter
       leading = [arg_type] if finish and arg_type is not None else []
@@ -595,8 +586,8 @@ class _CohortSplittingContext(context_base.SyncContext):
           return form.after_merge(arg[0], merged_at_server)
         return form.after_merge(merged_at_server)
 
-      self._merge_computations[key] = (form, merging)
-    return self._merge_computations[key][1]
+      self._merge_computations[key] = merging
+    return self._merge_computations[key]
 
 
 def _first_client_only(value: Any, type_spec: tff.Type) -> Any:
