@@ -9,9 +9,10 @@ Three processes, all FedAvg (client SGD at the workload's rate, server SGD at
   aggregator.
 * `package` — a full round as `run_experiment.py` runs it: the same process
   with the driver's default aggregator, the paper's diagnostics (update norm,
-  pairwise cosine, non-finite screening) around TFF's robust aggregator with
-  adaptive clipping (`experiment_driver.build.model_aggregator()` at its
-  default flags: `--clipping`, no `--zeroing`, example weighting), and the
+  pairwise cosine, non-finite screening), adaptive clipping and the weighted
+  mean in one pass (`large_cohort.diagnosed_mean`, what
+  `experiment_driver.build.model_aggregator()` returns at its default flags:
+  `--clipping`, no `--zeroing`, example weighting), and the
   client datasets built each round from a `ClientData` and the task's
   preprocessing, as `experiment_driver.training_loop` builds them: the next
   round's while a round computes (`experiment_driver.round_inputs`), each
@@ -28,7 +29,7 @@ import tensorflow_federated as tff
 
 from bench import workloads
 from experiment_driver import round_inputs
-from large_cohort import diagnostics
+from large_cohort import diagnosed_mean
 from large_cohort import fedopt
 from large_cohort import optimizers
 
@@ -37,8 +38,7 @@ VARIANTS = ('tff_reduce', 'fedavg', 'package')
 
 def driver_default_aggregator() -> tff.aggregators.WeightedAggregationFactory:
   """The driver's aggregator at its default flags (see module docstring)."""
-  return diagnostics.diagnostics_factory(
-      tff.learning.robust_aggregator(zeroing=False, clipping=True))
+  return diagnosed_mean.diagnosed_mean_factory(clipping=True, weighted=True)
 
 
 def build_process(

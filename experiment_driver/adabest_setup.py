@@ -12,10 +12,11 @@ Defaults are the paper's (Section 4.1, Appendix D.1): client SGD at 0.1 when
 round; `μ = 0.02`; `β = 0.96`. Clients always run SGD (the client-side
 corrections are SGD steps), so `--client_optimizer` is ignored, and updates
 are averaged as `--adabest_client_weighting` says (`--uniform_weighting`,
-`--clipping` and `--zeroing` do not apply). The mean is TFF's, inside the
-diagnostics aggregator of `large_cohort.diagnostics`, so these runs report
-`update_norm`, `mean_pairwise_cosine` and the discarded-update counts like
-the other families (the values aggregated are unchanged). Batch size 45 and
+`--clipping` and `--zeroing` do not apply). The mean is
+`large_cohort.diagnosed_mean`'s without clipping (TFF's mean with the
+paper's diagnostics, in one pass), so these runs report `update_norm`,
+`mean_pairwise_cosine` and the discarded-update counts like the other
+families (the values aggregated are unchanged). Batch size 45 and
 5 local epochs are `--train_batch_size=45 --client_epochs=5`.
 """
 
@@ -31,7 +32,7 @@ from adabest_tff import feddyn
 from adabest_tff import scaffold
 from experiment_driver import algorithm_setup
 from experiment_driver import flag_groups
-from large_cohort import diagnostics
+from large_cohort import diagnosed_mean
 
 DEFAULT_CLIENT_LEARNING_RATE = 0.1
 
@@ -109,8 +110,7 @@ def _build_setup(
       client_learning_rate=_client_learning_rate(ctx),
       client_learning_rate_decay=CLIENT_LR_DECAY.value,
       client_weighting=_CLIENT_WEIGHTING[CLIENT_WEIGHTING.value],
-      model_aggregator=diagnostics.diagnostics_factory(
-          tff.aggregators.MeanFactory()),
+      model_aggregator=diagnosed_mean.diagnosed_mean_factory(clipping=False),
       **algorithm_args,
   ))
 

@@ -16,6 +16,7 @@ from experiment_driver import flag_groups as f
 from experiment_driver import outputs
 from experiment_driver import tuned_defaults
 from large_cohort import cohort_schedule
+from large_cohort import diagnosed_mean
 from large_cohort import diagnostics
 from large_cohort import lr_schedules
 from large_cohort import normalized_update
@@ -132,10 +133,19 @@ def build_context(
 
 def model_aggregator():
   """Client-update aggregation: diagnostics see the raw updates, then
-  adaptive zeroing/clipping and the mean, then (optionally) normalization."""
-  aggregator = diagnostics.diagnostics_factory(tff.learning.robust_aggregator(
-      zeroing=f.ZEROING.value, clipping=f.CLIPPING.value,
-      weighted=not f.UNIFORM_WEIGHTING.value))
+  adaptive zeroing/clipping and the mean, then (optionally) normalization.
+
+  Without zeroing, in one pass (`diagnosed_mean`); with it, the diagnostics
+  around TFF's robust aggregator.
+  """
+  weighted = not f.UNIFORM_WEIGHTING.value
+  if f.ZEROING.value:
+    aggregator = diagnostics.diagnostics_factory(
+        tff.learning.robust_aggregator(
+            zeroing=True, clipping=f.CLIPPING.value, weighted=weighted))
+  else:
+    aggregator = diagnosed_mean.diagnosed_mean_factory(
+        clipping=f.CLIPPING.value, weighted=weighted)
   if f.NORMALIZE_SERVER_UPDATE.value:
     aggregator = normalized_update.normalized_update_factory(aggregator)
   return aggregator

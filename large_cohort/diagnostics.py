@@ -63,7 +63,7 @@ from large_cohort import aggregator_wrappers
 _COUNT_CLIENT, _COUNT_NONFINITE, _COUNT_DIRECTION = range(3)
 
 
-def _screen_norm(value: Any) -> tf.Tensor:
+def screen_norm(value: Any) -> tf.Tensor:
   """Global L2 norm of a client update, as a float64 scalar; NaN or Inf if
   (and only if) the update has a NaN or Inf entry.
 
@@ -92,7 +92,7 @@ def _build_client_screen(value_type: tff.types.Type,
   """
 
   def screen_value(value):
-    norm = _screen_norm(value)
+    norm = screen_norm(value)
     is_finite = tf.math.is_finite(norm)
     has_direction = tf.logical_and(is_finite, norm > 0.0)
     safe_value = tf.cond(
@@ -126,26 +126,32 @@ def _build_client_screen(value_type: tff.types.Type,
   return screen_weighted
 
 
+def cohort_measurements(aggregate: Any, unit_sum: Any, num_clients: tf.Tensor,
+                        num_nonfinite: tf.Tensor, num_directions: tf.Tensor
+                        ) -> tuple[tf.Tensor, ...]:
+  """`(‖Δ‖, mean cosine, #clients, #non-finite, #zero updates)` (module
+  docstring) from the aggregate `Δ`, `Σ_k u_k` and the int32 client counts;
+  an update is non-finite, zero, or has a direction."""
+  count = tf.cast(num_directions, tf.float64)
+  unit_sum_square_norm = tf.square(aggregator_wrappers.global_norm(unit_sum))
+  mean_cosine = tf.where(
+      count >= 2.0,
+      (unit_sum_square_norm - count) / (count * (count - 1.0)),
+      tf.constant(np.nan, tf.float64))
+  return (tf.cast(aggregator_wrappers.global_norm(aggregate), tf.float32),
+          tf.cast(mean_cosine, tf.float32), num_clients, num_nonfinite,
+          num_clients - num_nonfinite - num_directions)
+
+
 def _build_server_diagnostics(value_type: tff.types.Type) -> tff.Computation:
-  """Server-side: `<aggregate, Σu_k, Σcounts> -> <‖Δ‖, mean cosine, #clients,
-  #non-finite, #zero updates>`; an update is non-finite, zero, or has a
-  direction."""
+  """Server-side: `<aggregate, Σu_k, Σcounts> -> cohort_measurements`."""
 
   @tff.tensorflow.computation(value_type, value_type,
                               tff.TensorType(np.int32, [3]))
   def diagnose(aggregate, unit_sum, counts):
-    num_clients = counts[_COUNT_CLIENT]
-    num_nonfinite = counts[_COUNT_NONFINITE]
-    num_directions = counts[_COUNT_DIRECTION]
-    count = tf.cast(num_directions, tf.float64)
-    unit_sum_square_norm = tf.square(aggregator_wrappers.global_norm(unit_sum))
-    mean_cosine = tf.where(
-        count >= 2.0,
-        (unit_sum_square_norm - count) / (count * (count - 1.0)),
-        tf.constant(np.nan, tf.float64))
-    return (tf.cast(aggregator_wrappers.global_norm(aggregate), tf.float32),
-            tf.cast(mean_cosine, tf.float32), num_clients, num_nonfinite,
-            num_clients - num_nonfinite - num_directions)
+    return cohort_measurements(aggregate, unit_sum, counts[_COUNT_CLIENT],
+                               counts[_COUNT_NONFINITE],
+                               counts[_COUNT_DIRECTION])
 
   return diagnose
 
