@@ -8,7 +8,8 @@ map, batch) on this 2-core machine. Done between rounds, it is time the
 worker sits idle: 4-5 % of an EMNIST CNN round, 10 % with the task's
 pipeline. While a round computes, the driver only waits for the worker, so
 `OverlappedRoundInputs` builds the next round's inputs then, on a background
-thread.
+thread, and serializes the datasets among them for the worker
+(`value_transfer.prepare_datasets`).
 
 The inputs stay exactly those built in sequence: a round's inputs depend on
 its round number only (`training_loop.seed_data_pipelines` seeds TF's global
@@ -21,6 +22,8 @@ import concurrent.futures
 from collections.abc import Callable
 from typing import Generic, Optional, TypeVar
 
+from experiment_driver import value_transfer
+
 Inputs = TypeVar('Inputs')
 Result = TypeVar('Result')
 
@@ -30,7 +33,8 @@ class OverlappedRoundInputs(Generic[Inputs]):
 
   `run(round_num, next_round_num, compute)` returns
   `compute(build_fn(round_num))`; while `compute` runs, `build_fn(
-  next_round_num)` runs on a background thread, and `run` returns once both
+  next_round_num)` runs on a background thread (and the datasets it returns
+  are serialized for the worker there), and `run` returns once both
   are done: the time a round takes includes whatever part of the next build
   the computation did not hide, and no build runs while the caller does
   other work (evaluation, checkpoints). A use as a context manager stops the
@@ -56,10 +60,10 @@ class OverlappedRoundInputs(Generic[Inputs]):
     if self._built is not None and self._built[0] == round_num:
       inputs = self._built[1]
     else:
-      inputs = self._build_fn(round_num)
+      inputs = self._build(round_num)
     self._built = None
     pending = (None if next_round_num is None else
-               self._pool.submit(self._build_fn, next_round_num))
+               self._pool.submit(self._build, next_round_num))
     try:
       result = compute(inputs)
     except BaseException:
@@ -69,6 +73,11 @@ class OverlappedRoundInputs(Generic[Inputs]):
     if pending is not None:
       self._built = (next_round_num, pending.result())
     return result
+
+  def _build(self, round_num: int) -> Inputs:
+    inputs = self._build_fn(round_num)
+    value_transfer.prepare_datasets(inputs)
+    return inputs
 
   def close(self) -> None:
     """Waits for a build in flight and stops the background thread."""

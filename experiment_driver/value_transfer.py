@@ -20,9 +20,18 @@ graph, which is serialized and rebuilt): ~1.5 ms of worker CPU per client,
 measured with `perf` on the worker (15 % of its CPU at 50 clients with
 empty datasets). The rewrites only reorganize the pipeline: the elements and
 their order stay the same.
+
+A dataset's serialization (its graph with the data as constants: ~0.6 ms per
+EMNIST client, ~0.3 MB) can be done ahead of the call that sends it:
+`prepare_datasets` serializes datasets and keeps the messages for as long as
+each dataset exists, and `serialize_into` copies a prepared message instead
+of serializing again. `round_inputs` prepares the next round's datasets
+while the current round computes.
 """
 
+import threading
 from typing import Any
+import weakref
 
 import numpy as np
 import tensorflow as tf
@@ -46,6 +55,51 @@ def _worker_dataset_options() -> tf.data.Options:
 
 
 WORKER_DATASET_OPTIONS = _worker_dataset_options()
+
+
+# Dataset -> (its serialized `executor_pb2.Value`, its TFF sequence type).
+_PREPARED_DATASETS = weakref.WeakKeyDictionary()
+_PREPARED_DATASETS_LOCK = threading.Lock()
+
+
+def _serialize_dataset(
+    dataset: tf.data.Dataset) -> tuple[executor_pb2.Value, tff.SequenceType]:
+  """`dataset` with `WORKER_DATASET_OPTIONS` as TFF serializes it, and its
+  sequence type."""
+  sequence_type = tff.SequenceType(
+      tff.types.tensorflow_to_type(dataset.element_spec))
+  proto, _ = value_serialization.serialize_value(
+      dataset.with_options(WORKER_DATASET_OPTIONS), sequence_type)
+  return proto, sequence_type
+
+
+def prepare_datasets(values: Any) -> None:
+  """Serializes now the `tf.data.Dataset`s in the structure `values`.
+
+  A later `serialize_into` of one of these datasets copies the message made
+  here; it is dropped when the dataset is. Safe to call from any thread.
+  """
+  for value in tf.nest.flatten(values):
+    if isinstance(value, tf.data.Dataset):
+      prepared = _serialize_dataset(value)
+      with _PREPARED_DATASETS_LOCK:
+        _PREPARED_DATASETS[value] = prepared
+
+
+def _serialize_dataset_into(dataset: tf.data.Dataset, type_spec: tff.Type,
+                            proto: executor_pb2.Value) -> None:
+  """`serialize_into` for a dataset: its prepared message, if any.
+
+  Raises:
+    TypeError: If `type_spec` cannot hold the dataset's sequence type.
+  """
+  with _PREPARED_DATASETS_LOCK:
+    prepared = _PREPARED_DATASETS.get(dataset)
+  prepared_proto, sequence_type = prepared or _serialize_dataset(dataset)
+  if not type_spec.is_assignable_from(sequence_type):
+    raise TypeError(f'Cannot serialize a dataset of {sequence_type} as TFF '
+                    f'type {type_spec}.')
+  proto.CopyFrom(prepared_proto)
 
 
 def _is_plain_array(value: Any, type_spec: tff.TensorType) -> bool:
@@ -100,9 +154,9 @@ def serialize_into(value: Any, type_spec: tff.Type,
     proto.array.dtype = dtype_utils.to_proto(type_spec.dtype.type)
     proto.array.shape.CopyFrom(array_shape.to_proto(value.shape))
     proto.array.content = np.asarray(value, type_spec.dtype.type).tobytes()
+  elif isinstance(value, tf.data.Dataset):
+    _serialize_dataset_into(value, type_spec, proto)
   else:
-    if isinstance(value, tf.data.Dataset):
-      value = value.with_options(WORKER_DATASET_OPTIONS)
     proto.CopyFrom(value_serialization.serialize_value(value, type_spec)[0])
 
 

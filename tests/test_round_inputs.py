@@ -9,6 +9,7 @@ import tensorflow as tf
 
 from experiment_driver import round_inputs
 from experiment_driver import training_loop
+from experiment_driver import value_transfer
 
 _WAIT_SECONDS = 30
 
@@ -34,6 +35,13 @@ def test_next_round_is_built_while_the_round_computes():
   assert built_on[1] == threading.get_ident()
   assert built_on[2] != threading.get_ident()
   assert sorted(built_on) == [1, 2]  # round 2 was not built twice
+
+
+def test_next_rounds_datasets_are_serialized_with_the_build():
+  datasets = {r: ['client', tf.data.Dataset.range(r)] for r in (1, 2)}
+  with round_inputs.OverlappedRoundInputs(datasets.get) as inputs:
+    inputs.run(1, 2, lambda _: None)
+    assert datasets[2][1] in value_transfer._PREPARED_DATASETS
 
 
 def test_round_not_announced_is_built_on_the_spot():

@@ -1,6 +1,7 @@
 """`experiment_driver.value_transfer` sends what TFF's serializer would."""
 
 import collections
+import gc
 
 import numpy as np
 import pytest
@@ -106,3 +107,38 @@ def test_client_datasets_keep_elements_without_rewrites():
     assert optimization.apply_default_optimizations is False
     assert [b.tolist() for b in dataset.as_numpy_iterator()] == [
         b.tolist() for b in original.as_numpy_iterator()]
+
+
+def test_prepared_dataset_is_sent_as_prepared():
+  dataset = tf.data.Dataset.range(4).batch(2)
+  type_spec = tff.SequenceType(tff.TensorType(np.int64, [None]))
+  unprepared = _in_place(dataset, type_spec)
+  value_transfer.prepare_datasets(([dataset], 'not a dataset'))
+  prepared = value_transfer._PREPARED_DATASETS[dataset][0]
+  # The prepared message is the dataset's serialization without preparing,
+  # and what is sent is that message itself (a marker added to it arrives).
+  assert prepared.sequence.element_type == unprepared.sequence.element_type
+  for proto in (prepared, unprepared):
+    received, _ = value_serialization.deserialize_value(proto, type_spec)
+    assert [b.tolist() for b in received.as_numpy_iterator()] == [[0, 1],
+                                                                 [2, 3]]
+  prepared.sequence.serialized_graph_def += b'marker'
+  assert _in_place(dataset, type_spec).sequence.serialized_graph_def.endswith(
+      b'marker')
+
+
+def test_prepared_dataset_of_another_type_is_refused():
+  dataset = tf.data.Dataset.range(3)
+  value_transfer.prepare_datasets([dataset])
+  with pytest.raises(TypeError, match='Cannot serialize a dataset'):
+    _in_place(dataset, tff.SequenceType(tff.TensorType(np.float32)))
+
+
+def test_prepared_messages_are_dropped_with_their_datasets():
+  kept = tf.data.Dataset.range(2)
+  value_transfer.prepare_datasets([kept])
+  count = len(value_transfer._PREPARED_DATASETS)
+  assert kept in value_transfer._PREPARED_DATASETS
+  del kept
+  gc.collect()
+  assert len(value_transfer._PREPARED_DATASETS) < count
