@@ -50,7 +50,6 @@ from large_cohort import diagnostics
 
 # Indices of the per-client int32 counts, summed with the values.
 _COUNT_CLIENT, _COUNT_NONFINITE, _COUNT_DIRECTION, _COUNT_CLIPPED = range(4)
-_NUM_COUNTS = 4
 
 
 def _client_contribution(value: Any, weight: Optional[tf.Tensor],
@@ -113,13 +112,13 @@ def _build_client_computation(value_type: tff.types.Type,
 
 
 def _build_server_computation(
-    sums_type: tff.types.Type, clipping: bool, target_quantile: float,
-    clipping_learning_rate: float) -> tff.Computation:
+    sums_type: tff.types.Type, weighted: bool, clipping: bool,
+    target_quantile: float, clipping_learning_rate: float) -> tff.Computation:
   """`sums[, ρ] -> <mean, [next ρ,] ‖Δ‖, cosine, #clients, #non-finite,
   #zero, #clipped>` from the cohort's summed contributions."""
 
   def finish(sums, clipping_norm):
-    if len(sums) == 4:
+    if weighted:
       value_sum, unit_sum, weight_sum, counts = sums
     else:
       value_sum, unit_sum, counts = sums
@@ -161,8 +160,8 @@ def _build_process(value_type: tff.types.Type,
   client_computation = _build_client_computation(value_type, weight_type,
                                                  clipping)
   server_computation = _build_server_computation(
-      client_computation.type_signature.result, clipping, target_quantile,
-      clipping_learning_rate)
+      client_computation.type_signature.result, weight_type is not None,
+      clipping, target_quantile, clipping_learning_rate)
   initial_state = np.float32(initial_clipping_norm) if clipping else ()
 
   @tff.federated_computation()

@@ -38,9 +38,10 @@ The inner factory's own measurements are kept under `inner_aggregator`.
 Placement: cosines are scale-invariant, so clipping does not change them
 (B.6.1), but zeroing and non-finite screening do; put this factory outside
 TFF's robust aggregator so it sees the raw client updates:
-`diagnostics_factory(tff.learning.robust_aggregator(...))`. It is stateless
-(its state is the inner factory's). For normalized FedAvg, wrap it in the
-normalizing factory (`normalized_update.normalized_update_factory(
+`diagnostics_factory(tff.learning.robust_aggregator(...))` (without zeroing,
+`diagnosed_mean.diagnosed_mean_factory` computes the same in one pass). It
+is stateless (its state is the inner factory's). For normalized FedAvg, wrap
+it in the normalizing factory (`normalized_update.normalized_update_factory(
 diagnostics_factory(...))`), so that `update_norm` is `‖Δ‖₂` before
 normalization.
 
