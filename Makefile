@@ -33,6 +33,8 @@ bench: $(STAMP)
 # repositories it would download (WORKSPACE); apt only when one is missing.
 BAZEL_DEBS := bazel-bootstrap bazel-bootstrap-source
 SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
+# Extra `bazel test` flags, e.g. BAZEL_TEST_FLAGS=--test_env=NAME (.ci/run).
+BAZEL_TEST_FLAGS ?=
 
 bazel-test: $(STAMP)
 	@missing=$$(for p in $(BAZEL_DEBS); do \
@@ -44,7 +46,7 @@ bazel-test: $(STAMP)
 	  $(SUDO) env DEBIAN_FRONTEND=noninteractive \
 	    apt-get install -y --no-install-recommends $$missing; \
 	fi
-	bazel test //...
+	bazel test $(BAZEL_TEST_FLAGS) //...
 
 clean:
 	rm -rf $(VENV) *.egg-info
