@@ -51,7 +51,8 @@ def test_matches_numpy_for_heterogeneous_steps():
                                                        WEIGHT_TYPE)
   output = process.next(process.initialize(), values, weights)
   expected, tau_eff = numpy_fednova(values, weights)
-  np.testing.assert_allclose(flat(output.result), expected, rtol=1e-5)
+  np.testing.assert_allclose(flat(output.result), expected, rtol=1e-5,
+                             atol=1e-6)
   np.testing.assert_allclose(output.measurements['effective_steps'], tau_eff,
                              rtol=1e-6)
   np.testing.assert_allclose(output.measurements['update_norm'],
