@@ -55,7 +55,8 @@ def test_weighted_measurements_match_numpy():
   weights = [1.0, 2.0, 3.0, 4.0]
   output = _run_weighted(tff.aggregators.MeanFactory(), updates, weights)
   expected_mean = _weighted_mean(updates, weights)
-  np.testing.assert_allclose(_flat(output.result), expected_mean, rtol=1e-5)
+  np.testing.assert_allclose(_flat(output.result), expected_mean,
+                             rtol=1e-5, atol=1e-6)
   measurements = output.measurements
   assert measurements['update_norm'] == pytest.approx(
       np.linalg.norm(expected_mean), rel=1e-5)
@@ -73,7 +74,8 @@ def test_unweighted_measurements_match_numpy():
       tff.aggregators.UnweightedMeanFactory()).create(_VALUE_TYPE)
   output = process.next(process.initialize(), updates)
   expected_mean = np.mean([_flat(u) for u in updates], axis=0)
-  np.testing.assert_allclose(_flat(output.result), expected_mean, rtol=1e-5)
+  np.testing.assert_allclose(_flat(output.result), expected_mean,
+                             rtol=1e-5, atol=1e-6)
   assert output.measurements['update_norm'] == pytest.approx(
       np.linalg.norm(expected_mean), rel=1e-5)
   assert output.measurements['mean_pairwise_cosine'] == pytest.approx(
@@ -105,7 +107,8 @@ def test_nonfinite_updates_are_excluded_and_counted():
   output = _run_weighted(tff.aggregators.MeanFactory(), updates, weights)
   expected_mean = _weighted_mean(finite, [2.0, 3.0])
   assert np.all(np.isfinite(_flat(output.result)))
-  np.testing.assert_allclose(_flat(output.result), expected_mean, rtol=1e-5)
+  np.testing.assert_allclose(_flat(output.result), expected_mean,
+                             rtol=1e-5, atol=1e-6)
   assert output.measurements['num_nonfinite_updates'] == 2
   assert output.measurements['num_zero_updates'] == 0
   assert output.measurements['num_clients'] == 4
@@ -165,7 +168,7 @@ def test_robust_aggregator_clipping_is_the_papers_adaptive_clipping():
     np.testing.assert_allclose(
         _flat(output.result),
         sum(w * c for w, c in zip(weights, clipped)) / sum(weights),
-        rtol=1e-5)
+        rtol=1e-5, atol=1e-6)
     assert clipping['clipped_count'] == np.sum(norms > clip)
     # The cosine is measured on the raw (unclipped) updates.
     assert output.measurements['mean_pairwise_cosine'] == pytest.approx(

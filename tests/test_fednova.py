@@ -72,7 +72,8 @@ def test_equal_normalizers_give_weighted_mean():
   output = process.next(process.initialize(), values, weights)
   plain_mean = np.average(np.stack([flat(v.model_delta) for v in values]),
                           axis=0, weights=weights)
-  np.testing.assert_allclose(flat(output.result), plain_mean, rtol=1e-5)
+  np.testing.assert_allclose(flat(output.result), plain_mean,
+                             rtol=1e-5, atol=1e-6)
 
 
 def test_client_without_steps_adds_no_nan():
@@ -102,7 +103,8 @@ def test_inner_factory_sees_normalized_deltas():
   normalized = [flat(v.model_delta) / n for v, n in zip(values, normalizers)]
   clipped = [d * min(1.0, clip_norm / np.linalg.norm(d)) for d in normalized]
   expected = np.mean(normalizers) * np.mean(clipped, axis=0)
-  np.testing.assert_allclose(flat(output.result), expected, rtol=1e-5)
+  np.testing.assert_allclose(flat(output.result), expected,
+                             rtol=1e-5, atol=1e-6)
 
 
 def test_bad_value_type_raises_value_error():
