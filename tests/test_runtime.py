@@ -6,6 +6,7 @@ import textwrap
 import time
 
 import numpy as np
+import pytest
 import tensorflow_federated as tff
 from tensorflow_federated.python.core.impl.context_stack import context_stack_impl
 
@@ -64,16 +65,41 @@ def test_worker_dies_with_killed_parent():
     raise AssertionError(f'worker {worker_pid} outlived its killed parent')
 
 
-def test_started_worker_keeps_large_buffers_in_its_heap():
-  process, _ = runtime.start_worker()
+def _started_worker_environment(**start_settings) -> dict[bytes, bytes]:
+  process, _ = runtime.start_worker(**start_settings)
   try:
     with open(f'/proc/{process.pid}/environ', 'rb') as f:
-      environment = dict(entry.split(b'=', 1)
-                         for entry in f.read().split(b'\0') if b'=' in entry)
+      return dict(entry.split(b'=', 1)
+                  for entry in f.read().split(b'\0') if b'=' in entry)
   finally:
     runtime.stop_worker(process)
+
+
+def test_started_worker_keeps_large_buffers_in_its_heap():
+  environment = _started_worker_environment()
   assert int(environment[b'MALLOC_MMAP_THRESHOLD_']) >= 1 << 30
   assert int(environment[b'MALLOC_TRIM_THRESHOLD_']) >= 1 << 30
+
+
+@pytest.mark.parametrize('cores, concurrent_clients, threads', [
+    (2, 2, 1),   # the default: one client per core, one thread each
+    (8, 2, 4),
+    (8, 3, 2),
+    (2, 4, 1),
+    (8, 0, 1),   # no limit on concurrent clients
+    (8, -1, 1),
+])
+def test_worker_shares_its_cores_among_concurrent_clients(
+    monkeypatch, cores, concurrent_clients, threads):
+  monkeypatch.setattr(runtime, 'cores_available', lambda: cores)
+  environment = _started_worker_environment(
+      max_concurrent_clients=concurrent_clients)
+  assert environment[b'TF_NUM_INTRAOP_THREADS'] == str(threads).encode()
+
+
+def test_default_worker_runs_one_single_threaded_client_per_core():
+  environment = _started_worker_environment()
+  assert environment[b'TF_NUM_INTRAOP_THREADS'] == b'1'
 
 
 @tff.tensorflow.computation(np.float32, np.float32)
