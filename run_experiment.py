@@ -29,19 +29,11 @@ USER_ERRORS = (ValueError, tasks.MissingDataError, outputs.CheckpointError,
                runtime.WorkerUnavailableError)
 
 
-def _runtime():
-  if f.WORKER_ADDRESSES.value:
-    return runtime.remote_runtime(f.WORKER_ADDRESSES.value)
-  return runtime.local_runtime(
-      f.MAX_CONCURRENT_CLIENTS.value,
-      max_clients_per_call=f.MAX_CLIENTS_PER_CALL.value or None)
-
-
 def run() -> None:
   """Runs the experiment the flags describe."""
   run_dir = build.run_directory()
   run_dir.check_hparams()
-  with _runtime():
+  with build.runtime():
     task = build.create_task()
     ctx = build.build_context(task)
     setup = build.build_algorithm(ctx)

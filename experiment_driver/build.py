@@ -14,6 +14,7 @@ from experiment_driver import fedopt_setup
 from experiment_driver import gel_setup
 from experiment_driver import flag_groups as f
 from experiment_driver import outputs
+from experiment_driver import runtime as tff_runtime
 from experiment_driver import tuned_defaults
 from large_cohort import cohort_schedule
 from large_cohort import diagnosed_mean
@@ -54,6 +55,17 @@ def experiment_name() -> str:
       f'{f.TASK.value}_{f.ALGORITHM.value}_{f.CLIENT_OPTIMIZER.value}_'
       f'{f.SERVER_OPTIMIZER.value}_M{f.CLIENTS_PER_ROUND.value or "default"}_'
       f'seed{f.SEED.value}')
+
+
+def runtime():
+  """The TFF runtime the flags select, a context manager: the remote workers
+  of `--worker_addresses`, else a local worker (`experiment_driver.runtime`,
+  one client per core unless `--max_concurrent_clients`)."""
+  if f.WORKER_ADDRESSES.value:
+    return tff_runtime.remote_runtime(f.WORKER_ADDRESSES.value)
+  return tff_runtime.local_runtime(
+      f.MAX_CONCURRENT_CLIENTS.value,
+      max_clients_per_call=f.MAX_CLIENTS_PER_CALL.value or None)
 
 
 def create_task() -> tff.simulation.baselines.BaselineTask:

@@ -190,9 +190,9 @@ ROUNDS_PER_CHECKPOINT = flags.DEFINE_integer(
 
 # Runtime and seed.
 MAX_CONCURRENT_CLIENTS = flags.DEFINE_integer(
-    'max_concurrent_clients', -1,
-    'How many clients the local TFF worker trains at once; non-positive: no'
-    ' limit (all cores).')
+    'max_concurrent_clients', None,
+    'How many clients the local TFF worker trains at once, sharing its cores'
+    ' among them; default: one per core; non-positive: no limit.')
 MAX_CLIENTS_PER_CALL = flags.DEFINE_integer(
     'max_clients_per_call', 0,
     'Run each round\'s cohort on the local worker in slices of at most this'

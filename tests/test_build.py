@@ -1,5 +1,6 @@
-"""`experiment_driver.build.model_aggregator`: which aggregator the flags
-select, each measuring what the driver's columns read."""
+"""`experiment_driver.build`: which aggregator the flags select, each
+measuring what the driver's columns read, and how the local worker they
+select shares its cores."""
 
 from absl import flags
 from absl.testing import flagsaver
@@ -8,6 +9,7 @@ import pytest
 import tensorflow_federated as tff
 
 from experiment_driver import build
+from experiment_driver import runtime
 
 FLAGS = flags.FLAGS
 _VALUE_TYPE = tff.StructWithPythonType([tff.TensorType(np.float32, [3])],
@@ -71,3 +73,28 @@ def test_normalized_update_wraps_the_diagnosed_mean():
   inner = process.next.type_signature.result.measurements.member[
       'inner_aggregator']
   assert 'update_norm' in dict(tff.structure.iter_elements(inner))
+
+
+def _worker_command_and_threads(**flag_values) -> tuple[list[str], bytes]:
+  with flagsaver.flagsaver(**flag_values):
+    with build.runtime():
+      pid = runtime._started_workers[-1].pid  # pylint: disable=protected-access
+      with open(f'/proc/{pid}/cmdline', 'rb') as f:
+        command = [a.decode() for a in f.read().split(b'\0') if a]
+      with open(f'/proc/{pid}/environ', 'rb') as f:
+        environment = dict(entry.split(b'=', 1)
+                           for entry in f.read().split(b'\0') if b'=' in entry)
+  return command, environment[b'TF_NUM_INTRAOP_THREADS']
+
+
+def test_driver_worker_trains_one_client_per_core_by_default():
+  command, threads = _worker_command_and_threads()
+  cores = runtime.cores_available()
+  assert f'--max_concurrent_computation_calls={cores}' in command
+  assert threads == b'1'
+
+
+def test_driver_worker_with_one_client_at_a_time_gives_it_every_core():
+  command, threads = _worker_command_and_threads(max_concurrent_clients=1)
+  assert '--max_concurrent_computation_calls=1' in command
+  assert threads == str(runtime.cores_available()).encode()
