@@ -72,11 +72,12 @@ def build_per_client_evaluation(model_fn: ModelFn) -> tff.Computation:
         tff.learning.models.ModelWeights.from_model(client_model),
         incoming_weights)
 
-    def evaluate_batch(num_batches, batch):
+    # An iterator loop, not `dataset.reduce`, as in FedOpt's client work
+    # (`large_cohort/fedopt.py`): the forward pass then sits in the main
+    # graph instead of a tf.data function the worker re-instantiates for
+    # every client.
+    for batch in iter(dataset):
       client_model.forward_pass(batch, training=False)
-      return num_batches + 1
-
-    dataset.reduce(tf.constant(0, tf.int64), evaluate_batch)
     unfinalized = client_model.report_local_unfinalized_metrics()
     finalized = collections.OrderedDict(
         (name, finalizer(unfinalized[name]))
