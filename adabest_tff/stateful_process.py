@@ -596,9 +596,14 @@ def local_sgd_with_correction(
     return num_examples + batch_size, num_steps + 1, optimizer_state
 
   specs = tuple(tf.TensorSpec(v.shape, v.dtype) for v in trainable)
-  num_examples, num_steps, _ = data.reduce(
-      (tf.constant(0, tf.int64), tf.constant(0, tf.int64),
-       optimizer.initialize(specs)), step)
+  # An iterator loop, not `dataset.reduce`, as in FedOpt's client work
+  # (`large_cohort/fedopt.py`): the step then sits in the main graph instead
+  # of a tf.data function the worker re-instantiates for every client.
+  training_loop = tff.learning.loop_builder.build_training_loop(
+      tff.learning.LoopImplementation.DATASET_ITERATOR)
+  num_examples, num_steps, _ = training_loop(
+      step, data, lambda: (tf.constant(0, tf.int64), tf.constant(0, tf.int64),
+                           optimizer.initialize(specs)))
   return LocalTrainingResult(num_examples, num_steps)
 
 

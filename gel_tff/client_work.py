@@ -136,8 +136,10 @@ def _build_client_update_fn(
 ):
   """Returns the `tf.function` running one client's round (Algorithm 1)."""
   model = model_fn()
+  # An iterator loop, not `dataset.reduce`, as in FedOpt's client work
+  # (`large_cohort/fedopt.py`).
   training_loop = tff.learning.loop_builder.build_training_loop(
-      tff.learning.LoopImplementation.DATASET_REDUCE)
+      tff.learning.LoopImplementation.DATASET_ITERATOR)
 
   @tf.function
   def client_update(optimizer_hparams, initial_weights, dataset):
