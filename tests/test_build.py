@@ -10,6 +10,7 @@ import tensorflow_federated as tff
 
 from experiment_driver import build
 from experiment_driver import runtime
+from tests import worker_process
 
 FLAGS = flags.FLAGS
 _VALUE_TYPE = tff.StructWithPythonType([tff.TensorType(np.float32, [3])],
@@ -79,11 +80,8 @@ def _worker_command_and_threads(**flag_values) -> tuple[list[str], bytes]:
   with flagsaver.flagsaver(**flag_values):
     with build.runtime():
       pid = runtime._started_workers[-1].pid  # pylint: disable=protected-access
-      with open(f'/proc/{pid}/cmdline', 'rb') as f:
-        command = [a.decode() for a in f.read().split(b'\0') if a]
-      with open(f'/proc/{pid}/environ', 'rb') as f:
-        environment = dict(entry.split(b'=', 1)
-                           for entry in f.read().split(b'\0') if b'=' in entry)
+      command = worker_process.command_line(pid)
+      environment = worker_process.environment(pid)
   return command, environment[b'TF_NUM_INTRAOP_THREADS']
 
 

@@ -11,6 +11,7 @@ import tensorflow_federated as tff
 from tensorflow_federated.python.core.impl.context_stack import context_stack_impl
 
 from experiment_driver import runtime
+from tests import worker_process
 
 
 def _worker_pids_of(parent_pid: int) -> list[int]:
@@ -68,9 +69,7 @@ def test_worker_dies_with_killed_parent():
 def _started_worker_environment(**start_settings) -> dict[bytes, bytes]:
   process, _ = runtime.start_worker(**start_settings)
   try:
-    with open(f'/proc/{process.pid}/environ', 'rb') as f:
-      return dict(entry.split(b'=', 1)
-                  for entry in f.read().split(b'\0') if b'=' in entry)
+    return worker_process.environment(process.pid)
   finally:
     runtime.stop_worker(process)
 
