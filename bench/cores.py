@@ -2,7 +2,7 @@
 
 "One core" is measured honestly, not by configuration: the measurement runs
 in a fresh Python process whose CPU affinity is set to a single core before it
-starts (`sched_setaffinity`, as `taskset -c 0` does); its `worker_binary`
+starts (`taskset --cpu-list`, which sets it before `exec`); its `worker_binary`
 inherits the affinity, and TensorFlow sizes its thread pools from it in both
 processes. "All cores" is the same process with the benchmark's own affinity
 (every core it may use). Both processes measure the limit and the driver's
@@ -32,9 +32,9 @@ def _measure_with_cpus(cpus: Sequence[int], workload_name: str,
              'variants': ['package'],
              'max_clients_per_call': max_clients_per_call}
   completed = subprocess.run(
-      [sys.executable, '-m', 'bench.probe', json.dumps(request)],
+      ['taskset', '--cpu-list', ','.join(map(str, cpus)),
+       sys.executable, '-m', 'bench.probe', json.dumps(request)],
       capture_output=True, text=True, check=False,
-      preexec_fn=lambda: os.sched_setaffinity(0, cpus),
       cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
   if completed.returncode:
     raise RuntimeError(f'probe {request} on cpus {list(cpus)} failed:\n'

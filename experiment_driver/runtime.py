@@ -5,8 +5,8 @@ subprocess that outlives Python and keeps the parent's stdout open, which
 hangs pipes and CI. Here the package starts the executor service itself, so it
 owns the process:
 
-* the worker is started with `PR_SET_PDEATHSIG`, so the kernel kills it when
-  the Python process dies for any reason (even `SIGKILL`);
+* the worker is started under `setpriv --pdeathsig KILL`, so the kernel
+  kills it when the Python process dies for any reason (even `SIGKILL`);
 * `local_runtime()` is a context manager that stops it on exit, and an
   `atexit` hook stops anything still running.
 
@@ -23,10 +23,8 @@ through this module.
 import asyncio
 import atexit
 import contextlib
-import ctypes
 import gc
 import os
-import signal
 import subprocess
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Optional
@@ -66,7 +64,14 @@ _GRPC_OPTIONS = [
     ('grpc.max_receive_message_length', _GRPC_MAX_MESSAGE_BYTES),
     ('grpc.max_send_message_length', _GRPC_MAX_MESSAGE_BYTES),
 ]
-_PR_SET_PDEATHSIG = 1
+# Sets the worker's parent-death signal (`PR_SET_PDEATHSIG`, kept across
+# `exec`) before it becomes `worker_binary`. Setting it in the child from a
+# `preexec_fn` instead would make `subprocess` fork for real, which runs
+# gRPC's fork handlers in the child: with a gRPC call in flight on another
+# thread the child once deadlocked in them (`__run_postfork_handlers`),
+# before its `exec`. Without a `preexec_fn`, CPython starts the child with
+# `vfork`, which runs no fork handlers.
+_DIE_WITH_PARENT = ('setpriv', '--pdeathsig', 'KILL')
 # glibc malloc settings for a worker started here: large buffers (a round's
 # model-sized values: the state parsed from the request, each client's
 # variables and update, the result) come from a heap kept mapped instead of
@@ -105,12 +110,6 @@ _drop_tff_default_context()
 
 class WorkerUnavailableError(RuntimeError):
   """A TFF worker could not be reached, failed or stopped answering."""
-
-
-def _die_with_parent() -> None:
-  """Runs in the forked child: ask the kernel to SIGKILL it with its parent."""
-  libc = ctypes.CDLL('libc.so.6', use_errno=True)
-  libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
 def cores_available() -> int:
@@ -160,6 +159,7 @@ def start_worker(
   port = port or portpicker.pick_unused_port()
   process = subprocess.Popen(
       [
+          *_DIE_WITH_PARENT,
           WORKER_BINARY_PATH,
           f'--port={port}',
           f'--max_concurrent_computation_calls={max_concurrent_clients}',
@@ -169,7 +169,6 @@ def start_worker(
       stderr=subprocess.DEVNULL,
       env={**os.environ, **_WORKER_MALLOC_ENV,
            'TF_NUM_INTRAOP_THREADS': str(threads)},
-      preexec_fn=_die_with_parent,
   )
   _started_workers.append(process)
   return process, f'localhost:{port}'
