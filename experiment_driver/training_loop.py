@@ -26,6 +26,7 @@ from adabest_tff import stateful_process
 from experiment_driver import algorithm_setup
 from experiment_driver import outputs
 from experiment_driver import round_inputs
+from experiment_driver import value_transfer
 from large_cohort import diagnostics
 from large_cohort import per_client_evaluation
 
@@ -139,6 +140,9 @@ class Evaluator:
         ids = sorted(rng.choice(ids, size=max_clients, replace=False))
       self._splits[name] = _preprocessed(data, datasets.eval_preprocess_fn,
                                          ids)
+    # The splits are the same datasets at every evaluation: serialized for
+    # the worker once here, not again at each evaluation.
+    value_transfer.prepare_datasets(self._splits)
 
   def __call__(self, model_weights) -> dict[str, float]:
     metrics = {}

@@ -1,5 +1,5 @@
-"""The training loop's per-round data seeding: reproducible, and the driver's
-memory stays bounded."""
+"""The training loop's per-round data seeding (reproducible, the driver's
+memory stays bounded) and its evaluator."""
 
 import json
 import os
@@ -7,9 +7,12 @@ import subprocess
 import sys
 
 import numpy as np
+import tensorflow as tf
+import tensorflow_federated as tff
 
 import tasks
 from experiment_driver import training_loop
+from experiment_driver import value_transfer
 
 _REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -118,3 +121,24 @@ def test_summary_takes_the_outermost_of_nested_measurements():
   reversed_flat = dict(reversed(list(flat.items())))
   assert training_loop.summarize_training_metrics(
       reversed_flat, 'accuracy')['update_norm'] == 2.0
+
+
+def test_evaluator_serializes_its_clients_once(monkeypatch):
+  task = tasks.create_task('synthetic')
+  evaluator = training_loop.Evaluator(
+      task, tasks.ACCURACY_METRIC_NAME['synthetic'], max_clients=20,
+      sample_seed=1)
+  weights = tff.learning.models.ModelWeights.from_model(task.model_fn())
+  weights = tf.nest.map_structure(lambda v: v.numpy(), weights)
+  serialized = []
+  serialize = value_transfer._serialize_dataset
+  monkeypatch.setattr(value_transfer, '_serialize_dataset',
+                      lambda d: serialized.append(d) or serialize(d))
+  first = evaluator(weights)
+  second = evaluator(weights)
+  # Every evaluation sends the messages prepared when the evaluator was
+  # built, and scores the same clients the same way.
+  assert not serialized
+  assert first == second
+  assert first['validation/num_examples'] > 0
+  assert 0.0 <= first['test/accuracy'] <= 1.0
