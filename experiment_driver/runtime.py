@@ -25,6 +25,7 @@ import atexit
 import contextlib
 import gc
 import os
+import shutil
 import subprocess
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Optional
@@ -152,7 +153,16 @@ def start_worker(
       TensorFlow session each): measured with `bench/` on the EMNIST CNN, 30
       clients per round on 1 core (`taskset -c 0`), one per core took 0.96x
       the limit's time and no limit 40x.
+
+  Raises:
+    RuntimeError: If `setpriv` (util-linux), which starts the worker, is
+      missing.
   """
+  if shutil.which(_DIE_WITH_PARENT[0]) is None:
+    raise RuntimeError(
+        f'`{_DIE_WITH_PARENT[0]}` (util-linux) is not on PATH; the TFF worker'
+        ' is started through it so that it dies with this process. Install'
+        ' util-linux (apt-get install util-linux).')
   if max_concurrent_clients is None:
     max_concurrent_clients = cores_available()
   threads = worker_intra_op_threads(max_concurrent_clients)

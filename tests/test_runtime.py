@@ -107,6 +107,14 @@ def test_workers_start_without_forking_grpc_while_calls_are_in_flight():
   assert 'fork' not in finished.stderr, finished.stderr[-2000:]
 
 
+def test_worker_needs_setpriv(monkeypatch):
+  monkeypatch.setattr(runtime.shutil, 'which', lambda name: None)
+  started = len(runtime._started_workers)
+  with pytest.raises(RuntimeError, match='util-linux'):
+    runtime.start_worker()
+  assert len(runtime._started_workers) == started
+
+
 def _started_worker_environment(**start_settings) -> dict[bytes, bytes]:
   process, address = runtime.start_worker(**start_settings)
   try:
