@@ -2,6 +2,8 @@
 measuring what the driver's columns read, and how the local worker they
 select shares its cores."""
 
+import re
+
 from absl import flags
 from absl.testing import flagsaver
 import numpy as np
@@ -34,8 +36,9 @@ def _process(**flag_values):
 
 
 def _num_sums(process):
+  """How many sums from clients to server `process.next` takes."""
   text = process.next.to_building_block().compact_representation()
-  return text.count('federated_sum')
+  return len(re.findall(r'federated_(sum|aggregate)\b', text))
 
 
 def _measurement_names(process):

@@ -127,16 +127,17 @@ def test_clipping_settings_follow_the_papers_rule_in_numpy():
 def _intrinsic_counts(process):
   text = process.next.to_building_block().compact_representation()
   return {name: len(re.findall(name + r'\b', text))
-          for name in ('federated_map', 'federated_sum')}
+          for name in ('federated_map', 'federated_sum', 'federated_aggregate')}
 
 
-def test_one_client_computation_and_one_sum():
+def test_one_client_computation_inside_one_aggregate():
   fused = diagnosed_mean.diagnosed_mean_factory().create(_VALUE_TYPE,
                                                          _WEIGHT_TYPE)
   composition = diagnostics.diagnostics_factory(
       tff.learning.robust_aggregator(zeroing=False)).create(
           _VALUE_TYPE, _WEIGHT_TYPE)
-  assert _intrinsic_counts(fused) == {'federated_map': 1, 'federated_sum': 1}
+  assert _intrinsic_counts(fused) == {
+      'federated_map': 0, 'federated_sum': 0, 'federated_aggregate': 1}
   assert _intrinsic_counts(composition)['federated_sum'] == 5
 
 
