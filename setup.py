@@ -19,6 +19,7 @@ setuptools.setup(
     # installed with --no-deps because its jax==0.4.14 pin cannot be met.
     install_requires=[
         'absl-py>=1.0,<2',
+        'dm-tree~=0.1.8',
         'numpy~=1.25',
         'pandas~=2.1.0',
         'matplotlib~=3.8.0',

@@ -118,7 +118,8 @@ def measure_peak_memory(
     raise ValueError(f'rounds must be positive, got {rounds}.')
   task, data_bytes = _task(workload, num_clients)
   with tempfile.TemporaryDirectory() as root, runtime.local_runtime(
-      max_clients_per_call=max_clients_per_call) as address:
+      max_clients_per_call=max_clients_per_call,
+      keep_state_on_worker=True) as address:
     worker_pid = timing.worker_pid(address)
     setup = algorithm_setup.AlgorithmSetup(
         process=_process(algorithm, workload))

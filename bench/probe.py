@@ -39,7 +39,8 @@ def run(request: dict) -> object:
   kind = request.get('kind')
   if kind == 'ratios':
     with runtime.local_runtime(
-        max_clients_per_call=request['max_clients_per_call']):
+        max_clients_per_call=request['max_clients_per_call'],
+        keep_state_on_worker=True):
       return ratios.measure_ratios(
           workloads.get_workload(request['workload']), [request['clients']],
           request['repeats'], request['variants'])

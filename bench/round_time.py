@@ -25,6 +25,10 @@ Sections, printed as tables in one run:
   `adabest_tff.client_state_store`) through the package's training loop, at
   each `--memory_clients` (`bench.memory`).
 
+Every TFF round runs on the driver's local runtime: the package's worker,
+with the server state kept on it between rounds
+(`experiment_driver.worker_state`).
+
 `--output=FILE.json|FILE.csv` also writes every table to a file.
 """
 
@@ -140,7 +144,8 @@ def main(argv: Sequence[str]) -> None:
   per_call = _MAX_CLIENTS_PER_CALL.value
   if 'ratios' in _SECTIONS.value:
     rows = []
-    with runtime.local_runtime(max_clients_per_call=per_call):
+    with runtime.local_runtime(max_clients_per_call=per_call,
+                               keep_state_on_worker=True):
       for workload in workload_list:
         rows += ratios.measure_ratios(workload, cohorts, repeats)
     tables['ratios'] = rows

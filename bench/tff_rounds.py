@@ -72,7 +72,8 @@ class TffRound:
   loop does; with `overlap_datasets`, the next call's datasets are built
   while `process.next` runs, as the driver's training loop builds them. Must
   be built and called inside a TFF runtime
-  (`experiment_driver.runtime.local_runtime()`).
+  (`experiment_driver.runtime.local_runtime()`; with `keep_state_on_worker`,
+  `self.state` stays on the worker between calls, as in the driver).
   """
 
   def __init__(self, process: tff.learning.templates.LearningProcess,

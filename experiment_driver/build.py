@@ -60,12 +60,15 @@ def experiment_name() -> str:
 def runtime():
   """The TFF runtime the flags select, a context manager: the remote workers
   of `--worker_addresses`, else a local worker (`experiment_driver.runtime`,
-  one client per core unless `--max_concurrent_clients`)."""
+  one client per core unless `--max_concurrent_clients`); either keeps the
+  server state on the worker between rounds (`worker_state`)."""
   if f.WORKER_ADDRESSES.value:
-    return tff_runtime.remote_runtime(f.WORKER_ADDRESSES.value)
+    return tff_runtime.remote_runtime(f.WORKER_ADDRESSES.value,
+                                      keep_state_on_worker=True)
   return tff_runtime.local_runtime(
       f.MAX_CONCURRENT_CLIENTS.value,
-      max_clients_per_call=f.MAX_CLIENTS_PER_CALL.value or None)
+      max_clients_per_call=f.MAX_CLIENTS_PER_CALL.value or None,
+      keep_state_on_worker=True)
 
 
 def create_task() -> tff.simulation.baselines.BaselineTask:

@@ -55,6 +55,7 @@ from tensorflow_federated.python.core.impl.types import type_analysis
 from tensorflow_federated.python.core.impl.types import type_conversions
 
 from experiment_driver import value_transfer
+from experiment_driver import worker_state
 
 WORKER_BINARY_PATH = os.path.join(
     os.path.dirname(tff.__file__), 'data', 'worker_binary'
@@ -245,28 +246,25 @@ def _executor_factory(stub, default_num_clients: int = 0):
   )
 
 
+def _context_settings(stub) -> dict[str, Any]:
+  """The executors, compiler and argument/result transforms of a context."""
+  return dict(
+      executor_fn=_executor_factory(stub),
+      compiler_fn=compiler.desugar_and_transform_to_native,
+      transform_args=tensorflow_computation.transform_args,
+      transform_result=tensorflow_computation.transform_result,
+  )
+
+
 def _sync_context(stub):
-  return sync_execution_context.SyncExecutionContext(
-      executor_fn=_executor_factory(stub),
-      compiler_fn=compiler.desugar_and_transform_to_native,
-      transform_args=tensorflow_computation.transform_args,
-      transform_result=tensorflow_computation.transform_result,
-  )
-
-
-def _async_context(stub):
-  return async_execution_context.AsyncExecutionContext(
-      executor_fn=_executor_factory(stub),
-      compiler_fn=compiler.desugar_and_transform_to_native,
-      transform_args=tensorflow_computation.transform_args,
-      transform_result=tensorflow_computation.transform_result,
-  )
+  return sync_execution_context.SyncExecutionContext(**_context_settings(stub))
 
 
 @contextlib.contextmanager
 def local_runtime(
     max_concurrent_clients: Optional[int] = None,
     max_clients_per_call: Optional[int] = None,
+    keep_state_on_worker: bool = False,
 ) -> Iterator[str]:
   """Runs TFF computations on one local worker for the duration of the block.
 
@@ -283,6 +281,12 @@ def local_runtime(
       LSTM). Sums are then taken in another order, equal up to float
       rounding, and a worker that dies ends the block with a
       `WorkerUnavailableError` instead of TFF's endless retries.
+    keep_state_on_worker: Whether `next` of a learning (or iterative)
+      process leaves the new server state on the worker, returning a
+      `worker_state.StateOnWorker` handle in its place, which the next call
+      takes by reference (`experiment_driver.worker_state`; the training
+      loop's setting). `worker_state.fetch` turns it into a Python value.
+      Computations whose cohort is split over slices fetch it first.
 
   Yields:
     The worker's address.
@@ -297,14 +301,15 @@ def local_runtime(
   stub = None
   try:
     channel = _connect(address, timeout_seconds=60)
-    if max_clients_per_call is None:
+    if max_clients_per_call is None and not keep_state_on_worker:
       context = _sync_context(
           remote_executor_grpc_stub.RemoteExecutorGrpcStub(channel))
     else:
       stub = _WorkerStub(address, channel, probe_interval_seconds=10.0,
                          probe_timeout_seconds=20.0)
       context = _CohortSplittingContext(
-          [_WorkerContext(stub)], max_clients_per_slice=max_clients_per_call)
+          [_WorkerContext(stub, keep_state_on_worker)],
+          max_clients_per_slice=max_clients_per_call)
     with context_stack_impl.context_stack.install(context):
       yield address
   finally:
@@ -433,12 +438,18 @@ class _WorkerContext(context_base.AsyncContext):
   TFF's `RemoteExecutor` makes blocking gRPC calls inside its coroutines, so
   contexts sharing an event loop would run their workers one after the
   other; each worker gets its own event-loop thread so all compute at once.
+  With `keep_state_on_worker`, a `worker_state.StateKeepingContext`.
   """
 
-  def __init__(self, stub: _WorkerStub):
+  def __init__(self, stub: _WorkerStub, keep_state_on_worker: bool = False):
     self.stub = stub
-    self._context = _async_context(stub)
     self._thread = async_utils.AsyncThreadRunner()
+    if keep_state_on_worker:
+      self._context = worker_state.StateKeepingContext(
+          self._thread, **_context_settings(stub))
+    else:
+      self._context = async_execution_context.AsyncExecutionContext(
+          **_context_settings(stub))
 
   async def invoke(self, comp: Any, arg: Any) -> Any:
     return await self._thread.await_coro_and_return_result(
@@ -509,8 +520,9 @@ class _CohortSplittingContext(context_base.SyncContext):
             self._workers[0].stub.address, str(e)[:200])
         self._unsplittable.add(comp)
       else:
+        # A state left on a worker is fetched once, not by each slice.
         result = self._event_loop.run_coro_and_return_result(
-            self._invoke(form, arg, num_slices))
+            self._invoke(form, worker_state.fetch(arg), num_slices))
         return type_conversions.type_to_py_container(
             result, form.after_merge.type_signature.result)
     return self._event_loop.run_coro_and_return_result(
@@ -642,6 +654,7 @@ def remote_runtime(
     connect_timeout_seconds: float = 30.0,
     probe_interval_seconds: float = 10.0,
     probe_timeout_seconds: float = 20.0,
+    keep_state_on_worker: bool = False,
 ) -> Iterator[None]:
   """Spreads each TFF computation over the workers at `addresses`.
 
@@ -663,6 +676,8 @@ def remote_runtime(
     probe_interval_seconds: How often a worker with a call outstanding is
       probed.
     probe_timeout_seconds: How long a probe may go unanswered.
+    keep_state_on_worker: As for `local_runtime`; it only takes effect with
+      one worker (with more, every cohort is split over them).
 
   Raises:
     ValueError: If an address is not `host:port` or is repeated.
@@ -675,7 +690,8 @@ def remote_runtime(
       stubs.append(_WorkerStub(
           address, _connect(address, connect_timeout_seconds),
           probe_interval_seconds, probe_timeout_seconds))
-    context = _CohortSplittingContext([_WorkerContext(s) for s in stubs])
+    context = _CohortSplittingContext(
+        [_WorkerContext(s, keep_state_on_worker) for s in stubs])
     with context_stack_impl.context_stack.install(context):
       yield
   finally:

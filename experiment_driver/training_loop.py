@@ -7,7 +7,8 @@ processed and their running total, the algorithm's own per-round scalars, a
 progress line with ETA, and stateful clients (AdaBest, FedDyn, SCAFFOLD),
 whose states are loaded and saved around each round and committed with the
 checkpoint. Each round's client datasets are built while the previous round
-computes (`round_inputs`).
+computes (`round_inputs`). The server state may stay on the worker between
+rounds (`worker_state`); it is fetched for each checkpoint.
 """
 
 import dataclasses
@@ -27,6 +28,7 @@ from experiment_driver import algorithm_setup
 from experiment_driver import outputs
 from experiment_driver import round_inputs
 from experiment_driver import value_transfer
+from experiment_driver import worker_state
 from large_cohort import diagnostics
 from large_cohort import per_client_evaluation
 
@@ -290,7 +292,7 @@ def run_training(
       if (round_num % config.rounds_per_checkpoint == 0 or
           round_num == config.total_rounds):
         run_dir.save_checkpoint({
-            'server_state': state,
+            'server_state': worker_state.fetch(state),
             'totals': {k: np.float64(v) for k, v in totals.items()},
             'last_train_accuracy': np.float64(last_train_accuracy),
         }, round_num)
