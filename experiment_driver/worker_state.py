@@ -50,7 +50,7 @@ class StateOnWorker(ingestable_base.Ingestable):
   def __init__(self, value: remote_executor.RemoteValue,
                executor: executor_base.Executor, type_spec: tff.Type,
                runner: async_utils.AsyncThreadRunner,
-               transform_result: Any):
+               transform_result: Optional[Callable[[Any], Any]]):
     self._value = value
     self._executor = executor
     self._type_spec = type_spec
@@ -72,11 +72,8 @@ class StateOnWorker(ingestable_base.Ingestable):
 
   async def fetch_async(self) -> Any:
     """The state as a Python value, as TFF's context would have returned it."""
-    value = type_conversions.type_to_py_container(await self._compute(),
-                                                  self._type_spec)
-    if self._transform_result is not None:
-      value = self._transform_result(value)
-    return value
+    return _python_value(await self._compute(), self._type_spec,
+                         self._transform_result)
 
   def fetch(self) -> Any:
     """`fetch_async`, from any thread but that of the worker's event loop."""
@@ -127,6 +124,16 @@ def passes_state(type_signature: tff.FunctionType) -> bool:
           result[0].is_equivalent_to(state_type))
 
 
+def _python_value(value: Any, type_spec: tff.Type,
+                  transform_result: Optional[Callable[[Any], Any]]) -> Any:
+  """A computed `value` in `type_spec`'s Python containers, through the
+  context's `transform_result`."""
+  value = type_conversions.type_to_py_container(value, type_spec)
+  if transform_result is not None:
+    value = transform_result(value)
+  return value
+
+
 def _python_container(elements: list[Any], type_spec: tff.StructType) -> Any:
   """`elements`, already Python values, in `type_spec`'s container."""
   names = structure.name_list_with_nones(type_spec)
@@ -145,16 +152,13 @@ class StateKeepingContext(async_execution_context.AsyncExecutionContext):
   Args:
     runner: The event-loop thread this context's `invoke` runs on; handles
       are fetched through it.
-    transform_result: As for `AsyncExecutionContext`; also applied to
-      fetched states.
-    **kwargs: The other arguments of `AsyncExecutionContext`.
+    **kwargs: The arguments of `AsyncExecutionContext`; its
+      `transform_result` also applies to fetched states.
   """
 
-  def __init__(self, runner: async_utils.AsyncThreadRunner,
-               transform_result: Optional[Any] = None, **kwargs: Any):
-    super().__init__(transform_result=transform_result, **kwargs)
+  def __init__(self, runner: async_utils.AsyncThreadRunner, **kwargs: Any):
+    super().__init__(**kwargs)
     self._runner = runner
-    self._state_transform_result = transform_result
     # (executor, compiled computation) -> the computation on the worker:
     # `next` is sent once per executor, not at every round.
     self._computations_on_worker = {}
@@ -199,14 +203,11 @@ class StateKeepingContext(async_execution_context.AsyncExecutionContext):
       result = await executor.create_call(comp_value, arg_value)
       state = StateOnWorker(await executor.create_selection(result, 0),
                             executor, result_type[0], self._runner,
-                            self._state_transform_result)
+                            self._transform_result)
       elements = [state]
       for index in range(1, len(result_type)):
-        element = await (await executor.create_selection(result,
-                                                         index)).compute()
-        element = type_conversions.type_to_py_container(element,
-                                                        result_type[index])
-        if self._state_transform_result is not None:
-          element = self._state_transform_result(element)
-        elements.append(element)
+        element = await executor.create_selection(result, index)
+        elements.append(_python_value(await element.compute(),
+                                      result_type[index],
+                                      self._transform_result))
       return _python_container(elements, result_type)
