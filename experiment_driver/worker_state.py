@@ -82,7 +82,8 @@ class StateOnWorker(ingestable_base.Ingestable):
 
 def _map_states(value: Any, fn: Callable[[StateOnWorker], Any]) -> Any:
   """`value` with `fn(s)` for each `StateOnWorker` `s` in it: at its top
-  level, or as an element of a list, tuple, dict or `tff.structure.Struct`."""
+  level, or as an element of a list, tuple (named or not), dict or
+  `tff.structure.Struct`."""
   if isinstance(value, StateOnWorker):
     return fn(value)
   if isinstance(value, structure.Struct):
@@ -90,7 +91,9 @@ def _map_states(value: Any, fn: Callable[[StateOnWorker], Any]) -> Any:
                              in structure.iter_elements(value)])
   if isinstance(value, dict):
     return type(value)((k, _map_states(v, fn)) for k, v in value.items())
-  if isinstance(value, (list, tuple)) and not hasattr(value, '_fields'):
+  if isinstance(value, tuple) and hasattr(value, '_fields'):
+    return type(value)(*(_map_states(v, fn) for v in value))
+  if isinstance(value, (list, tuple)):
     return type(value)(_map_states(v, fn) for v in value)
   return value
 

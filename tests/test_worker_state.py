@@ -76,9 +76,16 @@ def test_next_leaves_the_state_on_the_worker_with_the_same_results():
     states, metrics, weights = _rounds(process, cohorts)
     assert all(isinstance(s, worker_state.StateOnWorker) for s in states)
     fetched = worker_state.fetch({'server_state': states[-1], 'round': 3})
+    fetched_output = worker_state.fetch(
+        tff.learning.templates.LearningProcessOutput(states[-1], metrics[-1]))
   assert isinstance(fetched['server_state'],
                     type(plain[0][-1]))  # TFF's own container
   assert fetched['round'] == 3
+  # A named tuple keeps its type, its states fetched.
+  assert isinstance(fetched_output,
+                    tff.learning.templates.LearningProcessOutput)
+  np.testing.assert_allclose(_flat(fetched_output.state),
+                             _flat(plain[0][-1]), rtol=1e-6)
   _assert_same_rounds(([fetched['server_state']], metrics, weights), plain)
 
 
