@@ -333,6 +333,10 @@ def _check_worker_addresses(addresses: Sequence[str]) -> None:
         f'worker address {", ".join(duplicated)} is given more than once')
 
 
+# Why a closed `_WorkerStub` fails its calls.
+_CLOSED = 'is closed'
+
+
 class _WorkerStub(remote_executor_grpc_stub.RemoteExecutorGrpcStub):
   """The gRPC stub of one worker; fails fast, naming the worker.
 
@@ -359,6 +363,11 @@ class _WorkerStub(remote_executor_grpc_stub.RemoteExecutorGrpcStub):
 
   def _unavailable(self, reason: str) -> WorkerUnavailableError:
     self._failure = self._failure or reason
+    if self._failure == _CLOSED:
+      return WorkerUnavailableError(
+          f'TFF worker at {self.address} {_CLOSED}: its runtime block has'
+          ' ended, and values left on the worker (a worker_state.StateOnWorker)'
+          ' went with it; fetch them (worker_state.fetch) inside the block')
     return WorkerUnavailableError(
         f'TFF worker at {self.address} {self._failure}; restart it and rerun'
         ' the same command to resume from the last checkpoint')
@@ -427,8 +436,9 @@ class _WorkerStub(remote_executor_grpc_stub.RemoteExecutorGrpcStub):
                               executor_pb2.DisposeExecutorResponse())
 
   def close(self) -> None:
-    """Cancels the calls in flight and closes the channel."""
-    self._failure = self._failure or 'was disconnected'
+    """Cancels the calls in flight and closes the channel; later calls fail
+    with a `WorkerUnavailableError` saying so."""
+    self._failure = self._failure or _CLOSED
     self._channel.close()
 
 

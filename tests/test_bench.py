@@ -278,18 +278,18 @@ def test_memory_series_skips_sizes_predicted_to_exhaust_memory(monkeypatch):
   monkeypatch.setattr(memory, 'run_in_subprocess', fake_run)
   available = type('Memory', (), {'available': 2000 * 2**20})
   monkeypatch.setattr(psutil, 'virtual_memory', lambda: available)
-  # Budget 1,000 MB: 300 clients predict 100 + 3 * 300 = 1,000 MB (run),
-  # 400 clients predict 100 + 3 * 400 = 1,300 MB (skipped), and so is 500,
-  # predicted from 300 measured.
-  rows = memory.measure_series('fedavg', 'w', [400, 100, 300, 500],
+  # Budget 3/4 of 2,000 MB: 400 clients predict 100 + 3 * 400 = 1,300 MB
+  # (run), 500 clients 1,600 MB (skipped), and 600, predicted from 400
+  # measured, 1,900 MB (skipped).
+  rows = memory.measure_series('fedavg', 'w', [400, 100, 600, 300, 500],
                                max_clients_per_call=50)
-  assert measured == [100, 300]
-  assert [r['clients'] for r in rows] == [100, 300, 400, 500]
-  assert 'skipped' not in rows[1]
-  assert rows[2]['skipped'] == (
-      'predicted 1300 MB > half the available memory (1000 MB)')
-  assert rows[3]['skipped'].startswith('predicted 1600 MB')
-  assert rows[3]['clients_per_call'] == '50'
+  assert measured == [100, 300, 400]
+  assert [r['clients'] for r in rows] == [100, 300, 400, 500, 600]
+  assert 'skipped' not in rows[2]
+  assert rows[3]['skipped'] == (
+      'predicted 1600 MB > 3/4 of the available memory (1500 MB)')
+  assert rows[4]['skipped'].startswith('predicted 1900 MB')
+  assert rows[4]['clients_per_call'] == '50'
 
 
 def test_speedup_keeps_each_setting_fastest_of_alternating_trials(

@@ -81,6 +81,10 @@ def test_next_leaves_the_state_on_the_worker_with_the_same_results():
   assert isinstance(fetched['server_state'],
                     type(plain[0][-1]))  # TFF's own container
   assert fetched['round'] == 3
+  # A handle outlives its runtime only to say so.
+  with pytest.raises(runtime.WorkerUnavailableError,
+                     match='runtime block has ended.*worker_state.fetch'):
+    worker_state.fetch(states[-1])
   # A named tuple keeps its type, its states fetched.
   assert isinstance(fetched_output,
                     tff.learning.templates.LearningProcessOutput)
