@@ -286,7 +286,9 @@ def local_runtime(
       `worker_state.StateOnWorker` handle in its place, which the next call
       takes by reference (`experiment_driver.worker_state`; the training
       loop's setting). `worker_state.fetch` turns it into a Python value.
-      Computations whose cohort is split over slices fetch it first.
+      Computations whose cohort is split over slices fetch it first. With
+      it, each computation (also a slice's) is sent to the worker once and
+      reused there, instead of at every call.
 
   Yields:
     The worker's address.
@@ -686,8 +688,9 @@ def remote_runtime(
     probe_interval_seconds: How often a worker with a call outstanding is
       probed.
     probe_timeout_seconds: How long a probe may go unanswered.
-    keep_state_on_worker: As for `local_runtime`; it only takes effect with
-      one worker (with more, every cohort is split over them).
+    keep_state_on_worker: As for `local_runtime`; the state stays on the
+      worker only with one worker (with more, every cohort is split over
+      them), computations are sent once to each worker in either case.
 
   Raises:
     ValueError: If an address is not `host:port` or is repeated.

@@ -12,9 +12,11 @@ state-passing computation, one whose first parameter and first result have
 the same type placed at `SERVER` (`next` of an iterative or learning
 process): the first element of its result is left on the worker and
 returned as a `StateOnWorker` handle, and only the other elements (the
-round's metrics, client states) are computed and sent back; the computation
-itself is sent to each executor once (0.84 MB for the LSTM's `next`), not at
-every round. A handle given back to a state-passing computation on the
+round's metrics, client states) are computed and sent back. Every
+computation, state-passing or not, is sent to each executor once (0.84 MB
+for the LSTM's `next`) and called there again by reference in later calls:
+the worker keeps what it built for it (its TensorFlow graphs and sessions)
+instead of building it again at every call. A handle given back to a state-passing computation on the
 executor it lives on is passed by reference; on any other executor (another
 cohort size, another worker) it is fetched and sent as a value, as any
 state would be, and so it is for every other computation (e.g.
@@ -27,7 +29,12 @@ Measured side by side in one process (the bench's rounds, `bench.tff_rounds`,
 on one worker through a context without and one with this change; fastest
 of 10 CNN and 5 LSTM rounds), the ratio to the limit at 10 clients: EMNIST
 CNN full round 1.38 -> 1.26, FedAvg 1.22 -> 1.12; Stack Overflow LSTM full
-round 1.27 -> 1.15, FedAvg 1.21 -> 1.07.
+round 1.27 -> 1.15, FedAvg 1.21 -> 1.07. Sending the other computations once
+too (a cohort's slices, `up_to_merge` and the merge of
+`runtime._CohortSplittingContext`, which had been sent at every call), the
+full round's ratio on the EMNIST CNN went from 1.21 to 1.10 at 100 clients
+in 4 slices of 25 (fastest of 5) and from 1.10 to 1.07 at 200 clients in 4
+slices of 50 (fastest of 4), side by side on two workers.
 """
 
 from collections.abc import Callable
@@ -39,6 +46,7 @@ from tensorflow_federated.python.common_libs import async_utils
 from tensorflow_federated.python.common_libs import structure
 from tensorflow_federated.python.core.impl.execution_contexts import async_execution_context
 from tensorflow_federated.python.core.impl.executors import executor_base
+from tensorflow_federated.python.core.impl.executors import executor_value_base
 from tensorflow_federated.python.core.impl.executors import ingestable_base
 from tensorflow_federated.python.core.impl.executors import remote_executor
 from tensorflow_federated.python.core.impl.types import type_conversions
@@ -150,7 +158,8 @@ def _python_container(elements: list[Any], type_spec: tff.StructType) -> Any:
 
 class StateKeepingContext(async_execution_context.AsyncExecutionContext):
   """TFF's async context that leaves a state-passing computation's new state
-  on the worker (module docstring).
+  on the worker and sends each computation to each executor once (module
+  docstring).
 
   Args:
     runner: The event-loop thread this context's `invoke` runs on; handles
@@ -163,7 +172,7 @@ class StateKeepingContext(async_execution_context.AsyncExecutionContext):
     super().__init__(**kwargs)
     self._runner = runner
     # (executor, compiled computation) -> the computation on the worker:
-    # `next` is sent once per executor, not at every round.
+    # each is sent once per executor, not at every call.
     self._computations_on_worker = {}
 
   def _transformed_arg(self, arg: Any) -> Any:
@@ -182,28 +191,41 @@ class StateKeepingContext(async_execution_context.AsyncExecutionContext):
                                in structure.iter_elements(arg)])
     return transform(arg)
 
+  async def _computation_on_worker(
+      self, executor: executor_base.Executor,
+      compiled: tff.Computation) -> executor_value_base.ExecutorValue:
+    """`compiled` on `executor`'s worker, sent there on its first call."""
+    comp_value = self._computations_on_worker.get((executor, compiled))
+    if comp_value is None:
+      comp_value = await executor.create_value(compiled,
+                                               compiled.type_signature)
+      self._computations_on_worker[(executor, compiled)] = comp_value
+    return comp_value
+
   async def invoke(self, comp: Any, arg: Any) -> Any:
-    if arg is None:
-      return await super().invoke(comp, arg)
-    if not passes_state(comp.type_signature):
+    keeps_state = arg is not None and passes_state(comp.type_signature)
+    if arg is not None and not keeps_state:
       # Only `next` takes a state by reference; e.g. `get_model_weights`
       # takes the unplaced state.
-      return await super().invoke(comp, await _fetch_async(arg))
+      arg = await _fetch_async(arg)
     result_type = comp.type_signature.result
     compiled = self._compiler_pipeline.compile(comp)
     parameter_type = compiled.type_signature.parameter
-    arg = self._transformed_arg(arg)
-    cardinalities = self._cardinality_inference_fn(arg, parameter_type)
+    cardinalities = {}
+    if arg is not None:
+      arg = self._transformed_arg(arg)
+      cardinalities = self._cardinality_inference_fn(arg, parameter_type)
     with self._reset_factory_on_error(self._executor_factory,
                                       cardinalities) as executor:
-      arg_value = await async_execution_context._ingest(  # pylint: disable=protected-access
-          executor, arg, parameter_type)
-      comp_value = self._computations_on_worker.get((executor, compiled))
-      if comp_value is None:
-        comp_value = await executor.create_value(compiled,
-                                                 compiled.type_signature)
-        self._computations_on_worker[(executor, compiled)] = comp_value
-      result = await executor.create_call(comp_value, arg_value)
+      arg_value = None
+      if arg is not None:
+        arg_value = await async_execution_context._ingest(  # pylint: disable=protected-access
+            executor, arg, parameter_type)
+      result = await executor.create_call(
+          await self._computation_on_worker(executor, compiled), arg_value)
+      if not keeps_state:
+        return _python_value(await result.compute(), result_type,
+                             self._transform_result)
       state = StateOnWorker(await executor.create_selection(result, 0),
                             executor, result_type[0], self._runner,
                             self._transform_result)

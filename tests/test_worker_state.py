@@ -122,6 +122,31 @@ def test_a_second_round_sends_neither_the_state_nor_the_computation(
   assert not any(isinstance(t, tff.FunctionType) for t in sent)
 
 
+def test_a_split_cohort_sends_its_computations_once(monkeypatch):
+  process = _fedavg()
+  sent = []
+  original = value_transfer.RemoteExecutor.create_value
+
+  async def recording_create_value(self, value, type_spec=None):
+    sent.append(type_spec)
+    return await original(self, value, type_spec)
+
+  monkeypatch.setattr(value_transfer.RemoteExecutor, 'create_value',
+                      recording_create_value)
+  datasets = _datasets([3, 4, 5, 2])
+  with runtime.local_runtime(max_clients_per_call=2,
+                             keep_state_on_worker=True):
+    state = process.initialize()
+    process.next(state, datasets)
+    first_round = list(sent)
+    sent.clear()
+    process.next(state, datasets)
+  # `initialize`; two slices of 2 clients (`up_to_merge`, sent once for
+  # both); the merge and finish. The next round reuses them on the worker.
+  assert sum(isinstance(t, tff.FunctionType) for t in first_round) == 3
+  assert not any(isinstance(t, tff.FunctionType) for t in sent)
+
+
 def test_a_split_cohort_fetches_the_state_and_returns_python_values():
   process = _fedavg()
   cohorts = [_datasets([3, 4, 5], seed=1), _datasets([2, 6, 3], seed=2)]
