@@ -93,10 +93,9 @@ def test_next_leaves_the_state_on_the_worker_with_the_same_results():
   _assert_same_rounds(([fetched['server_state']], metrics, weights), plain)
 
 
-def test_a_second_round_sends_neither_the_state_nor_the_computation(
-    monkeypatch):
-  process = _fedavg()
-  state_type = process.next.type_signature.parameter[0]
+@pytest.fixture(name='sent')
+def _sent(monkeypatch):
+  """The types of the values sent to workers, in order, as a list."""
   sent = []
   original = value_transfer.RemoteExecutor.create_value
 
@@ -106,6 +105,12 @@ def test_a_second_round_sends_neither_the_state_nor_the_computation(
 
   monkeypatch.setattr(value_transfer.RemoteExecutor, 'create_value',
                       recording_create_value)
+  return sent
+
+
+def test_a_second_round_sends_neither_the_state_nor_the_computation(sent):
+  process = _fedavg()
+  state_type = process.next.type_signature.parameter[0]
   datasets = _datasets([3, 4])
   with runtime.local_runtime(keep_state_on_worker=True):
     state = process.initialize()
@@ -122,17 +127,8 @@ def test_a_second_round_sends_neither_the_state_nor_the_computation(
   assert not any(isinstance(t, tff.FunctionType) for t in sent)
 
 
-def test_a_split_cohort_sends_its_computations_once(monkeypatch):
+def test_a_split_cohort_sends_its_computations_once(sent):
   process = _fedavg()
-  sent = []
-  original = value_transfer.RemoteExecutor.create_value
-
-  async def recording_create_value(self, value, type_spec=None):
-    sent.append(type_spec)
-    return await original(self, value, type_spec)
-
-  monkeypatch.setattr(value_transfer.RemoteExecutor, 'create_value',
-                      recording_create_value)
   datasets = _datasets([3, 4, 5, 2])
   with runtime.local_runtime(max_clients_per_call=2,
                              keep_state_on_worker=True):
