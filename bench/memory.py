@@ -186,7 +186,8 @@ def measure_series(
   A population whose total peak (the driver's memory before training, plus
   what training added to it and the worker's peak, both scaled in proportion
   to the clients from the largest population measured) exceeds three
-  quarters of the available memory is not run: its row holds `skipped`, the reason.
+  quarters of the available memory is not run: its row holds `skipped`,
+  the reason.
   """
   rows = []
   last = None

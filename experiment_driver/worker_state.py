@@ -16,10 +16,11 @@ round's metrics, client states) are computed and sent back. Every
 computation, state-passing or not, is sent to each executor once (0.84 MB
 for the LSTM's `next`) and called there again by reference in later calls:
 the worker keeps what it built for it (its TensorFlow graphs and sessions)
-instead of building it again at every call. A handle given back to a state-passing computation on the
-executor it lives on is passed by reference; on any other executor (another
-cohort size, another worker) it is fetched and sent as a value, as any
-state would be, and so it is for every other computation (e.g.
+instead of building it again at every call. A handle given back to a
+state-passing computation on the executor it lives on is passed by
+reference; on any other executor (another cohort size, another worker) it
+is fetched and sent as a value, as any state would be, and so it is for
+every other computation (e.g.
 `get_model_weights`, which takes the unplaced state). `fetch` turns handles
 into Python values, as the training loop does before writing a checkpoint.
 A handle lives as long as its worker: fetch what is needed before the
