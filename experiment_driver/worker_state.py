@@ -7,24 +7,24 @@ computed, sent back and deserialized, although the loop only passes it into
 the next call. For the 16 MB Stack Overflow LSTM that was about 0.1 s of a
 round's fixed cost (driver-side timers of each RPC).
 
-`StateKeepingContext` is TFF's `AsyncExecutionContext` with one change for a
-state-passing computation, one whose first parameter and first result have
-the same type placed at `SERVER` (`next` of an iterative or learning
-process): the first element of its result is left on the worker and
+`StateKeepingContext` is TFF's `AsyncExecutionContext` with two changes.
+For a state-passing computation, one whose first parameter and first result
+have the same type placed at `SERVER` (`next` of an iterative or learning
+process), the first element of its result is left on the worker and
 returned as a `StateOnWorker` handle, and only the other elements (the
-round's metrics, client states) are computed and sent back. Every
+round's metrics, client states) are computed and sent back. And every
 computation, state-passing or not, is sent to each executor once (0.84 MB
-for the LSTM's `next`) and called there again by reference in later calls:
-the worker keeps what it built for it (its TensorFlow graphs and sessions)
-instead of building it again at every call. A handle given back to a
-state-passing computation on the executor it lives on is passed by
-reference; on any other executor (another cohort size, another worker) it
-is fetched and sent as a value, as any state would be, and so it is for
-every other computation (e.g.
-`get_model_weights`, which takes the unplaced state). `fetch` turns handles
-into Python values, as the training loop does before writing a checkpoint.
-A handle lives as long as its worker: fetch what is needed before the
-runtime ends.
+for the LSTM's `next`) and called there by reference in later calls: the
+worker keeps what it built for it (its TensorFlow graphs and sessions)
+instead of building it again at every call.
+
+A handle given back to a state-passing computation on the executor it lives
+on is passed by reference; on any other executor (another cohort size,
+another worker) it is fetched and sent as a value, as any state would be,
+and so it is for every other computation (e.g. `get_model_weights`, which
+takes the unplaced state). `fetch` turns handles into Python values, as the
+training loop does before writing a checkpoint. A handle lives as long as
+its worker: fetch what is needed before the runtime ends.
 
 Measured side by side in one process (the bench's rounds, `bench.tff_rounds`,
 on one worker through a context without and one with this change; fastest
