@@ -205,7 +205,7 @@ class StateKeepingContext(async_execution_context.AsyncExecutionContext):
 
   async def invoke(self, comp: Any, arg: Any) -> Any:
     keeps_state = arg is not None and passes_state(comp.type_signature)
-    if arg is not None and not keeps_state:
+    if not keeps_state:
       # Only `next` takes a state by reference; e.g. `get_model_weights`
       # takes the unplaced state.
       arg = await _fetch_async(arg)
