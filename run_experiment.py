@@ -15,6 +15,7 @@ import sys
 os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '3')
 
 from absl import app  # pylint: disable=g-import-not-at-top
+from absl import flags
 from absl import logging
 
 from experiment_driver import build
@@ -31,6 +32,7 @@ USER_ERRORS = (ValueError, tasks.MissingDataError, outputs.CheckpointError,
 
 def run() -> None:
   """Runs the experiment the flags describe."""
+  build.check_flags()
   run_dir = build.run_directory()
   run_dir.check_hparams()
   with build.runtime():
@@ -47,7 +49,7 @@ def run() -> None:
             rounds_per_checkpoint=f.ROUNDS_PER_CHECKPOINT.value,
             max_eval_clients=f.MAX_EVAL_CLIENTS.value,
             seed=f.SEED.value,
-            accuracy_name=tasks.ACCURACY_METRIC_NAME[f.TASK.value],
+            accuracy_name=build.accuracy_name(),
             extra_metrics_fns=[m for m in [build.straggler_metrics_fn(task)]
                                if m is not None],
             print_fn=lambda line: print(line, flush=True),
@@ -65,6 +67,8 @@ def main(argv) -> None:
   if len(argv) > 1:
     raise app.UsageError(f'unexpected arguments: {" ".join(argv[1:])}')
   logging.set_verbosity(logging.WARNING)
+  # Every computation runs on the runtime `build.runtime()` starts and stops.
+  runtime.refuse_unmanaged_default_context()
   # `bazel run` starts the program in its runfiles directory; relative paths
   # in flags are meant from where the user typed the command.
   os.chdir(os.environ.get('BUILD_WORKING_DIRECTORY', os.getcwd()))
@@ -75,8 +79,17 @@ def main(argv) -> None:
     sys.exit(2)
 
 
+def parse_flags(argv: list[str]) -> list[str]:
+  """absl's parsing, with a bad flag reported as one `error:` line, exit 2."""
+  try:
+    return flags.FLAGS(argv)
+  except flags.Error as e:
+    print(f'error: {e}', file=sys.stderr)
+    sys.exit(2)
+
+
 def entry_point() -> None:
-  app.run(main)
+  app.run(main, flags_parser=parse_flags)
 
 
 if __name__ == '__main__':

@@ -54,6 +54,7 @@ def run(request: dict) -> object:
 
 
 def main(argv: list[str]) -> None:
+  runtime.refuse_unmanaged_default_context()
   if len(argv) != 2:
     raise SystemExit(f'usage: python -m bench.probe \'<json request>\'; got '
                      f'{argv[1:]}')

@@ -121,6 +121,7 @@ def main(argv: Sequence[str]) -> None:
   if len(argv) > 1:
     raise app.UsageError(f'Unexpected arguments: {argv[1:]}')
   logging.set_verbosity(logging.ERROR)
+  runtime.refuse_unmanaged_default_context()
   unknown = sorted(set(_SECTIONS.value) - set(SECTIONS))
   if unknown:
     raise app.UsageError(f'--sections has unknown {unknown}; choose from '

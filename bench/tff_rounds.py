@@ -57,9 +57,11 @@ def build_process(
         model_fn, client_optimizer_fn=client_optimizer,
         server_optimizer_fn=server_optimizer)
   if variant == 'fedavg':
-    return fedopt.build_fedopt(model_fn, client_optimizer, server_optimizer)
+    return fedopt.build_fedopt(model_fn, client_optimizer=client_optimizer,
+                               server_optimizer=server_optimizer)
   if variant == 'package':
-    return fedopt.build_fedopt(model_fn, client_optimizer, server_optimizer,
+    return fedopt.build_fedopt(model_fn, client_optimizer=client_optimizer,
+                               server_optimizer=server_optimizer,
                                model_aggregator=driver_default_aggregator())
   raise ValueError(f'Unknown variant {variant!r}; expected one of {VARIANTS}.')
 

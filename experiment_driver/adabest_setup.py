@@ -9,10 +9,12 @@ process's TFF types (`adabest_tff.communication`).
 
 Defaults are the paper's (Section 4.1, Appendix D.1): client SGD at 0.1 when
 `--client_learning_rate` is unset, decayed by `--client_lr_decay` = 0.998 per
-round; `μ = 0.02`; `β = 0.96`. Clients always run SGD (the client-side
-corrections are SGD steps), so `--client_optimizer` is ignored, and updates
-are averaged as `--adabest_client_weighting` says (`--uniform_weighting`,
-`--clipping` and `--zeroing` do not apply). The mean is
+round; `μ = 0.02`; `β = 0.96`; SCAFFOLD's global step `--server_learning_rate`
+= 1. Clients always run SGD (the client-side corrections are SGD steps) and
+the server update is each paper's own, so the optimizer flags,
+`--uniform_weighting` (see `--adabest_client_weighting`), `--clipping`,
+`--zeroing` and the server learning-rate scaling are refused with these
+algorithms (`SHARED_FLAGS`). The mean is
 `large_cohort.diagnosed_mean`'s without clipping (TFF's mean with the
 paper's diagnostics, in one pass), so these runs report `update_norm`,
 `mean_pairwise_cosine` and the discarded-update counts like the other
@@ -20,7 +22,7 @@ families (the values aggregated are unchanged). Batch size 45 and
 5 local epochs are `--train_batch_size=45 --client_epochs=5`.
 """
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from absl import flags
@@ -31,10 +33,10 @@ from adabest_tff import communication
 from adabest_tff import feddyn
 from adabest_tff import scaffold
 from experiment_driver import algorithm_setup
-from experiment_driver import flag_groups
 from large_cohort import diagnosed_mean
 
 DEFAULT_CLIENT_LEARNING_RATE = 0.1
+DEFAULT_SCAFFOLD_SERVER_LEARNING_RATE = 1.0
 
 MU = flags.DEFINE_float(
     'adabest_mu', 0.02,
@@ -65,9 +67,27 @@ CLIENT_WEIGHTING = flags.DEFINE_enum(
     ' and (AdaBest, FedDyn) scales mu by n_mean / n_i with n_mean the running'
     ' mean of examples per client, as the paper handles unbalanced data;'
     ' "num_examples" weights the mean by examples and leaves mu unscaled.')
-SCAFFOLD_SERVER_LEARNING_RATE = flags.DEFINE_float(
-    'scaffold_server_learning_rate', 1.0,
-    'SCAFFOLD: the global step size eta_g.', lower_bound=0.0)
+
+_LOCAL_TRAINING = frozenset({
+    'client_learning_rate', 'train_batch_size', 'client_epochs'})
+SHARED_FLAGS = {
+    'adabest': _LOCAL_TRAINING,
+    'feddyn': _LOCAL_TRAINING,
+    # SCAFFOLD's global step size eta_g.
+    'scaffold': _LOCAL_TRAINING | {'server_learning_rate'},
+}
+WHY_NOT = {
+    name: (f'{name} fixes its client SGD and server update as its paper'
+           ' does, and weights clients by --adabest_client_weighting')
+    for name in SHARED_FLAGS}
+OWN_FLAGS = {
+    'adabest_mu': frozenset({'adabest', 'feddyn'}),
+    'adabest_beta': frozenset({'adabest'}),
+    'adabest_beta_decay_patience': frozenset({'adabest'}),
+    'adabest_beta_decay_factor': frozenset({'adabest'}),
+    'client_lr_decay': frozenset(SHARED_FLAGS),
+    'adabest_client_weighting': frozenset(SHARED_FLAGS),
+}
 
 _CLIENT_WEIGHTING = {
     'uniform': tff.learning.ClientWeighting.UNIFORM,
@@ -75,21 +95,40 @@ _CLIENT_WEIGHTING = {
 }
 
 
-def _client_learning_rate(ctx: algorithm_setup.BuildContext) -> float:
-  """`--client_learning_rate` if set, else the paper's 0.1."""
-  if flag_groups.CLIENT_LEARNING_RATE.value is None:
-    return DEFAULT_CLIENT_LEARNING_RATE
-  return ctx.client_learning_rate
+def unused_own_flags(algorithm: str, values: Mapping[str, Any]
+                     ) -> dict[str, str]:
+  """Own flags that the other flags' values make moot."""
+  if algorithm == 'adabest' and not values['adabest_beta_decay_patience']:
+    return {'adabest_beta_decay_factor':
+                'needs --adabest_beta_decay_patience > 0 (beta never decays)'}
+  return {}
+
+
+def effective_hparams(algorithm: str, values: Mapping[str, Any]
+                      ) -> dict[str, Any]:
+  """The learning rates in use: the flags, else the paper's."""
+  rates = {'client_learning_rate': (
+      DEFAULT_CLIENT_LEARNING_RATE if values['client_learning_rate'] is None
+      else values['client_learning_rate'])}
+  if algorithm == 'scaffold':
+    rates['server_learning_rate'] = (
+        DEFAULT_SCAFFOLD_SERVER_LEARNING_RATE
+        if values['server_learning_rate'] is None
+        else values['server_learning_rate'])
+  return rates
 
 
 def _with_bytes_metrics(
     process: tff.learning.templates.LearningProcess
 ) -> algorithm_setup.AlgorithmSetup:
   """The process, with the round's bytes up and down as extra metrics."""
-  cost = communication.communication_cost(process)
+  costs = []  # Read off the types when first needed.
 
   def round_metrics(round_num, client_ids, metrics):
     del round_num, metrics  # The cost depends on the cohort size only.
+    if not costs:
+      costs.append(communication.communication_cost(process))
+    cost = costs[0]
     return {
         'bytes_down': float(len(client_ids) * cost.bytes_down),
         'bytes_up': float(len(client_ids) * cost.bytes_up),
@@ -107,7 +146,7 @@ def _build_setup(
   """`build_process` with the flags the three algorithms share, and bytes."""
   return _with_bytes_metrics(build_process(
       ctx.task.model_fn,
-      client_learning_rate=_client_learning_rate(ctx),
+      client_learning_rate=ctx.client_learning_rate,
       client_learning_rate_decay=CLIENT_LR_DECAY.value,
       client_weighting=_CLIENT_WEIGHTING[CLIENT_WEIGHTING.value],
       model_aggregator=diagnosed_mean.diagnosed_mean_factory(clipping=False),
@@ -140,7 +179,7 @@ def _build_scaffold(
   return _build_setup(
       ctx, scaffold.build_scaffold,
       population_size=ctx.num_train_clients,
-      server_learning_rate=SCAFFOLD_SERVER_LEARNING_RATE.value,
+      server_learning_rate=ctx.server_learning_rate,
   )
 
 

@@ -23,25 +23,33 @@ RoundMetricsFn = Callable[[int, Sequence[str], Mapping[str, Any]],
 
 @dataclasses.dataclass(frozen=True)
 class BuildContext:
-  """Everything built from the shared flags, ready for an algorithm builder."""
+  """Everything built from the shared flags, ready for an algorithm builder.
+
+  A family gets only what it honours (its `SHARED_FLAGS`): the others are
+  `None`.
+  """
 
   task_name: str
   task: tff.simulation.baselines.BaselineTask
-  # Optimizers built from --client_optimizer / --server_optimizer and their
-  # learning-rate, momentum, beta and epsilon flags (tuned defaults applied).
-  client_optimizer: tff.learning.optimizers.Optimizer
-  server_optimizer: tff.learning.optimizers.Optimizer
-  client_learning_rate: float
-  server_learning_rate: float
-  # The model-update aggregator chosen by --clipping/--zeroing (and the
-  # diagnostics), weighted unless --uniform_weighting.
-  model_aggregator: Union[tff.aggregators.WeightedAggregationFactory,
-                          tff.aggregators.UnweightedAggregationFactory]
-  uniform_weighting: bool
+  # The rates in use: the flags, else the family's defaults
+  # (`effective_hparams`), as recorded in hparams.json.
+  client_learning_rate: Optional[float]
+  server_learning_rate: Optional[float]
   clients_per_round: int
   num_train_clients: int  # the population size |S|
   total_rounds: int
   seed: int
+  # Optimizers built from --client_optimizer / --server_optimizer and their
+  # hyperparameter flags, with the rates above.
+  client_optimizer: Optional[tff.learning.optimizers.Optimizer] = None
+  server_optimizer: Optional[tff.learning.optimizers.Optimizer] = None
+  # The model-update aggregator chosen by --clipping/--zeroing (and the
+  # diagnostics), weighted unless --uniform_weighting.
+  model_aggregator: Optional[
+      Union[tff.aggregators.WeightedAggregationFactory,
+            tff.aggregators.UnweightedAggregationFactory]] = None
+  client_weighting: tff.learning.ClientWeighting = (
+      tff.learning.ClientWeighting.NUM_EXAMPLES)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -8,14 +8,12 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
-from experiment_driver import adabest_setup
 from experiment_driver import algorithm_setup
-from experiment_driver import fedopt_setup
-from experiment_driver import gel_setup
+from experiment_driver import families
 from experiment_driver import flag_groups as f
+from experiment_driver import flag_rules
 from experiment_driver import outputs
 from experiment_driver import runtime as tff_runtime
-from experiment_driver import tuned_defaults
 from large_cohort import cohort_schedule
 from large_cohort import diagnosed_mean
 from large_cohort import diagnostics
@@ -26,35 +24,38 @@ from large_cohort import straggler
 import tasks
 
 FLAGS = flags.FLAGS
-ALGORITHMS = {**fedopt_setup.ALGORITHMS, **adabest_setup.ALGORITHMS,
-              **gel_setup.ALGORITHMS}
-# Flags that change where or how fast a run goes, not what it computes: a run
-# may be resumed with other values of these.
-_NOT_HPARAMS = frozenset({
-    'root_output_dir', 'experiment_name', 'total_rounds',
-    'rounds_per_checkpoint', 'max_concurrent_clients', 'max_clients_per_call',
-    'worker_addresses',
-    'target_accuracy', 'target_metric', 'baseline_run_dir',
-})
+ALGORITHMS = families.ALGORITHMS
+
+
+def check_flags() -> None:
+  """Refuses flags the run would not use (`flag_rules`), before any work."""
+  flag_rules.check_flags(FLAGS)
 
 
 def hparams() -> dict[str, Any]:
-  """The values of every flag defined by this package's driver modules."""
-  values = {}
-  for module, module_flags in FLAGS.flags_by_module_dict().items():
-    if 'experiment_driver' not in module:
-      continue
-    for flag in module_flags:
-      if flag.name not in _NOT_HPARAMS:
-        values[flag.name] = flag.value
-  return dict(sorted(values.items()))
+  """What the run records: the flags in use and the values derived."""
+  return flag_rules.recorded_hparams(flag_rules.values_of(FLAGS))
+
+
+def _effective() -> dict[str, Any]:
+  return flag_rules.effective_hparams(flag_rules.values_of(FLAGS))
+
+
+def _honours(name: str) -> bool:
+  algorithm = families.ALGORITHM.value
+  return name in families.FAMILY_OF[algorithm].SHARED_FLAGS[algorithm]
 
 
 def experiment_name() -> str:
-  return f.EXPERIMENT_NAME.value or (
-      f'{f.TASK.value}_{f.ALGORITHM.value}_{f.CLIENT_OPTIMIZER.value}_'
-      f'{f.SERVER_OPTIMIZER.value}_M{f.CLIENTS_PER_ROUND.value or "default"}_'
-      f'seed{f.SEED.value}')
+  """`--experiment_name`, else task, algorithm, the optimizers it honours,
+  cohort size and seed."""
+  if f.EXPERIMENT_NAME.value:
+    return f.EXPERIMENT_NAME.value
+  parts = [f.TASK.value, families.ALGORITHM.value]
+  parts += [flag.value for flag in (f.CLIENT_OPTIMIZER, f.SERVER_OPTIMIZER)
+            if _honours(flag.name)]
+  parts += [f'M{f.CLIENTS_PER_ROUND.value or "default"}', f'seed{f.SEED.value}']
+  return '_'.join(parts)
 
 
 def runtime():
@@ -72,13 +73,10 @@ def runtime():
 
 
 def create_task() -> tff.simulation.baselines.BaselineTask:
-  if f.TASK.value not in tasks.TASK_NAMES:
-    raise ValueError(f'unknown --task={f.TASK.value!r}; choose one of '
-                     f'{", ".join(tasks.TASK_NAMES)}')
-  batch_size = (f.TRAIN_BATCH_SIZE.value or
-                tasks.DEFAULT_TRAIN_BATCH_SIZE[f.TASK.value])
+  record = tasks.TASKS[f.TASK.value]
+  effective = _effective()
   partition = {}
-  if f.TASK.value in tasks.PARTITIONED_TASKS:
+  if record.partitioned:
     partition = dict(num_clients=f.NUM_CLIENTS.value,
                      dirichlet_alpha=f.DIRICHLET_ALPHA.value,
                      unbalanced_sigma=f.UNBALANCED_SIGMA.value,
@@ -86,7 +84,8 @@ def create_task() -> tff.simulation.baselines.BaselineTask:
   return tasks.create_task(
       f.TASK.value,
       **partition,
-      train_batch_size=batch_size,
+      train_batch_size=effective.get('train_batch_size',
+                                     record.train_batch_size),
       eval_batch_size=f.EVAL_BATCH_SIZE.value,
       num_epochs=client_epochs(),
       max_elements_per_client=f.MAX_ELEMENTS_PER_CLIENT.value,
@@ -98,51 +97,58 @@ def create_task() -> tff.simulation.baselines.BaselineTask:
 
 
 def client_epochs() -> int:
-  return f.CLIENT_EPOCHS.value or tasks.DEFAULT_CLIENT_EPOCHS[f.TASK.value]
+  """The local epochs in use (the task's where the algorithm fixes them)."""
+  return _effective().get('client_epochs',
+                          tasks.TASKS[f.TASK.value].client_epochs)
+
+
+def accuracy_name() -> str:
+  return tasks.TASKS[f.TASK.value].accuracy_metric
 
 
 def build_context(
     task: tff.simulation.baselines.BaselineTask) -> algorithm_setup.BuildContext:
-  """Builds the optimizers and aggregator shared by every algorithm."""
+  """Builds what the selected algorithm honours of the shared flags."""
   num_train_clients = len(task.datasets.train_data.client_ids)
   cohort_size = clients_per_round(num_train_clients)
-  server_lr, client_lr = tuned_defaults.learning_rates(
-      f.TASK.value, f.SERVER_OPTIMIZER.value,
-      fedsgd=f.ALGORITHM.value == 'fedsgd')
-  if f.SERVER_LEARNING_RATE.value is not None:
-    server_lr = f.SERVER_LEARNING_RATE.value
-  if f.CLIENT_LEARNING_RATE.value is not None:
-    client_lr = f.CLIENT_LEARNING_RATE.value
-  client_optimizer = optimizers.build_optimizer(
-      f.CLIENT_OPTIMIZER.value, client_lr, momentum=f.CLIENT_MOMENTUM.value,
-      beta_1=f.CLIENT_BETA_1.value, beta_2=f.CLIENT_BETA_2.value,
-      epsilon=f.CLIENT_EPSILON.value)
-  server_optimizer = optimizers.build_optimizer(
-      f.SERVER_OPTIMIZER.value, server_lr, momentum=f.SERVER_MOMENTUM.value,
-      beta_1=f.SERVER_BETA_1.value, beta_2=f.SERVER_BETA_2.value,
-      epsilon=f.SERVER_EPSILON.value)
-  if f.SERVER_LR_SCALING.value != 'none':
-    server_optimizer = tff.learning.optimizers.schedule_learning_rate(
-        server_optimizer,
-        lr_schedules.build_server_lr_schedule(
-            server_lr,
-            scaling=f.SERVER_LR_SCALING.value,
-            cohort_size=cohort_size_fn(num_train_clients),
-            reference_cohort_size=f.REFERENCE_COHORT_SIZE.value,
-            warmup_rounds=f.SERVER_WARMUP_ROUNDS.value))
+  effective = _effective()
+  client_lr = effective.get('client_learning_rate')
+  server_lr = effective.get('server_learning_rate')
+  built = {}
+  if _honours('client_optimizer'):
+    built['client_optimizer'] = optimizers.build_optimizer(
+        f.CLIENT_OPTIMIZER.value, client_lr, momentum=f.CLIENT_MOMENTUM.value,
+        beta_1=f.CLIENT_BETA_1.value, beta_2=f.CLIENT_BETA_2.value,
+        epsilon=f.CLIENT_EPSILON.value)
+  if _honours('server_optimizer'):
+    server_optimizer = optimizers.build_optimizer(
+        f.SERVER_OPTIMIZER.value, server_lr, momentum=f.SERVER_MOMENTUM.value,
+        beta_1=f.SERVER_BETA_1.value, beta_2=f.SERVER_BETA_2.value,
+        epsilon=f.SERVER_EPSILON.value)
+    if f.SERVER_LR_SCALING.value != 'none':
+      server_optimizer = tff.learning.optimizers.schedule_learning_rate(
+          server_optimizer,
+          lr_schedules.build_server_lr_schedule(
+              server_lr,
+              scaling=f.SERVER_LR_SCALING.value,
+              cohort_size=cohort_size_fn(num_train_clients),
+              reference_cohort_size=f.REFERENCE_COHORT_SIZE.value,
+              warmup_rounds=f.SERVER_WARMUP_ROUNDS.value))
+    built['server_optimizer'] = server_optimizer
+  if _honours('clipping'):
+    built['model_aggregator'] = model_aggregator()
+  if _honours('uniform_weighting') and f.UNIFORM_WEIGHTING.value:
+    built['client_weighting'] = tff.learning.ClientWeighting.UNIFORM
   return algorithm_setup.BuildContext(
       task_name=f.TASK.value,
       task=task,
-      client_optimizer=client_optimizer,
-      server_optimizer=server_optimizer,
       client_learning_rate=client_lr,
       server_learning_rate=server_lr,
-      model_aggregator=model_aggregator(),
-      uniform_weighting=f.UNIFORM_WEIGHTING.value,
       clients_per_round=cohort_size,
       num_train_clients=num_train_clients,
       total_rounds=f.TOTAL_ROUNDS.value,
       seed=f.SEED.value,
+      **built,
   )
 
 
@@ -221,12 +227,9 @@ def straggler_metrics_fn(task: tff.simulation.baselines.BaselineTask):
 
 def build_algorithm(
     ctx: algorithm_setup.BuildContext) -> algorithm_setup.AlgorithmSetup:
-  if f.ALGORITHM.value not in ALGORITHMS:
-    raise ValueError(f'unknown --algorithm={f.ALGORITHM.value!r}; choose one'
-                     f' of {", ".join(sorted(ALGORITHMS))}')
   # Model initialization inside the process is seeded by the graph seed.
   tf.keras.utils.set_random_seed(f.SEED.value)
-  return ALGORITHMS[f.ALGORITHM.value](ctx)
+  return ALGORITHMS[families.ALGORITHM.value](ctx)
 
 
 def run_directory() -> outputs.RunDirectory:

@@ -1,7 +1,57 @@
-"""Flags-to-process for FedOpt and FedSGD (SPEC.md §1)."""
+"""Flags-to-process for FedOpt and FedSGD (SPEC.md §1).
+
+FedOpt (FedAvg, FedAvgM, FedAdagrad, FedAdam, FedYogi, FedLARS, FedLamb by
+`--server_optimizer`) honours every optimizer, aggregator and server
+learning-rate scaling flag. FedSGD takes one full-batch gradient per client
+(client rate 1), so it has no client optimizer, batch size, epochs or uniform
+weighting. Unset learning rates take the large-cohort paper's tuned rates
+(`experiment_driver.tuned_defaults`).
+"""
+
+from collections.abc import Mapping
+from typing import Any
 
 from experiment_driver import algorithm_setup
+from experiment_driver import flag_groups as f
+from experiment_driver import tuned_defaults
 from large_cohort import fedopt
+
+_SERVER_SIDE = (f.SERVER_OPTIMIZER_FLAGS | f.SERVER_LR_SCALING_FLAGS |
+                f.AGGREGATOR_FLAGS)
+SHARED_FLAGS = {
+    'fedopt': (_SERVER_SIDE | f.CLIENT_OPTIMIZER_FLAGS |
+               {'uniform_weighting', 'train_batch_size', 'client_epochs'}),
+    'fedsgd': _SERVER_SIDE,
+}
+WHY_NOT = {
+    'fedopt': 'FedOpt',
+    'fedsgd': ('FedSGD takes one full-batch gradient per client, the mean'
+               ' over all its examples, at client rate 1'),
+}
+# This family defines no flags of its own.
+OWN_FLAGS: dict[str, frozenset[str]] = {}
+
+
+def unused_own_flags(algorithm: str, values: Mapping[str, Any]
+                     ) -> dict[str, str]:
+  del algorithm, values
+  return {}
+
+
+def effective_hparams(algorithm: str, values: Mapping[str, Any]
+                      ) -> dict[str, Any]:
+  """The learning rates in use: the flags, else the tuned table's."""
+  server_lr, client_lr = tuned_defaults.learning_rates(
+      values['task'], values['server_optimizer'],
+      fedsgd=algorithm == 'fedsgd')
+  if values['server_learning_rate'] is not None:
+    server_lr = values['server_learning_rate']
+  rates = {'server_learning_rate': server_lr}
+  if algorithm == 'fedopt':
+    rates['client_learning_rate'] = (
+        client_lr if values['client_learning_rate'] is None else
+        values['client_learning_rate'])
+  return rates
 
 
 def _build_fedopt(
@@ -10,16 +60,13 @@ def _build_fedopt(
       ctx.task.model_fn,
       client_optimizer=ctx.client_optimizer,
       server_optimizer=ctx.server_optimizer,
-      uniform_weighting=ctx.uniform_weighting,
+      client_weighting=ctx.client_weighting,
       model_aggregator=ctx.model_aggregator,
   ))
 
 
 def _build_fedsgd(
     ctx: algorithm_setup.BuildContext) -> algorithm_setup.AlgorithmSetup:
-  if ctx.uniform_weighting:
-    raise ValueError('--algorithm=fedsgd averages gradients by example count;'
-                     ' --uniform_weighting is not supported with it')
   return algorithm_setup.AlgorithmSetup(process=fedopt.build_fedsgd(
       ctx.task.model_fn,
       server_optimizer=ctx.server_optimizer,

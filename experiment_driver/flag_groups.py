@@ -1,21 +1,26 @@
 """The shared absl flags of `run_experiment.py`, grouped by concern.
 
-Algorithm families add their own flags in `experiment_driver/<family>_setup.py`.
-Learning rates left unset take the tuned defaults of SPEC.md
-(`experiment_driver.tuned_defaults`).
+Algorithm families add their own flags in `experiment_driver/<family>_setup.py`
+and `--algorithm` is defined with the families (`experiment_driver.families`).
+Which of these flags a run uses depends on its task, algorithm, optimizers and
+runtime; `experiment_driver.flag_rules` refuses the others. Learning rates
+left unset take the tuned defaults of the selected algorithm family.
 """
 
+import math
 from typing import NamedTuple, Optional
 
 from absl import flags
 
 from large_cohort import optimizers
+import tasks
 
 # Task and data.
-TASK = flags.DEFINE_string(
-    'task', 'synthetic',
-    'Task name: emnist, shakespeare, stackoverflow, cifar100, synthetic, ...'
-    ' (see README).')
+TASK = flags.DEFINE_enum(
+    'task', 'synthetic', tasks.TASK_NAMES,
+    'Task: the large-cohort paper\'s cifar100, emnist, shakespeare,'
+    ' stackoverflow; GeL\'s synthetic (LEAF); AdaBest\'s partitioned'
+    ' emnist_l, cifar10, cifar100_partitioned, synthetic_partitioned.')
 DATA_DIR = flags.DEFINE_string(
     'data_dir', None,
     'Directory holding the files TFF/TFDS would have cached; no network is'
@@ -59,12 +64,7 @@ UNBALANCED_SIGMA = flags.DEFINE_float(
 PARTITION_SEED = flags.DEFINE_integer(
     'partition_seed', 0, 'Seed of the partition of a partitioned task.')
 
-# Process.
-ALGORITHM = flags.DEFINE_string(
-    'algorithm', 'fedopt',
-    'Learning process: fedopt, fedsgd, or one of the algorithm families\''
-    ' names (see README).')
-flags.DEFINE_alias('iterative_process', 'algorithm')
+# Process (`--algorithm` is defined in `experiment_driver.families`).
 UNIFORM_WEIGHTING = flags.DEFINE_bool(
     'uniform_weighting', False,
     'Weight client updates equally instead of by number of examples.')
@@ -97,17 +97,28 @@ def _define_optimizer_flags(role: str, optimizer_help: str,
           f'{role}_optimizer', 'sgd', optimizers.OPTIMIZER_NAMES,
           optimizer_help),
       learning_rate=flags.DEFINE_float(
-          f'{role}_learning_rate', None, learning_rate_help),
+          f'{role}_learning_rate', None, learning_rate_help, lower_bound=0.0),
       momentum=flags.DEFINE_float(
-          f'{role}_momentum', 0.9, f'{name} momentum (sgdm, lars).'),
+          f'{role}_momentum', 0.9, f'{name} momentum in [0, 1) (sgdm, lars).',
+          lower_bound=0.0, upper_bound=1.0),
       beta_1=flags.DEFINE_float(
-          f'{role}_beta_1', 0.9, f'{name} beta_1 (adam, yogi, lamb).'),
+          f'{role}_beta_1', 0.9, f'{name} beta_1 in [0, 1) (adam, yogi, lamb).',
+          lower_bound=0.0, upper_bound=1.0),
       beta_2=flags.DEFINE_float(
-          f'{role}_beta_2', 0.99, f'{name} beta_2 (adam, yogi, lamb).'),
+          f'{role}_beta_2', 0.99,
+          f'{name} beta_2 in [0, 1) (adam, yogi, lamb).', lower_bound=0.0,
+          upper_bound=1.0),
       epsilon=flags.DEFINE_float(
           f'{role}_epsilon', 1e-3,
-          f'{name} epsilon (adagrad, adam, yogi, lars, lamb).'),
+          f'{name} epsilon >= 0 (adagrad, adam, yogi, lars, lamb).',
+          lower_bound=0.0),
   )
+
+
+def optimizer_flag_names(role: str) -> frozenset[str]:
+  """The six flags of `--<role>_optimizer`, by name."""
+  return frozenset(f'{role}_{field}' if field != 'optimizer' else
+                   f'{role}_optimizer' for field in _OptimizerFlags._fields)
 
 
 (CLIENT_OPTIMIZER, CLIENT_LEARNING_RATE, CLIENT_MOMENTUM, CLIENT_BETA_1,
@@ -121,6 +132,13 @@ def _define_optimizer_flags(role: str, optimizer_help: str,
      'Server optimizer: sgd = FedAvg, sgdm = FedAvgM, adagrad, adam, yogi,'
      ' lars = FedLARS, lamb = FedLamb.',
      'Server learning rate; default: the tuned rate for task and optimizer.')
+for _role in ('client', 'server'):
+  flags.register_validator(
+      f'{_role}_learning_rate', lambda v: v is None or v > 0,
+      message='a learning rate must be > 0')
+  for _field in ('momentum', 'beta_1', 'beta_2'):
+    flags.register_validator(f'{_role}_{_field}', lambda v: v < 1.0,
+                             message='must be < 1')
 
 # Cohort.
 DEFAULT_CLIENTS_PER_ROUND = 10
@@ -207,3 +225,31 @@ WORKER_ADDRESSES = flags.DEFINE_list(
     ' the local runtime (see README, "More than one machine").')
 SEED = flags.DEFINE_integer(
     'seed', 0, 'Seed of client sampling, data splits and model init.')
+
+# Flags whose use depends on the algorithm family (each family's
+# `SHARED_FLAGS` says which it honours); every other shared flag is used by
+# every algorithm, subject to `flag_rules` (task, optimizer, runtime).
+CLIENT_OPTIMIZER_FLAGS = optimizer_flag_names('client')
+SERVER_OPTIMIZER_FLAGS = optimizer_flag_names('server')
+SERVER_LR_SCALING_FLAGS = frozenset({
+    'server_lr_scaling', 'reference_cohort_size', 'server_warmup_rounds'})
+AGGREGATOR_FLAGS = frozenset({
+    'clipping', 'zeroing', 'normalize_server_update'})
+FAMILY_DEPENDENT_FLAGS = (
+    CLIENT_OPTIMIZER_FLAGS | SERVER_OPTIMIZER_FLAGS | SERVER_LR_SCALING_FLAGS
+    | AGGREGATOR_FLAGS
+    | {'uniform_weighting', 'train_batch_size', 'client_epochs'})
+PARTITION_FLAGS = frozenset({
+    'num_clients', 'dirichlet_alpha', 'unbalanced_sigma', 'partition_seed'})
+# Flags that change where or how fast a run goes, not what it computes: they
+# are not recorded in hparams.json, and a run may be resumed with other
+# values of these.
+NOT_HPARAMS = frozenset({
+    'root_output_dir', 'experiment_name', 'total_rounds',
+    'rounds_per_checkpoint', 'max_concurrent_clients', 'max_clients_per_call',
+    'worker_addresses', 'target_accuracy', 'target_metric', 'baseline_run_dir',
+})
+
+
+def is_finite_or_none(value) -> bool:
+  return value is None or math.isfinite(value)

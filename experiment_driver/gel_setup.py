@@ -13,8 +13,12 @@ here `emnist`), [10, 30] (Shakespeare), [4, 13] (Synthetic); `tau = b + 5`;
 batch 20 / 20 / 5; 20 clients per round; target accuracy 76 / 54 / 85 %;
 client rates of Table 5 (FedAvgCM's for every GeL combination, Section 4.1),
 FedYogi's of Table 6; server rate 1 (SGD) or 10^-2 (Yogi). Learning-rate flags
-left unset take these instead of the large-cohort tuned rates. The paper does
-not clip updates: pass `--noclipping` to reproduce it.
+left unset take these instead of the large-cohort tuned rates. Table 3 fixes
+each row's optimizers (SGDM or SGD clients, SGD or Yogi server) and the step
+budgets fix the local work, so the optimizer-choice flags, their
+hyperparameters, the server learning-rate scaling and `--client_epochs` are
+refused with these algorithms (`SHARED_FLAGS`). The paper does not clip
+updates: pass `--noclipping` to reproduce it.
 """
 
 import dataclasses
@@ -22,6 +26,7 @@ import functools
 import json
 import os
 from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 from absl import flags
 from absl import logging
@@ -61,13 +66,20 @@ TARGET_ACCURACY = flags.DEFINE_float(
     'GeL: accuracy whose first round is reported as rounds to target; default:'
     ' the task\'s (emnist 0.76, shakespeare 0.54, synthetic 0.85).',
     lower_bound=0.0, upper_bound=1.0)
-TARGET_METRIC = flags.DEFINE_string(
+TARGET_METRIC = flags.DEFINE_enum(
     'target_metric', 'test/accuracy',
+    ['test/accuracy', 'validation/accuracy', 'train/accuracy'],
     'GeL: the metrics.csv column compared with --target_accuracy.')
 BASELINE_RUN_DIR = flags.DEFINE_string(
     'baseline_run_dir', None,
     'GeL: run directory of the baseline (e.g. fedavgcm_budgeted) to report'
-    ' the speedup and network savings against.')
+    ' the speedup and network savings against; it must hold metrics.csv.')
+flags.register_validator(
+    'baseline_run_dir',
+    lambda path: path is None or os.path.isfile(
+        os.path.join(os.path.expanduser(path), accounting.METRICS_FILENAME)),
+    message='--baseline_run_dir must be a run directory holding'
+            f' {accounting.METRICS_FILENAME}')
 
 
 def parse_guessed_steps(text: str) -> client_work.GuessedSteps:
@@ -145,10 +157,9 @@ def step_budgets(task_name: str, seed: int) -> budgets_lib.StepBudgets:
   return budgets_lib.StepBudgets(budget_min, budget_max, seed=seed)
 
 
-def _client_learning_rate(base: str, use_gel: bool, task_name: str) -> float:
-  """`--client_learning_rate`, else the paper's tuned rate for the task."""
-  if flag_groups.CLIENT_LEARNING_RATE.value is not None:
-    return flag_groups.CLIENT_LEARNING_RATE.value
+def paper_client_learning_rate(base: str, use_gel: bool,
+                               task_name: str) -> float:
+  """The paper's tuned client rate for a Table 3 row and task."""
   defaults = TASK_DEFAULTS.get(task_name)
   if defaults is None:
     return gel.DEFAULT_CLIENT_LEARNING_RATE
@@ -161,8 +172,9 @@ def _client_learning_rate(base: str, use_gel: bool, task_name: str) -> float:
 
 def _warn_if_not_paper_setting(task_name: str, clients_per_round: int) -> None:
   defaults = TASK_DEFAULTS.get(task_name)
-  batch_size = (flag_groups.TRAIN_BATCH_SIZE.value or
-                tasks.DEFAULT_TRAIN_BATCH_SIZE.get(task_name))
+  batch_size = flag_groups.TRAIN_BATCH_SIZE.value or (
+      tasks.TASKS[task_name].train_batch_size if task_name in tasks.TASKS
+      else None)
   if defaults is not None and batch_size != defaults.batch_size:
     logging.warning('GeL experiments on %s use batch size %d; pass'
                     ' --train_batch_size=%d to match them.', task_name,
@@ -170,6 +182,60 @@ def _warn_if_not_paper_setting(task_name: str, clients_per_round: int) -> None:
   if clients_per_round != PAPER_CLIENTS_PER_ROUND:
     logging.warning('GeL experiments sample %d clients per round; this run'
                     ' samples %d.', PAPER_CLIENTS_PER_ROUND, clients_per_round)
+
+
+def _split(algorithm: str) -> tuple[str, bool]:
+  """`'fedprox_gel'` -> `('fedprox', True)`."""
+  base, _, kind = algorithm.rpartition('_')
+  return base, kind == 'gel'
+
+
+def _target_accuracy(task_name: str, values: Mapping[str, Any]):
+  if values['target_accuracy'] is not None:
+    return values['target_accuracy']
+  defaults = TASK_DEFAULTS.get(task_name)
+  return None if defaults is None else defaults.target_accuracy
+
+
+def unused_own_flags(algorithm: str, values: Mapping[str, Any]
+                     ) -> dict[str, str]:
+  """Own flags that the other flags' values make moot."""
+  del algorithm
+  if _target_accuracy(values['task'], values) is None:
+    why = (f'needs a target: --task={values["task"]} has no paper target'
+           ' accuracy; pass --target_accuracy')
+    return {'target_metric': why, 'baseline_run_dir': why}
+  return {}
+
+
+def effective_hparams(algorithm: str, values: Mapping[str, Any]
+                      ) -> dict[str, Any]:
+  """The rates, budgets, steps and target in use: the flags, else the
+  paper's for the task."""
+  base, use_gel = _split(algorithm)
+  task_name = values['task']
+  defaults = TASK_DEFAULTS.get(task_name)
+  effective = {
+      'client_learning_rate': (
+          paper_client_learning_rate(base, use_gel, task_name)
+          if values['client_learning_rate'] is None else
+          values['client_learning_rate']),
+      'server_learning_rate': (
+          gel.paper_server_learning_rate(base)
+          if values['server_learning_rate'] is None else
+          values['server_learning_rate']),
+  }
+  for name in ('budget_min', 'budget_max'):
+    if values[name] is None and defaults is not None:
+      effective[name] = getattr(defaults, name)
+  if use_gel and values['expected_steps'] is None:
+    budget_max = effective.get('budget_max', values['budget_max'])
+    if budget_max is not None:
+      effective['expected_steps'] = budget_max + 5
+  target = _target_accuracy(task_name, values)
+  if target is not None:
+    effective['target_accuracy'] = target
+  return effective
 
 
 def _build_setup(base: str, use_gel: bool,
@@ -183,13 +249,11 @@ def _build_setup(base: str, use_gel: bool,
     model_aggregator = tff.aggregators.as_weighted_aggregator(model_aggregator)
   common = dict(
       base=base,
-      client_learning_rate=_client_learning_rate(base, use_gel, ctx.task_name),
-      server_optimizer_fn=gel.build_server_optimizer(
-          base, flag_groups.SERVER_LEARNING_RATE.value),
+      client_learning_rate=ctx.client_learning_rate,
+      server_optimizer=gel.build_server_optimizer(
+          base, ctx.server_learning_rate),
       proximal_strength=PROXIMAL_STRENGTH.value,
-      client_weighting=(tff.learning.ClientWeighting.UNIFORM
-                        if ctx.uniform_weighting else
-                        tff.learning.ClientWeighting.NUM_EXAMPLES),
+      client_weighting=ctx.client_weighting,
       model_aggregator=model_aggregator,
   )
   if use_gel:
@@ -201,15 +265,18 @@ def _build_setup(base: str, use_gel: bool,
   else:
     process = gel.build_budgeted_baseline(ctx.task.model_fn, **common)
 
-  model_weights_type = process.get_model_weights.type_signature.result
-  per_client = accounting.client_bytes(
-      model_weights_type,
-      client_work.client_update_type(model_weights_type.trainable,
-                                     report_normalizer=base == 'fednova'))
+  sizes = []  # Read off the types when first needed.
 
   def round_metrics_fn(round_num: int, client_ids: Sequence[str],
                        metrics: Mapping[str, object]) -> dict[str, float]:
     del metrics  # Both counts follow from the budgets and the model size.
+    if not sizes:
+      weights_type = process.get_model_weights.type_signature.result
+      sizes.append(accounting.client_bytes(
+          weights_type,
+          client_work.client_update_type(weights_type.trainable,
+                                         report_normalizer=base == 'fednova')))
+    per_client = sizes[0]
     return {
         accounting.GRADIENT_COMPUTATIONS: float(
             sum(budgets.draw(round_num, len(client_ids)))),
@@ -242,6 +309,22 @@ ALGORITHMS: dict[str, Callable[[algorithm_setup.BuildContext],
 for _base in gel.BASES:
   ALGORITHMS[f'{_base}_gel'] = _algorithm(_base, use_gel=True)
   ALGORITHMS[f'{_base}_budgeted'] = _algorithm(_base, use_gel=False)
+SHARED_FLAGS = dict.fromkeys(ALGORITHMS, frozenset(
+    {'client_learning_rate', 'server_learning_rate', 'uniform_weighting',
+     'train_batch_size'} | flag_groups.AGGREGATOR_FLAGS))
+WHY_NOT = dict.fromkeys(
+    ALGORITHMS, 'Table 3 fixes its optimizers and the step budgets its local'
+    ' work')
+_GEL_ALGORITHMS = frozenset(a for a in ALGORITHMS if a.endswith('_gel'))
+OWN_FLAGS = {
+    **dict.fromkeys(('budget_min', 'budget_max', 'target_accuracy',
+                     'target_metric', 'baseline_run_dir'),
+                    frozenset(ALGORITHMS)),
+    'expected_steps': _GEL_ALGORITHMS,
+    'guessed_steps': _GEL_ALGORITHMS,
+    'proximal_strength': frozenset(a for a in ALGORITHMS
+                                   if a.startswith('fedprox_')),
+}
 
 
 def write_run_summary(run_dir: str, task_name: str) -> dict[str, float]:
@@ -253,9 +336,8 @@ def write_run_summary(run_dir: str, task_name: str) -> dict[str, float]:
   Raises:
     ValueError: If no target accuracy is known for the task.
   """
-  target = TARGET_ACCURACY.value
-  if target is None and task_name in TASK_DEFAULTS:
-    target = TASK_DEFAULTS[task_name].target_accuracy
+  target = _target_accuracy(task_name, {'target_accuracy':
+                                        TARGET_ACCURACY.value})
   if target is None:
     raise ValueError(
         f'The paper gives no target accuracy for task {task_name!r}; pass'

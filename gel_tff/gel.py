@@ -48,6 +48,13 @@ def _check_base(base: str) -> None:
     raise ValueError(f'Unknown base {base!r}; expected one of {BASES}.')
 
 
+def paper_server_learning_rate(base: str) -> float:
+  """Table 3's server rate `eta`: 10^-2 for `fedyogi`'s Yogi, 1 for SGD."""
+  _check_base(base)
+  return (_SERVER_YOGI_LEARNING_RATE if base == 'fedyogi' else
+          _SERVER_SGD_LEARNING_RATE)
+
+
 def build_server_optimizer(
     base: str,
     learning_rate: Optional[float] = None) -> tff.learning.optimizers.Optimizer:
@@ -58,15 +65,12 @@ def build_server_optimizer(
     learning_rate: The server rate `eta`; `None` takes the paper's (1 for
       SGD, 10^-2 for Yogi).
   """
-  _check_base(base)
+  if learning_rate is None:
+    learning_rate = paper_server_learning_rate(base)
   if base == 'fedyogi':
     return tff.learning.optimizers.build_yogi(
-        learning_rate=(_SERVER_YOGI_LEARNING_RATE
-                       if learning_rate is None else learning_rate),
-        beta_1=0.9, beta_2=0.99, epsilon=1e-3)
-  return tff.learning.optimizers.build_sgdm(
-      learning_rate=(_SERVER_SGD_LEARNING_RATE
-                     if learning_rate is None else learning_rate))
+        learning_rate=learning_rate, beta_1=0.9, beta_2=0.99, epsilon=1e-3)
+  return tff.learning.optimizers.build_sgdm(learning_rate=learning_rate)
 
 
 def _build(
@@ -77,7 +81,7 @@ def _build(
     client_momentum: float,
     expected_steps: int,
     guessed_steps: client_work_lib.GuessedSteps,
-    server_optimizer_fn: Optional[tff.learning.optimizers.Optimizer],
+    server_optimizer: Optional[tff.learning.optimizers.Optimizer],
     proximal_strength: float,
     client_weighting: tff.learning.ClientWeighting,
     model_aggregator: Optional[tff.aggregators.WeightedAggregationFactory],
@@ -91,8 +95,8 @@ def _build(
         'model_aggregator must be a tff.aggregators.WeightedAggregationFactory'
         f' (wrap unweighted ones with tff.aggregators.as_weighted_aggregator),'
         f' got {type(model_aggregator).__name__}.')
-  if server_optimizer_fn is None:
-    server_optimizer_fn = build_server_optimizer(base)
+  if server_optimizer is None:
+    server_optimizer = build_server_optimizer(base)
 
   @tff.tensorflow.computation()
   def initial_model_weights_fn():
@@ -125,7 +129,7 @@ def _build(
       client_work,
       aggregator,
       tff.learning.templates.build_apply_optimizer_finalizer(
-          server_optimizer_fn, model_weights_type),
+          server_optimizer, model_weights_type),
   )
 
 
@@ -137,7 +141,7 @@ def build_gel(
     momentum: float = DEFAULT_MOMENTUM,
     expected_steps: int = DEFAULT_EXPECTED_STEPS,
     guessed_steps: client_work_lib.GuessedSteps = client_work_lib.REMAINING,
-    server_optimizer_fn: Optional[tff.learning.optimizers.Optimizer] = None,
+    server_optimizer: Optional[tff.learning.optimizers.Optimizer] = None,
     proximal_strength: float = DEFAULT_PROXIMAL_STRENGTH,
     client_weighting: tff.learning.ClientWeighting = (
         tff.learning.ClientWeighting.NUM_EXAMPLES),
@@ -160,7 +164,7 @@ def build_gel(
     momentum: The client momentum `alpha` in (0, 1).
     expected_steps: `tau`, the steps the server asks for (`budget_max + 5`).
     guessed_steps: `'remaining'` (`tau - tau_i`), `'infinite'` or a count.
-    server_optimizer_fn: The server optimizer; `None` takes Table 3's
+    server_optimizer: The server optimizer; `None` takes Table 3's
       (`build_server_optimizer(base)`).
     proximal_strength: FedProx's `mu` (used only by `base='fedprox'`).
     client_weighting: `NUM_EXAMPLES` (examples trained on) or `UNIFORM`.
@@ -181,7 +185,7 @@ def build_gel(
   return _build(
       model_fn, base=base, client_learning_rate=client_learning_rate,
       client_momentum=momentum, expected_steps=expected_steps,
-      guessed_steps=guessed_steps, server_optimizer_fn=server_optimizer_fn,
+      guessed_steps=guessed_steps, server_optimizer=server_optimizer,
       proximal_strength=proximal_strength, client_weighting=client_weighting,
       model_aggregator=model_aggregator,
       metrics_aggregator=metrics_aggregator)
@@ -193,7 +197,7 @@ def build_budgeted_baseline(
     base: str = 'fedavgcm',
     client_learning_rate: float = DEFAULT_CLIENT_LEARNING_RATE,
     momentum: float = DEFAULT_MOMENTUM,
-    server_optimizer_fn: Optional[tff.learning.optimizers.Optimizer] = None,
+    server_optimizer: Optional[tff.learning.optimizers.Optimizer] = None,
     proximal_strength: float = DEFAULT_PROXIMAL_STRENGTH,
     client_weighting: tff.learning.ClientWeighting = (
         tff.learning.ClientWeighting.NUM_EXAMPLES),
@@ -213,7 +217,7 @@ def build_budgeted_baseline(
     base: One of `BASES`.
     client_learning_rate: `eta_l` (default: FedAvgCM's on FEMNIST, 0.02).
     momentum: The client momentum of the SGDM bases, in [0, 1).
-    server_optimizer_fn: The server optimizer; `None` takes Table 3's.
+    server_optimizer: The server optimizer; `None` takes Table 3's.
     proximal_strength: FedProx's `mu` (used only by `base='fedprox'`).
     client_weighting: `NUM_EXAMPLES` (examples trained on) or `UNIFORM`.
     model_aggregator: As in `build_gel`.
@@ -227,7 +231,7 @@ def build_budgeted_baseline(
       model_fn, base=base, client_learning_rate=client_learning_rate,
       client_momentum=0.0 if base in _SGD_CLIENT_BASES else momentum,
       expected_steps=DEFAULT_EXPECTED_STEPS, guessed_steps=0,
-      server_optimizer_fn=server_optimizer_fn,
+      server_optimizer=server_optimizer,
       proximal_strength=proximal_strength, client_weighting=client_weighting,
       model_aggregator=model_aggregator,
       metrics_aggregator=metrics_aggregator)

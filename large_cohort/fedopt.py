@@ -93,10 +93,11 @@ def _client_model_fn(model_fn: ModelFn) -> ModelFn:
 
 def build_fedopt(
     model_fn: ModelFn,
+    *,
     client_optimizer: tff.learning.optimizers.Optimizer,
     server_optimizer: tff.learning.optimizers.Optimizer,
-    *,
-    uniform_weighting: bool = False,
+    client_weighting: tff.learning.ClientWeighting = (
+        tff.learning.ClientWeighting.NUM_EXAMPLES),
     model_aggregator: Optional[aggregator_wrappers.AggregationFactory] = None,
     loop_implementation: tff.learning.LoopImplementation = _ITERATOR_LOOP,
 ) -> tff.learning.templates.LearningProcess:
@@ -104,23 +105,27 @@ def build_fedopt(
 
   The process is TFF's FedAvg (`tff.learning.algorithms.
   build_weighted_fed_avg`, or `build_unweighted_fed_avg` with
-  `uniform_weighting`), composed from the same slots, with the client work
-  of the module docstring.
+  `ClientWeighting.UNIFORM`), composed from the same slots, with the client
+  work of the module docstring:
+
+      next: (<state@SERVER, {D*}@CLIENTS> -> LearningProcessOutput(
+             state@SERVER, metrics@SERVER))
 
   Args:
     model_fn: A no-arg function returning a `tff.learning.models.VariableModel`.
     client_optimizer: The client optimizer (`ClientOpt`, rate η_c).
     server_optimizer: The server optimizer (`ServerOpt`, rate η_s).
-    uniform_weighting: Weight clients equally instead of by example count.
-    model_aggregator: The factory aggregating the client updates (weighted
-      unless `uniform_weighting`); TFF's mean when `None`.
+    client_weighting: `NUM_EXAMPLES` (default) or `UNIFORM`.
+    model_aggregator: The factory aggregating the client updates (weighted,
+      or unweighted with `UNIFORM`); TFF's mean when `None`.
     loop_implementation: TFF's client training loop; see the module
       docstring for why the default is `DATASET_ITERATOR`.
 
   Raises:
-    TypeError: If `model_aggregator` is unweighted without
-      `uniform_weighting`, or weighted with it.
+    TypeError: If `model_aggregator` is unweighted with `NUM_EXAMPLES`, or
+      weighted with `UNIFORM`.
   """
+  uniform_weighting = client_weighting is tff.learning.ClientWeighting.UNIFORM
   if uniform_weighting:
     expected = tff.aggregators.UnweightedAggregationFactory
     model_aggregator = model_aggregator or tff.aggregators.UnweightedMeanFactory()
@@ -130,12 +135,9 @@ def build_fedopt(
   if not isinstance(model_aggregator, expected):
     raise TypeError(
         f'model_aggregator must be a {expected.__name__} with '
-        f'uniform_weighting={uniform_weighting}, got {model_aggregator!r}.')
+        f'client_weighting={client_weighting}, got {model_aggregator!r}.')
   if uniform_weighting:
     model_aggregator = tff.aggregators.as_weighted_aggregator(model_aggregator)
-    client_weighting = tff.learning.ClientWeighting.UNIFORM
-  else:
-    client_weighting = tff.learning.ClientWeighting.NUM_EXAMPLES
 
   @tff.tensorflow.computation()
   def initial_model_weights_fn():
@@ -157,8 +159,8 @@ def build_fedopt(
 
 def build_fedsgd(
     model_fn: ModelFn,
-    server_optimizer: tff.learning.optimizers.Optimizer,
     *,
+    server_optimizer: tff.learning.optimizers.Optimizer,
     model_aggregator: Optional[tff.aggregators.WeightedAggregationFactory] = None,
     loop_implementation: tff.learning.LoopImplementation = _ITERATOR_LOOP,
 ) -> tff.learning.templates.LearningProcess:

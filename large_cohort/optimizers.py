@@ -12,6 +12,17 @@ from large_cohort import lamb
 from large_cohort import lars
 
 OPTIMIZER_NAMES = ('sgd', 'sgdm', 'adagrad', 'adam', 'yogi', 'lars', 'lamb')
+# The keyword arguments of `build_optimizer` each optimizer uses (beside its
+# learning rate).
+HYPERPARAMETERS: dict[str, frozenset[str]] = {
+    'sgd': frozenset(),
+    'sgdm': frozenset({'momentum'}),
+    'adagrad': frozenset({'epsilon'}),
+    'adam': frozenset({'beta_1', 'beta_2', 'epsilon'}),
+    'yogi': frozenset({'beta_1', 'beta_2', 'epsilon'}),
+    'lars': frozenset({'momentum', 'epsilon'}),
+    'lamb': frozenset({'beta_1', 'beta_2', 'epsilon'}),
+}
 
 
 def build_optimizer(

@@ -1,13 +1,13 @@
 """The package's tasks, by name: each a `tff.simulation.baselines.BaselineTask`.
 
-`TASK_BUILDERS` maps a task name to its builder; every builder takes the same
-keyword arguments (`train_batch_size`, `eval_batch_size`, `num_epochs`,
-`max_elements_per_client`, `data_dir`, `use_synthetic_data`,
-`validation_fraction`, `seed`) plus its own extras. Add a task by adding an
-entry to `TASK_BUILDERS`, `DEFAULT_TRAIN_BATCH_SIZE` and
-`ACCURACY_METRIC_NAME`.
+`TASKS` maps a task name to its `TaskRecord`: its builder (every builder takes
+the same keyword arguments plus its own extras), batch size, epochs, accuracy
+metric and what kind of data it reads. Add a task by adding one record.
+Paper-specific settings per task (tuned learning rates, GeL's budgets) live
+with the algorithms that use them.
 """
 
+import dataclasses
 import functools
 from collections.abc import Callable
 from typing import Any, Optional
@@ -21,7 +21,6 @@ from tasks import shakespeare
 from tasks import stackoverflow
 from tasks import synthetic
 from tasks.errors import MissingDataError
-
 
 
 def _create_partitioned(
@@ -67,51 +66,78 @@ PARTITIONED_TASKS = {
     'cifar100_partitioned': 'cifar100',
     'synthetic_partitioned': 'synthetic',
 }
-TASK_BUILDERS: dict[
-    str, Callable[..., tff.simulation.baselines.BaselineTask]
-] = {
-    'cifar100': cifar100.create_cifar100_task,
-    'emnist': emnist.create_emnist_task,
-    'shakespeare': shakespeare.create_shakespeare_task,
-    'stackoverflow': stackoverflow.create_stackoverflow_task,
-    'synthetic': synthetic.create_synthetic_task,
-    **{name: functools.partial(_create_partitioned, dataset)
+
+
+@dataclasses.dataclass(frozen=True)
+class TaskRecord:
+  """Everything the package knows about one task, in one place.
+
+  Attributes:
+    builder: `(**kwargs) -> BaselineTask`, taking the common arguments
+      (`train_batch_size`, `eval_batch_size`, `num_epochs`,
+      `max_elements_per_client`, `data_dir`, `use_synthetic_data`,
+      `validation_fraction`, `seed`) plus, for partitioned tasks,
+      `num_clients`, `dirichlet_alpha`, `unbalanced_sigma`, `partition_seed`.
+    train_batch_size: The papers' client batch size (SPEC.md §1-§3).
+    client_epochs: Local epochs per round: 1 in the large-cohort paper, 5 in
+      AdaBest.
+    accuracy_metric: The model metric the papers call "accuracy".
+    reads_files: Whether the data come from files (`data_dir`) that TFF's
+      small synthetic stand-in (`use_synthetic_data`) can replace; False for
+      data generated in memory.
+    partitioned: Whether it is one of AdaBest's partitioned centralized
+      datasets (the partition arguments apply; the validation clients are
+      fixed at 10 %, so `validation_fraction` and `max_elements_per_client`
+      do not).
+  """
+
+  builder: Callable[..., tff.simulation.baselines.BaselineTask]
+  train_batch_size: int
+  client_epochs: int
+  accuracy_metric: str
+  reads_files: bool
+  partitioned: bool = False
+
+
+def _partitioned_record(dataset: str) -> TaskRecord:
+  return TaskRecord(
+      builder=functools.partial(_create_partitioned, dataset),
+      train_batch_size=partitioned_task.DEFAULT_BATCH_SIZE,
+      client_epochs=partitioned_task.DEFAULT_NUM_EPOCHS,
+      accuracy_metric=partitioned_task.ACCURACY_METRIC_NAME,
+      reads_files=dataset != 'synthetic',
+      partitioned=True)
+
+
+TASKS: dict[str, TaskRecord] = {
+    'cifar100': TaskRecord(
+        cifar100.create_cifar100_task, cifar100.DEFAULT_TRAIN_BATCH_SIZE, 1,
+        cifar100.ACCURACY_METRIC_NAME, reads_files=True),
+    'emnist': TaskRecord(
+        emnist.create_emnist_task, emnist.DEFAULT_TRAIN_BATCH_SIZE, 1,
+        emnist.ACCURACY_METRIC_NAME, reads_files=True),
+    'shakespeare': TaskRecord(
+        shakespeare.create_shakespeare_task,
+        shakespeare.DEFAULT_TRAIN_BATCH_SIZE, 1,
+        shakespeare.ACCURACY_METRIC_NAME, reads_files=True),
+    'stackoverflow': TaskRecord(
+        stackoverflow.create_stackoverflow_task,
+        stackoverflow.DEFAULT_TRAIN_BATCH_SIZE, 1,
+        stackoverflow.ACCURACY_METRIC_NAME, reads_files=True),
+    'synthetic': TaskRecord(
+        synthetic.create_synthetic_task, synthetic.DEFAULT_TRAIN_BATCH_SIZE, 1,
+        synthetic.ACCURACY_METRIC_NAME, reads_files=False),
+    **{name: _partitioned_record(dataset)
        for name, dataset in PARTITIONED_TASKS.items()},
 }
-TASK_NAMES = tuple(TASK_BUILDERS)
-# SPEC.md §1 (large-cohort paper, Table 2) and §3 (GeL: 5 for Synthetic).
-DEFAULT_TRAIN_BATCH_SIZE: dict[str, int] = {
-    'cifar100': cifar100.DEFAULT_TRAIN_BATCH_SIZE,
-    'emnist': emnist.DEFAULT_TRAIN_BATCH_SIZE,
-    'shakespeare': shakespeare.DEFAULT_TRAIN_BATCH_SIZE,
-    'stackoverflow': stackoverflow.DEFAULT_TRAIN_BATCH_SIZE,
-    'synthetic': synthetic.DEFAULT_TRAIN_BATCH_SIZE,
-    **{name: partitioned_task.DEFAULT_BATCH_SIZE for name in PARTITIONED_TASKS},
-}
-# Local epochs per round: 1 in the large-cohort paper, 5 in AdaBest.
-DEFAULT_CLIENT_EPOCHS: dict[str, int] = {
-    **{name: 1 for name in ('cifar100', 'emnist', 'shakespeare',
-                            'stackoverflow', 'synthetic')},
-    **{name: partitioned_task.DEFAULT_NUM_EPOCHS for name in PARTITIONED_TASKS},
-}
-# The metric (of the task model's metrics) the papers call "accuracy".
-ACCURACY_METRIC_NAME: dict[str, str] = {
-    'cifar100': cifar100.ACCURACY_METRIC_NAME,
-    'emnist': emnist.ACCURACY_METRIC_NAME,
-    'shakespeare': shakespeare.ACCURACY_METRIC_NAME,
-    'stackoverflow': stackoverflow.ACCURACY_METRIC_NAME,
-    'synthetic': synthetic.ACCURACY_METRIC_NAME,
-    **{name: partitioned_task.ACCURACY_METRIC_NAME for name in PARTITIONED_TASKS},
-}
+TASK_NAMES = tuple(TASKS)
 
 __all__ = [
-    'ACCURACY_METRIC_NAME',
-    'DEFAULT_CLIENT_EPOCHS',
-    'DEFAULT_TRAIN_BATCH_SIZE',
     'MissingDataError',
     'PARTITIONED_TASKS',
-    'TASK_BUILDERS',
+    'TASKS',
     'TASK_NAMES',
+    'TaskRecord',
     'create_task',
 ]
 
@@ -130,8 +156,8 @@ def create_task(
     ValueError: If `name` is not a known task.
     MissingDataError: If the task's data files are not on disk.
   """
-  if name not in TASK_BUILDERS:
+  if name not in TASKS:
     raise ValueError(
         f'unknown task {name!r}; valid names: {", ".join(TASK_NAMES)}'
     )
-  return TASK_BUILDERS[name](**kwargs)
+  return TASKS[name].builder(**kwargs)

@@ -19,5 +19,8 @@ from experiment_driver import runtime  # pylint: disable=g-import-not-at-top
 
 @pytest.fixture(scope='session', autouse=True)
 def tff_runtime():
+  # A test that ran a computation outside this runtime would start TFF's own
+  # unmanaged worker: refuse instead.
+  runtime.refuse_unmanaged_default_context()
   with runtime.local_runtime() as address:
     yield address

@@ -29,11 +29,7 @@ def build_context(client_learning_rate=0.3):
       task_name='tiny',
       task=tiny_models.regression_task(
           dict.fromkeys(CLIENT_IDS, 4), NUM_FEATURES, batch_size=2),
-      client_optimizer=tff.learning.optimizers.build_sgdm(
-          client_learning_rate),
-      server_optimizer=tff.learning.optimizers.build_sgdm(1.0),
       client_learning_rate=client_learning_rate, server_learning_rate=1.0,
-      model_aggregator=tff.aggregators.MeanFactory(), uniform_weighting=False,
       clients_per_round=2, num_train_clients=len(CLIENT_IDS), total_rounds=2,
       seed=1)
 
@@ -74,11 +70,16 @@ def test_beta_flag_reaches_the_server_optimizer():
   np.testing.assert_allclose(hparams['finalizer']['beta'], 0.4)
 
 
-def test_client_learning_rate_defaults_to_the_papers():
-  context = build_context(client_learning_rate=0.3)
-  assert adabest_setup._client_learning_rate(context) == 0.1
-  with flagsaver.flagsaver(client_learning_rate=0.3):
-    assert adabest_setup._client_learning_rate(context) == 0.3
+def test_learning_rates_default_to_the_papers():
+  unset = {'client_learning_rate': None, 'server_learning_rate': None}
+  assert adabest_setup.effective_hparams('adabest', unset) == {
+      'client_learning_rate': 0.1}
+  assert adabest_setup.effective_hparams(
+      'scaffold', dict(unset, client_learning_rate=0.3)) == {
+          'client_learning_rate': 0.3, 'server_learning_rate': 1.0}
+  assert adabest_setup.effective_hparams(
+      'scaffold', dict(unset, server_learning_rate=0.5))[
+          'server_learning_rate'] == 0.5
 
 
 def test_flag_bounds_reject_bad_values():

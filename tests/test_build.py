@@ -12,6 +12,7 @@ import tensorflow_federated as tff
 
 from experiment_driver import build
 from experiment_driver import runtime
+from experiment_driver.runtime import workers
 from tests import worker_process
 
 FLAGS = flags.FLAGS
@@ -82,7 +83,7 @@ def test_normalized_update_wraps_the_diagnosed_mean():
 def _worker_command_and_threads(**flag_values) -> tuple[list[str], bytes]:
   with flagsaver.flagsaver(**flag_values):
     with build.runtime():
-      pid = runtime._started_workers[-1].pid  # pylint: disable=protected-access
+      pid = workers._started_workers[-1].pid  # pylint: disable=protected-access
       command = worker_process.command_line(pid)
       environment = worker_process.environment(pid)
   return command, environment[b'TF_NUM_INTRAOP_THREADS']

@@ -154,8 +154,8 @@ def test_in_fedavg_equals_the_composition():
                          tff.learning.robust_aggregator(zeroing=False))):
     process = fedopt.build_fedopt(
         tiny_models.linear_model_fn(2),
-        tff.learning.optimizers.build_sgdm(0.5),
-        tff.learning.optimizers.build_sgdm(1.0),
+        client_optimizer=tff.learning.optimizers.build_sgdm(0.5),
+        server_optimizer=tff.learning.optimizers.build_sgdm(1.0),
         model_aggregator=aggregator)
     state = process.initialize()
     if initial_weights is None:

@@ -125,7 +125,7 @@ def test_uniform_weighting_averages_clients_equally():
       _model_fn,
       client_optimizer=optimizers.build_optimizer('sgd', _CLIENT_LR),
       server_optimizer=optimizers.build_optimizer('sgd', 1.0),
-      uniform_weighting=True)
+      client_weighting=tff.learning.ClientWeighting.UNIFORM)
   arrays = _client_arrays()
   state = process.next(process.initialize(), _datasets(arrays)).state
   zeros_w, zeros_b = np.zeros((_NUM_FEATURES, 1)), np.zeros((1,))

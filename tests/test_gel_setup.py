@@ -10,6 +10,7 @@ import pytest
 import tensorflow_federated as tff
 
 from experiment_driver import algorithm_setup
+from experiment_driver import flag_rules
 from experiment_driver import gel_setup
 from gel_tff import accounting
 from tests import tiny_models
@@ -26,7 +27,8 @@ def parsed_flags():
     FLAGS.mark_as_parsed()
 
 
-def build_context(task_name, *, uniform_weighting=False):
+def build_context(task_name, *, uniform_weighting=False,
+                  client_learning_rate=0.1):
   if uniform_weighting:
     aggregator = tff.aggregators.UnweightedMeanFactory()
   else:
@@ -35,10 +37,11 @@ def build_context(task_name, *, uniform_weighting=False):
       task_name=task_name,
       task=tiny_models.regression_task(dict(zip(CLIENT_IDS, (3, 5, 8))),
                                        NUM_FEATURES, BATCH_SIZE),
-      client_optimizer=tff.learning.optimizers.build_sgdm(0.1),
-      server_optimizer=tff.learning.optimizers.build_sgdm(1.0),
-      client_learning_rate=0.1, server_learning_rate=1.0,
-      model_aggregator=aggregator, uniform_weighting=uniform_weighting,
+      client_learning_rate=client_learning_rate, server_learning_rate=None,
+      model_aggregator=aggregator,
+      client_weighting=(tff.learning.ClientWeighting.UNIFORM
+                        if uniform_weighting else
+                        tff.learning.ClientWeighting.NUM_EXAMPLES),
       clients_per_round=len(CLIENT_IDS), num_train_clients=len(CLIENT_IDS),
       total_rounds=2, seed=4)
 
@@ -91,9 +94,15 @@ def test_fednova_gel_setup_runs_a_budgeted_round_and_accounts_for_it():
 
 
 def client_learning_rate(algorithm, task_name):
-  process = gel_setup.ALGORITHMS[algorithm](build_context(task_name)).process
-  return process.get_hparams(process.initialize())['client_work'][
-      'learning_rate']
+  """The rate the driver records for the run, checked to be the one used."""
+  with flagsaver.flagsaver(task=task_name, algorithm=algorithm):
+    rate = flag_rules.effective_hparams(flag_rules.values_of())[
+        'client_learning_rate']
+  process = gel_setup.ALGORITHMS[algorithm](
+      build_context(task_name, client_learning_rate=rate)).process
+  assert process.get_hparams(process.initialize())['client_work'][
+      'learning_rate'] == pytest.approx(rate)
+  return rate
 
 
 def test_client_learning_rates_follow_the_paper_unless_set():

@@ -1,9 +1,11 @@
 """The package's TFF runtime computes and never leaves a worker behind."""
 
+import os
 import subprocess
 import sys
 import textwrap
 import time
+import uuid
 
 import numpy as np
 import pytest
@@ -11,7 +13,11 @@ import tensorflow_federated as tff
 from tensorflow_federated.python.core.impl.context_stack import context_stack_impl
 
 from experiment_driver import runtime
+from experiment_driver.runtime import stubs
+from experiment_driver.runtime import workers
 from tests import worker_process
+
+_REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def _worker_pids_of(parent_pid: int) -> list[int]:
@@ -36,7 +42,7 @@ def test_federated_mean_runs_on_package_runtime():
 
 def test_local_runtime_stops_its_worker():
   with runtime.local_runtime(max_concurrent_clients=1):
-    process = runtime._started_workers[-1]
+    process = workers._started_workers[-1]
     assert process.poll() is None
   assert process.poll() is not None
 
@@ -46,13 +52,14 @@ def test_worker_dies_with_killed_parent():
       import time
       from experiment_driver import runtime
       process, address = runtime.start_worker()
-      runtime._connect(address, timeout_seconds=30)  # it is worker_binary now
+      from experiment_driver.runtime import stubs
+      stubs._connect(address, timeout_seconds=30)  # it is worker_binary now
       print(process.pid, flush=True)
       time.sleep(60)
   """)
   parent = subprocess.Popen(
       [sys.executable, '-c', script], stdout=subprocess.PIPE, text=True,
-      cwd=runtime.os.path.dirname(runtime.os.path.dirname(runtime.__file__)),
+      cwd=_REPO,
   )
   worker_pid = int(parent.stdout.readline())
   assert _worker_pids_of(parent.pid) == [worker_pid]
@@ -75,15 +82,17 @@ def test_workers_start_without_forking_grpc_while_calls_are_in_flight():
   # keep calls in flight: before the fix, 2-3 % of the starts forked so.
   script = textwrap.dedent("""
       import threading
+      import grpc
       from experiment_driver import runtime
+      from experiment_driver.runtime import stubs
       first, address = runtime.start_worker()
-      probe = runtime._health_probe(runtime._connect(address, 30))
+      probe = stubs._health_probe(stubs._connect(address, 30))
       starting = True
       def call_while_starting():
         while starting:
           try:
             probe(b'', timeout=5)
-          except runtime.grpc.RpcError:
+          except grpc.RpcError:
             pass
       callers = [threading.Thread(target=call_while_starting)
                  for _ in range(4)]
@@ -99,8 +108,8 @@ def test_workers_start_without_forking_grpc_while_calls_are_in_flight():
   """)
   finished = subprocess.run(
       [sys.executable, '-c', script], capture_output=True, text=True,
-      timeout=120, env={**runtime.os.environ, 'GRPC_VERBOSITY': 'INFO'},
-      cwd=runtime.os.path.dirname(runtime.os.path.dirname(runtime.__file__)),
+      timeout=120, env={**os.environ, 'GRPC_VERBOSITY': 'INFO'},
+      cwd=_REPO,
   )
   assert finished.returncode == 0, finished.stderr[-2000:]
   assert 'started 200 workers' in finished.stdout
@@ -108,17 +117,17 @@ def test_workers_start_without_forking_grpc_while_calls_are_in_flight():
 
 
 def test_worker_needs_setpriv(monkeypatch):
-  monkeypatch.setattr(runtime.shutil, 'which', lambda name: None)
-  started = len(runtime._started_workers)
+  monkeypatch.setattr(workers.shutil, 'which', lambda name: None)
+  started = len(workers._started_workers)
   with pytest.raises(RuntimeError, match='util-linux'):
     runtime.start_worker()
-  assert len(runtime._started_workers) == started
+  assert len(workers._started_workers) == started
 
 
 def _started_worker_environment(**start_settings) -> dict[bytes, bytes]:
   process, address = runtime.start_worker(**start_settings)
   try:
-    runtime._connect(address, timeout_seconds=30).close()  # worker_binary now
+    stubs._connect(address, timeout_seconds=30).close()  # worker_binary now
     return worker_process.environment(process.pid)
   finally:
     runtime.stop_worker(process)
@@ -190,3 +199,46 @@ def test_cohort_in_three_slices_computes_the_whole_cohort():
     assert len(splitting_context._merge_computations) == 2
   assert (server_total, mean) == (2.0 + 2.0 * 15.0, 3.0)
   assert per_client == [4.0, 5.0, 6.0, 7.0, 8.0]
+
+
+def test_importing_the_package_leaves_plain_tff_working(tmp_path):
+  # TFF's own default context starts a worker_binary that outlives Python;
+  # the child's worker is found by a marker in its environment and stopped.
+  marker = f'FL_PAPERS_PLAIN_TFF={uuid.uuid4().hex}'
+  script = textwrap.dedent("""
+      from tensorflow_federated.python.core.impl.context_stack import (
+          context_stack_impl)
+      import tensorflow_federated as tff
+      before = context_stack_impl.context_stack.current
+      import adabest_tff, experiment_driver, gel_tff, large_cohort, tasks
+      from experiment_driver import build, runtime, training_loop
+      import run_experiment
+      assert context_stack_impl.context_stack.current is before
+      import numpy as np
+
+      @tff.tensorflow.computation(np.int32)
+      def double(x):
+        return x * 2
+
+      print('plain TFF:', double(21), flush=True)
+  """)
+  key, value = marker.split('=')
+  # Files, not pipes: TFF's worker inherits and holds the child's stdout.
+  output = tmp_path / 'output.txt'
+  try:
+    with open(output, 'w') as out:
+      finished = subprocess.run(
+          [sys.executable, '-c', script], stdout=out, stderr=out, timeout=300,
+          cwd=_REPO, stdin=subprocess.DEVNULL, env={**os.environ, key: value})
+  finally:
+    for pid in subprocess.run(['pgrep', '-f', 'worker_binary'],
+                              capture_output=True, text=True).stdout.split():
+      try:
+        if worker_process.environment(int(pid)).get(
+            key.encode()) == value.encode():
+          os.kill(int(pid), 9)
+      except (FileNotFoundError, ProcessLookupError, PermissionError):
+        pass
+  text = output.read_text()
+  assert finished.returncode == 0, text[-3000:]
+  assert 'plain TFF: 42' in text

@@ -18,16 +18,11 @@ _COMMON_ARGUMENTS = (
 )
 
 
-def test_every_registry_table_covers_every_task():
-  assert set(tasks.TASK_NAMES) == set(tasks.TASK_BUILDERS)
-  assert set(tasks.DEFAULT_TRAIN_BATCH_SIZE) == set(tasks.TASK_NAMES)
-  assert set(tasks.ACCURACY_METRIC_NAME) == set(tasks.TASK_NAMES)
-
-
 def test_default_batch_sizes_are_the_papers():
   # SPEC.md §1 (large-cohort Table 2), §2 (AdaBest: 45), §3 (GeL: 5 for
   # Synthetic).
-  assert tasks.DEFAULT_TRAIN_BATCH_SIZE == {
+  assert {name: record.train_batch_size
+          for name, record in tasks.TASKS.items()} == {
       'cifar100': 20,
       'emnist': 20,
       'shakespeare': 4,
@@ -38,19 +33,19 @@ def test_default_batch_sizes_are_the_papers():
       'cifar100_partitioned': 45,
       'synthetic_partitioned': 45,
   }
-  assert set(tasks.DEFAULT_CLIENT_EPOCHS) == set(tasks.TASK_NAMES)
-  assert tasks.DEFAULT_CLIENT_EPOCHS['emnist'] == 1
-  assert tasks.DEFAULT_CLIENT_EPOCHS['cifar10'] == 5
+  assert tasks.TASKS['emnist'].client_epochs == 1
+  assert tasks.TASKS['cifar10'].client_epochs == 5
 
 
-@pytest.mark.parametrize('name', sorted(tasks.TASK_BUILDERS))
+@pytest.mark.parametrize('name', tasks.TASK_NAMES)
 def test_every_builder_takes_the_common_arguments_with_its_batch_size(name):
-  parameters = inspect.signature(tasks.TASK_BUILDERS[name]).parameters
+  record = tasks.TASKS[name]
+  parameters = inspect.signature(record.builder).parameters
   assert set(_COMMON_ARGUMENTS) <= set(parameters)
-  assert (
-      parameters['train_batch_size'].default
-      == tasks.DEFAULT_TRAIN_BATCH_SIZE[name]
-  )
+  assert parameters['train_batch_size'].default == record.train_batch_size
+  if record.partitioned:
+    assert {'num_clients', 'dirichlet_alpha', 'unbalanced_sigma',
+            'partition_seed'} <= set(parameters)
 
 
 def test_create_task_dispatches_by_name_with_keyword_arguments():

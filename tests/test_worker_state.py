@@ -26,9 +26,10 @@ def _datasets(sizes, seed=0):
 
 
 def _fedavg():
-  return fedopt.build_fedopt(tiny_models.linear_model_fn(2),
-                             tff.learning.optimizers.build_sgdm(0.1),
-                             tff.learning.optimizers.build_sgdm(1.0, 0.9))
+  return fedopt.build_fedopt(
+      tiny_models.linear_model_fn(2),
+      client_optimizer=tff.learning.optimizers.build_sgdm(0.1),
+      server_optimizer=tff.learning.optimizers.build_sgdm(1.0, 0.9))
 
 
 _INITIAL_WEIGHTS = tff.learning.models.ModelWeights(

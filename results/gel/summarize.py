@@ -38,9 +38,7 @@ import pandas as pd  # pylint: disable=g-import-not-at-top
 
 import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
-# Imported for its side effect: it drops TFF's default context, whose
-# runtime would otherwise fail noisily at exit.
-from experiment_driver import runtime  # pylint: disable=g-import-not-at-top,unused-import
+from experiment_driver import runtime  # pylint: disable=g-import-not-at-top
 from gel_tff import accounting  # pylint: disable=g-import-not-at-top
 from large_cohort import analysis  # pylint: disable=g-import-not-at-top
 from large_cohort import plots  # pylint: disable=g-import-not-at-top
@@ -232,6 +230,9 @@ def plot_grids(grids: dict[str, pd.DataFrame], path: str, title: str) -> str:
 
 
 def main() -> None:
+  # No computation runs here: TFF's default runtime would only fail noisily
+  # at exit.
+  runtime.refuse_unmanaged_default_context()
   parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
   parser.add_argument('--root', required=True,
                       help='Root of the run directories (run_evidence.sh).')

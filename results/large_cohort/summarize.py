@@ -45,7 +45,7 @@ import pandas as pd
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__)))))
-from experiment_driver import runtime  # pylint: disable=g-import-not-at-top,unused-import
+from experiment_driver import runtime  # pylint: disable=g-import-not-at-top
 from large_cohort import analysis  # pylint: disable=g-import-not-at-top
 from large_cohort import plots  # pylint: disable=g-import-not-at-top
 from tasks import synthetic  # pylint: disable=g-import-not-at-top
@@ -182,6 +182,9 @@ def _summarize_weighting(window: pd.DataFrame, uniform: bool,
 
 
 def main() -> None:
+  # No computation runs here: TFF's default runtime would only fail noisily
+  # at exit.
+  runtime.refuse_unmanaged_default_context()
   parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
   parser.add_argument('--root', default='/tmp/e2runs/large_cohort')
   parser.add_argument('--min_round', type=int, default=10,

@@ -1,0 +1,158 @@
+"""Which flags a run uses: the others are refused, only these are recorded.
+
+The original large-cohort code refused the flags of an unselected optimizer
+("were the flags set by mistake?"). Here the same holds for every flag of the
+driver: a flag given on the command line that the selected task, algorithm,
+optimizer or runtime does not use stops the run before any work, with one
+line naming it and why. `hparams.json` records the flags in use and the
+values the run derived from them (e.g. tuned learning rates), nothing else.
+"""
+
+from collections.abc import Mapping
+from typing import Any
+
+from absl import flags
+
+from experiment_driver import families
+from experiment_driver import flag_groups as f
+from large_cohort import optimizers
+import tasks
+
+_DRIVER_MODULE = 'experiment_driver'
+
+
+class UnusedFlagError(ValueError):
+  """A flag was set that the run would not use."""
+
+
+def driver_flags(flag_values: flags.FlagValues = flags.FLAGS
+                 ) -> dict[str, flags.Flag]:
+  """The flags defined by the driver's modules, by name (no aliases)."""
+  return {flag.name: flag
+          for module, module_flags in flag_values.flags_by_module_dict().items()
+          if _DRIVER_MODULE in module for flag in module_flags}
+
+
+def values_of(flag_values: flags.FlagValues = flags.FLAGS) -> dict[str, Any]:
+  return {name: flag.value for name, flag in driver_flags(flag_values).items()}
+
+
+def unused_flags(values: Mapping[str, Any]) -> dict[str, str]:
+  """The driver's flags this run does not use, each with the reason.
+
+  Args:
+    values: Every driver flag's value, by name (`values_of()`).
+  """
+  why: dict[str, str] = {}
+  algorithm, task_name = values['algorithm'], values['task']
+  task = tasks.TASKS[task_name]
+  family = families.FAMILY_OF[algorithm]
+
+  honoured = family.SHARED_FLAGS[algorithm]
+  for name in f.FAMILY_DEPENDENT_FLAGS - honoured:
+    why[name] = (f'is not used by --algorithm={algorithm}:'
+                 f' {family.WHY_NOT[algorithm]}')
+  for other in families.FAMILIES:
+    for name, users in other.OWN_FLAGS.items():
+      if algorithm not in users:
+        why.setdefault(name, 'is only used by --algorithm='
+                       + '/'.join(sorted(users)))
+  for name, reason in family.unused_own_flags(algorithm, values).items():
+    why.setdefault(name, reason)
+
+  for role in ('client', 'server'):
+    optimizer = values[f'{role}_optimizer']
+    if f'{role}_optimizer' not in honoured:
+      continue
+    for name in ('momentum', 'beta_1', 'beta_2', 'epsilon'):
+      if name not in optimizers.HYPERPARAMETERS[optimizer]:
+        why.setdefault(f'{role}_{name}',
+                       f'is not a hyperparameter of --{role}_optimizer='
+                       f'{optimizer}')
+
+  if task.partitioned:
+    for name in ('validation_fraction', 'max_elements_per_client'):
+      why.setdefault(name, f'is not used by the partitioned --task={task_name}'
+                     ' (10 % validation clients, whole client datasets)')
+  else:
+    for name in f.PARTITION_FLAGS:
+      why.setdefault(name, 'is only used by the partitioned tasks ('
+                     + ', '.join(tasks.PARTITIONED_TASKS) + ')')
+  if not task.reads_files:
+    for name in ('data_dir', 'use_synthetic_data'):
+      why.setdefault(name, f'is not used by --task={task_name}, whose data'
+                     ' are generated in memory')
+  elif values['use_synthetic_data']:
+    why.setdefault('data_dir', 'is not used with --use_synthetic_data')
+
+  conditions = (
+      (values['server_lr_scaling'] == 'none',
+       ('reference_cohort_size', 'server_warmup_rounds'),
+       'needs --server_lr_scaling=sqrt or linear'),
+      (not values['rounds_to_double_cohort'], ('max_cohort_size',),
+       'needs --rounds_to_double_cohort > 0'),
+      (values['straggler_lambda'] is None, ('straggler_alpha',),
+       'needs --straggler_lambda'),
+      (bool(values['worker_addresses']),
+       ('max_concurrent_clients', 'max_clients_per_call'),
+       'sets the local worker, which --worker_addresses replaces'),
+  )
+  for unused, names, reason in conditions:
+    if unused:
+      for name in names:
+        why.setdefault(name, reason)
+  return why
+
+
+def check_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
+  """Refuses flags given on the command line that the run would not use.
+
+  Raises:
+    UnusedFlagError: naming each such flag and why, in one line.
+  """
+  why = unused_flags(values_of(flag_values))
+  given = sorted(name for name, flag in driver_flags(flag_values).items()
+                 if flag.present and name in why)
+  if given:
+    raise UnusedFlagError(
+        '; '.join(f'--{name} {why[name]}' for name in given)
+        + '. Were the flags set by mistake? Remove them.')
+
+
+def effective_hparams(values: Mapping[str, Any]) -> dict[str, Any]:
+  """The values the run derives from unset flags (tuned rates, task
+  defaults), by flag name."""
+  algorithm = values['algorithm']
+  task = tasks.TASKS[values['task']]
+  honoured = families.FAMILY_OF[algorithm].SHARED_FLAGS[algorithm]
+  effective = {}
+  if 'train_batch_size' in honoured:
+    effective['train_batch_size'] = (values['train_batch_size'] or
+                                     task.train_batch_size)
+  if 'client_epochs' in honoured:
+    effective['client_epochs'] = values['client_epochs'] or task.client_epochs
+  effective.update(
+      families.FAMILY_OF[algorithm].effective_hparams(algorithm, values))
+  return effective
+
+
+def recorded_hparams(values: Mapping[str, Any]) -> dict[str, Any]:
+  """What hparams.json holds: the flags in use and the values derived from
+  them, without the flags that only say where or how fast it runs."""
+  unused = unused_flags(values)
+  recorded = {name: value for name, value in values.items()
+              if name not in unused and name not in f.NOT_HPARAMS}
+  recorded.update(effective_hparams(values))
+  return dict(sorted(recorded.items()))
+
+
+def _require_finite_floats() -> None:
+  """Every float flag of the driver must be finite (absl's bounds let NaN
+  through: every comparison with NaN is false)."""
+  for name, flag in driver_flags().items():
+    if isinstance(flag.parser, flags.FloatParser):
+      flags.register_validator(name, f.is_finite_or_none,
+                               message='must be a finite number')
+
+
+_require_finite_floats()

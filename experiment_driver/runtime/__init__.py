@@ -1,0 +1,183 @@
+"""Start and stop the TFF C++ runtime this package computes on.
+
+Nothing here runs at import: a runtime is installed only inside one of the
+context managers below (and `refuse_unmanaged_default_context()` is an
+explicit call of the entry points).
+
+* `local_runtime()` starts one local `worker_binary` it owns (`workers`) and
+  runs every TFF computation of the block on it;
+* `remote_runtime(addresses)` spreads each computation over workers started
+  by hand on other machines (`worker_binary --port=PORT`): the cohort is
+  split into one slice per worker, the workers train their slices at the
+  same time, and a worker that dies or hangs ends the run with a
+  `WorkerUnavailableError` naming it (`stubs`) instead of TFF's endless
+  retries.
+
+Modules: `workers` (processes), `stubs` (gRPC and health probes), `contexts`
+(execution contexts, cohort splitting).
+"""
+
+import contextlib
+import gc
+from collections.abc import Iterator, Sequence
+from typing import Optional
+
+from tensorflow_federated.python.core.impl.context_stack import context_stack_impl
+from tensorflow_federated.python.core.impl.context_stack import runtime_error_context
+from tensorflow_federated.python.core.impl.executors import remote_executor_grpc_stub
+
+from experiment_driver.runtime.contexts import _CohortSplittingContext
+from experiment_driver.runtime.contexts import _sync_context
+from experiment_driver.runtime.contexts import _WorkerContext
+from experiment_driver.runtime.stubs import _check_worker_addresses
+from experiment_driver.runtime.stubs import _connect
+from experiment_driver.runtime.stubs import _WorkerStub
+from experiment_driver.runtime.stubs import WorkerUnavailableError
+from experiment_driver.runtime.workers import cores_available
+from experiment_driver.runtime.workers import start_worker
+from experiment_driver.runtime.workers import stop_all_workers
+from experiment_driver.runtime.workers import stop_worker
+from experiment_driver.runtime.workers import WORKER_BINARY_PATH
+from experiment_driver.runtime.workers import worker_intra_op_threads
+
+__all__ = [
+    'WORKER_BINARY_PATH',
+    'WorkerUnavailableError',
+    'cores_available',
+    'local_runtime',
+    'refuse_unmanaged_default_context',
+    'remote_runtime',
+    'start_worker',
+    'stop_all_workers',
+    'stop_worker',
+    'worker_intra_op_threads',
+]
+
+
+def refuse_unmanaged_default_context() -> None:
+  """Replaces TFF's default context by one that refuses to run.
+
+  TFF's default context starts its own `worker_binary` on first use, which
+  outlives Python and holds the parent's stdout open. Entry points that must
+  never start one (the driver, the test suite, the benchmarks) call this, so
+  that every computation runs inside `local_runtime()` or `remote_runtime()`.
+  Dropping it early (rather than at interpreter exit, when `subprocess` is
+  gone) also silences the `ServiceManager.__del__` traceback TFF prints at
+  exit. Importing the package does not do this: plain TFF code keeps working.
+  """
+  context_stack_impl.context_stack.set_default_context(
+      runtime_error_context.RuntimeErrorContext())
+  gc.collect()
+
+
+
+@contextlib.contextmanager
+def local_runtime(
+    max_concurrent_clients: Optional[int] = None,
+    max_clients_per_call: Optional[int] = None,
+    keep_state_on_worker: bool = False,
+) -> Iterator[str]:
+  """Runs TFF computations on one local worker for the duration of the block.
+
+  Args:
+    max_concurrent_clients: How many client computations the worker runs at
+      once; `None` (default): one per core; non-positive: no limit (see
+      `start_worker`).
+    max_clients_per_call: `None` (default): each computation runs whole on
+      the worker. Otherwise a round's cohort is run in slices of at most this
+      many clients, one after the other, whose partial aggregates are merged
+      (`_CohortSplittingContext`): the worker's memory then grows with this
+      number instead of the cohort size (it holds several model-sized values
+      per client of a call: ~23 GB for 200 clients of the Stack Overflow
+      LSTM). Sums are then taken in another order, equal up to float
+      rounding, and a worker that dies ends the block with a
+      `WorkerUnavailableError` instead of TFF's endless retries.
+    keep_state_on_worker: Whether `next` of a learning (or iterative)
+      process leaves the new server state on the worker, returning a
+      `worker_state.StateOnWorker` handle in its place, which the next call
+      takes by reference (`experiment_driver.worker_state`; the training
+      loop's setting). `worker_state.fetch` turns it into a Python value.
+      Computations whose cohort is split over slices fetch it first. With
+      it, each computation (also a slice's) is sent to the worker once and
+      reused there, instead of at every call.
+
+  Yields:
+    The worker's address.
+
+  Raises:
+    ValueError: If `max_clients_per_call` is not positive.
+  """
+  if max_clients_per_call is not None and max_clients_per_call < 1:
+    raise ValueError('max_clients_per_call must be positive, got '
+                     f'{max_clients_per_call}.')
+  process, address = start_worker(max_concurrent_clients=max_concurrent_clients)
+  stub = None
+  try:
+    channel = _connect(address, timeout_seconds=60)
+    if max_clients_per_call is None and not keep_state_on_worker:
+      context = _sync_context(
+          remote_executor_grpc_stub.RemoteExecutorGrpcStub(channel))
+    else:
+      stub = _WorkerStub(address, channel, probe_interval_seconds=10.0,
+                         probe_timeout_seconds=20.0)
+      context = _CohortSplittingContext(
+          [_WorkerContext(stub, keep_state_on_worker)],
+          max_clients_per_slice=max_clients_per_call)
+    with context_stack_impl.context_stack.install(context):
+      yield address
+  finally:
+    if stub is not None:
+      stub.close()
+    stop_worker(process)
+
+
+@contextlib.contextmanager
+def remote_runtime(
+    addresses: Sequence[str],
+    connect_timeout_seconds: float = 30.0,
+    probe_interval_seconds: float = 10.0,
+    probe_timeout_seconds: float = 20.0,
+    keep_state_on_worker: bool = False,
+) -> Iterator[None]:
+  """Spreads each TFF computation over the workers at `addresses`.
+
+  Each round's cohort is split into one contiguous part per worker
+  (`_CohortSplittingContext`); each worker runs its part's client work and
+  partial aggregation, at the same time as the others, and the parts are
+  merged here. Computations without clients (initialization, reading model
+  weights) run their server part on the first worker.
+
+  A worker that drops the connection, restarted, or does not answer a health
+  probe within `probe_timeout_seconds` (probes are sent every
+  `probe_interval_seconds` while a call is outstanding) ends the block with a
+  `WorkerUnavailableError` naming it; nothing is retried.
+
+  Args:
+    addresses: `host:port` of each worker's executor service
+      (`worker_binary --port=PORT`), distinct.
+    connect_timeout_seconds: How long to wait for each worker at the start.
+    probe_interval_seconds: How often a worker with a call outstanding is
+      probed.
+    probe_timeout_seconds: How long a probe may go unanswered.
+    keep_state_on_worker: As for `local_runtime`; the state stays on the
+      worker only with one worker (with more, every cohort is split over
+      them), computations are sent once to each worker in either case.
+
+  Raises:
+    ValueError: If an address is not `host:port` or is repeated.
+    WorkerUnavailableError: If a worker cannot be reached or fails.
+  """
+  _check_worker_addresses(addresses)
+  stubs = []
+  try:
+    for address in addresses:
+      stubs.append(_WorkerStub(
+          address, _connect(address, connect_timeout_seconds),
+          probe_interval_seconds, probe_timeout_seconds))
+    context = _CohortSplittingContext(
+        [_WorkerContext(s, keep_state_on_worker) for s in stubs])
+    with context_stack_impl.context_stack.install(context):
+      yield
+  finally:
+    for stub in stubs:
+      stub.close()
