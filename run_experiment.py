@@ -19,7 +19,6 @@ from absl import flags
 from absl import logging
 
 from experiment_driver import build
-from experiment_driver import flag_groups as f
 from experiment_driver import outputs
 from experiment_driver import runtime
 from experiment_driver import training_loop
@@ -42,18 +41,7 @@ def run() -> None:
     print(f'run directory: {run_dir.path}', flush=True)
     final_metrics = training_loop.run_training(
         setup, task, run_dir,
-        training_loop.LoopConfig(
-            total_rounds=f.TOTAL_ROUNDS.value,
-            cohort_size_fn=build.cohort_size_fn(ctx.num_train_clients),
-            rounds_per_eval=f.ROUNDS_PER_EVAL.value,
-            rounds_per_checkpoint=f.ROUNDS_PER_CHECKPOINT.value,
-            max_eval_clients=f.MAX_EVAL_CLIENTS.value,
-            seed=f.SEED.value,
-            accuracy_name=build.accuracy_name(),
-            extra_metrics_fns=[m for m in [build.straggler_metrics_fn(task)]
-                               if m is not None],
-            print_fn=lambda line: print(line, flush=True),
-        ))
+        build.loop_config(task, print_fn=lambda line: print(line, flush=True)))
     if setup.finish_fn is not None:
       setup.finish_fn(run_dir.path)
   print(f'metrics:     {run_dir.metrics_csv}')

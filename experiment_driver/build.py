@@ -13,6 +13,7 @@ from experiment_driver import families
 from experiment_driver import flag_groups as f
 from experiment_driver import flag_rules
 from experiment_driver import outputs
+from experiment_driver import training_loop
 from experiment_driver import runtime as tff_runtime
 from large_cohort import cohort_schedule
 from large_cohort import diagnosed_mean
@@ -193,6 +194,23 @@ def cohort_size_fn(num_train_clients: int):
       rounds_per_doubling=f.ROUNDS_TO_DOUBLE_COHORT.value,
       max_cohort_size=f.MAX_COHORT_SIZE.value,
       population_size=num_train_clients)
+
+
+def loop_config(task: tff.simulation.baselines.BaselineTask,
+                print_fn=print) -> training_loop.LoopConfig:
+  """The training loop's settings from the flags."""
+  return training_loop.LoopConfig(
+      total_rounds=f.TOTAL_ROUNDS.value,
+      cohort_size_fn=cohort_size_fn(len(task.datasets.train_data.client_ids)),
+      rounds_per_eval=f.ROUNDS_PER_EVAL.value,
+      rounds_per_checkpoint=f.ROUNDS_PER_CHECKPOINT.value,
+      max_eval_clients=f.MAX_EVAL_CLIENTS.value,
+      seed=f.SEED.value,
+      accuracy_name=accuracy_name(),
+      extra_metrics_fns=[m for m in [straggler_metrics_fn(task)]
+                         if m is not None],
+      print_fn=print_fn,
+  )
 
 
 def straggler_metrics_fn(task: tff.simulation.baselines.BaselineTask):

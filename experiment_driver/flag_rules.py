@@ -30,7 +30,8 @@ def driver_flags(flag_values: flags.FlagValues = flags.FLAGS
   """The flags defined by the driver's modules, by name (no aliases)."""
   return {flag.name: flag
           for module, module_flags in flag_values.flags_by_module_dict().items()
-          if _DRIVER_MODULE in module for flag in module_flags}
+          if _DRIVER_MODULE in module for flag in module_flags
+          if flag.name not in families.ALIASES}
 
 
 def values_of(flag_values: flags.FlagValues = flags.FLAGS) -> dict[str, Any]:

@@ -149,7 +149,7 @@ def test_started_worker_keeps_large_buffers_in_its_heap():
 ])
 def test_worker_shares_its_cores_among_concurrent_clients(
     monkeypatch, cores, concurrent_clients, threads):
-  monkeypatch.setattr(runtime, 'cores_available', lambda: cores)
+  monkeypatch.setattr(workers, 'cores_available', lambda: cores)
   environment = _started_worker_environment(
       max_concurrent_clients=concurrent_clients)
   assert environment[b'TF_NUM_INTRAOP_THREADS'] == str(threads).encode()

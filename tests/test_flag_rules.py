@@ -1,0 +1,323 @@
+"""Every driver flag either changes the run or is refused (`flag_rules`).
+
+For each algorithm and each flag of the driver, the flag is given on the
+command line with a value other than its default (alone, and where its use
+depends on another flag, also with that flag set). Then either
+`check_flags` refuses it in one line naming it, or what the driver builds
+differs from the run without it: the task's arguments, the loop's settings,
+the runtime, the run directory, or the learning process itself, trained two
+rounds on a small Synthetic task (model weights, metrics, the family's
+per-round metrics and run summary).
+"""
+
+import contextlib
+import os
+
+from absl import flags
+from absl.testing import flagsaver
+import numpy as np
+import pandas as pd
+import pytest
+import tensorflow as tf
+
+from adabest_tff import client_state_store
+from adabest_tff import stateful_process
+from experiment_driver import build
+from experiment_driver import families
+from experiment_driver import flag_rules
+from experiment_driver import outputs
+from experiment_driver import runtime
+import tasks
+
+FLAGS = flags.FLAGS
+_BASELINE_DIR = '/tmp/fl_papers_flag_rules_baseline'
+# A value other than the default for every flag, as typed on a command line.
+NON_DEFAULT = {
+    'data_dir': '/tmp/fl_papers_no_data', 'use_synthetic_data': 'true',
+    'train_batch_size': '7', 'eval_batch_size': '17', 'client_epochs': '2',
+    'max_elements_per_client': '9', 'validation_fraction': '0.3',
+    'num_clients': '50', 'dirichlet_alpha': '0.3', 'unbalanced_sigma': '0.3',
+    'partition_seed': '1', 'uniform_weighting': 'true', 'clipping': 'false',
+    'zeroing': 'true', 'clients_per_round': '4', 'total_rounds': '7',
+    'server_lr_scaling': 'sqrt', 'reference_cohort_size': '3',
+    'server_warmup_rounds': '0', 'rounds_to_double_cohort': '2',
+    'max_cohort_size': '15', 'normalize_server_update': 'true',
+    'straggler_alpha': '2.0', 'straggler_lambda': '0.5',
+    'rounds_per_eval': '3', 'max_eval_clients': '5',
+    'root_output_dir': '/tmp/fl_papers_elsewhere', 'experiment_name': 'other',
+    'rounds_per_checkpoint': '3', 'max_concurrent_clients': '1',
+    'max_clients_per_call': '2', 'worker_addresses': 'localhost:1234',
+    'seed': '5', 'adabest_mu': '0.5', 'adabest_beta': '0.5',
+    'adabest_beta_decay_patience': '1', 'adabest_beta_decay_factor': '0.01',
+    'client_lr_decay': '0.5', 'adabest_client_weighting': 'num_examples',
+    'budget_min': '2', 'budget_max': '6', 'expected_steps': '30',
+    'guessed_steps': 'infinite', 'proximal_strength': '0.5',
+    'target_accuracy': '0.05', 'target_metric': 'validation/accuracy',
+    'baseline_run_dir': _BASELINE_DIR,
+    **{f'{role}_{name}': value for role in ('client', 'server')
+       for name, value in (('optimizer', 'adam'), ('learning_rate', '0.05'),
+                           ('momentum', '0.5'), ('beta_1', '0.5'),
+                           ('beta_2', '0.5'), ('epsilon', '0.1'))},
+}
+# Flags whose use depends on another: also tried with that one set.
+CONTEXT = {
+    **{f'{role}_{name}': {f'{role}_optimizer': optimizer}
+       for role in ('client', 'server')
+       for name, optimizer in (('momentum', 'sgdm'), ('beta_1', 'adam'),
+                               ('beta_2', 'adam'), ('epsilon', 'adam'))},
+    'reference_cohort_size': {'server_lr_scaling': 'sqrt'},
+    'server_warmup_rounds': {'server_lr_scaling': 'sqrt'},
+    'max_cohort_size': {'rounds_to_double_cohort': '2'},
+    'straggler_alpha': {'straggler_lambda': '0.5'},
+    'adabest_beta_decay_factor': {'adabest_beta_decay_patience': '1'},
+}
+# One algorithm per distinct use of the flags (each GeL base builds its own).
+ALGORITHMS = ('fedopt', 'fedsgd', 'adabest', 'feddyn', 'scaffold',
+              'fedavg_gel', 'fedavgcm_budgeted', 'fedprox_gel', 'fednova_gel',
+              'fedyogi_budgeted')
+_AXES = ('task', 'algorithm')
+_ROUNDS = 2
+
+
+@pytest.fixture(scope='module', autouse=True)
+def parsed_flags():
+  if not FLAGS.is_parsed():
+    FLAGS.mark_as_parsed()
+  os.makedirs(_BASELINE_DIR, exist_ok=True)
+  _write_metrics(_BASELINE_DIR, accuracy=[0.01, 0.2, 0.9])
+
+
+@pytest.fixture(scope='module')
+def small_task():
+  return tasks.create_task('synthetic', num_clients=30, seed=0)
+
+
+def _write_metrics(run_dir, accuracy):
+  rounds = len(accuracy)
+  pd.DataFrame({
+      'round': range(1, rounds + 1),
+      **{f'{split}/accuracy': accuracy
+         for split in ('test', 'validation', 'train')},
+      'gradient_computations': [10.0 + r for r in range(rounds)],
+      'bytes_down': [100.0] * rounds, 'bytes_up': [90.0 + r
+                                                  for r in range(rounds)],
+  }).to_csv(os.path.join(run_dir, 'metrics.csv'), index=False)
+
+
+def test_every_flag_has_a_non_default_value():
+  assert set(flag_rules.driver_flags()) - set(_AXES) == set(NON_DEFAULT)
+  for name, value in NON_DEFAULT.items():
+    with flagsaver.flagsaver():
+      FLAGS[name].parse(value)
+      assert FLAGS[name].value != FLAGS[name].default, name
+
+
+@contextlib.contextmanager
+def _command_line(**given):
+  """The flags as if typed on the command line: values set, marked present."""
+  with flagsaver.flagsaver():
+    for name, value in given.items():
+      FLAGS[name].parse(value)
+    yield
+
+
+def _cheap_fingerprint(task, monkeypatch):
+  """What the driver builds around the process: task arguments, loop,
+  cohorts, straggler times, runtime and run directory."""
+  task_kwargs = {}
+  monkeypatch.setattr(tasks, 'create_task',
+                      lambda name, **kwargs: task_kwargs.update(
+                          kwargs, name=name) or task)
+  build.create_task()
+  runtimes = []
+  for name in ('local_runtime', 'remote_runtime'):
+    monkeypatch.setattr(
+        runtime, name,
+        lambda *args, name=name, **kwargs: runtimes.append(
+            (name, args, sorted(kwargs.items()))))
+  build.runtime()
+  config = build.loop_config(task)
+  ids = sorted(task.datasets.train_data.client_ids)[:5]
+  return repr((
+      sorted(task_kwargs.items()), runtimes, build.run_directory().path,
+      [config.cohort_size_fn(r) for r in range(1, 65)],
+      [fn(1, ids, {}) for fn in config.extra_metrics_fns],
+      config.total_rounds, config.rounds_per_eval,
+      config.rounds_per_checkpoint, config.max_eval_clients, config.seed,
+      config.accuracy_name))
+
+
+def _process_fingerprint(task, tmp_path):
+  """The learning process trained `_ROUNDS` rounds, with the family's hooks."""
+  tmp_path.mkdir(parents=True)
+  ctx = build.build_context(task)
+  setup = build.build_algorithm(ctx)
+  process = setup.process
+  ids = sorted(task.datasets.train_data.client_ids)[:ctx.clients_per_round]
+  store = None
+  if isinstance(process, stateful_process.StatefulClientLearningProcess):
+    store = client_state_store.ClientStateStore(
+        str(tmp_path / 'client_states'), process.initial_client_state())
+  state = process.initialize()
+  seen = []
+  for round_num in range(1, _ROUNDS + 1):
+    tf.random.set_seed(round_num)
+    if setup.client_datasets_fn:
+      datasets = setup.client_datasets_fn(round_num, ids)
+    else:
+      datasets = [task.datasets.train_preprocess_fn(
+          task.datasets.train_data.create_tf_dataset_for_client(i))
+                  for i in ids]
+    if store is None:
+      output = process.next(state, datasets)
+    else:
+      output = stateful_process.run_round(process, state, ids, datasets,
+                                          store, round_num)
+    state = output.state
+    metrics = outputs.flatten_metrics(output.metrics)
+    if setup.round_metrics_fn:
+      metrics.update(setup.round_metrics_fn(round_num, ids, metrics))
+    seen.append(sorted((k, round(float(v), 6)) for k, v in metrics.items()))
+  weights = [np.round(np.asarray(w), 6).tolist()
+             for w in process.get_model_weights(state).trainable]
+  summary = None
+  if setup.finish_fn:
+    run_dir = tmp_path / 'run'
+    run_dir.mkdir(exist_ok=True)
+    _write_metrics(str(run_dir), accuracy=[0.01, 0.6, 0.95])
+    summary = sorted(setup.finish_fn(str(run_dir)).items())
+  return repr((seen, weights, summary))
+
+
+@pytest.mark.parametrize('algorithm', ALGORITHMS)
+def test_each_flag_changes_the_run_or_is_refused(algorithm, small_task,
+                                                 monkeypatch, tmp_path):
+  cache, trained = {}, {}
+
+  def train(given):
+    """The process fingerprint, computed when first needed."""
+    key = tuple(sorted(given.items()))
+    if key not in trained:
+      with _command_line(algorithm=algorithm, **given):
+        trained[key] = _process_fingerprint(small_task, tmp_path / str(
+            len(trained)))
+    return trained[key]
+
+  def fingerprints(given):
+    key = tuple(sorted(given.items()))
+    if key not in cache:
+      with _command_line(algorithm=algorithm, **given):
+        try:
+          flag_rules.check_flags()
+        except flag_rules.UnusedFlagError as e:
+          cache[key] = ('refused', str(e))
+        else:
+          cache[key] = (_cheap_fingerprint(small_task, monkeypatch),
+                        lambda: train(given))
+    return cache[key]
+
+  silently_ignored = []
+  for name, value in NON_DEFAULT.items():
+    for context in ({}, CONTEXT.get(name)):
+      if context is None or name in context:
+        continue
+      with_flag = fingerprints({**context, name: value})
+      if with_flag[0] == 'refused':
+        assert f'--{name} ' in with_flag[1] and '\n' not in with_flag[1]
+        continue
+      without = fingerprints(context)
+      assert without[0] != 'refused', (context, without)
+      if with_flag[0] != without[0]:
+        continue
+      if with_flag[1]() == without[1]():
+        silently_ignored.append((name, context))
+  assert not silently_ignored, (
+      f'--algorithm={algorithm}: flags accepted but without effect:'
+      f' {silently_ignored}')
+
+
+@pytest.mark.parametrize('task_name', tasks.TASK_NAMES)
+def test_task_flags_reach_the_task_or_are_refused(task_name, monkeypatch):
+  recorded = []
+  monkeypatch.setattr(tasks, 'create_task',
+                      lambda name, **kwargs: recorded.append(kwargs))
+  task_flags = ('data_dir', 'use_synthetic_data', 'max_elements_per_client',
+                'validation_fraction', 'num_clients', 'dirichlet_alpha',
+                'unbalanced_sigma', 'partition_seed', 'train_batch_size',
+                'eval_batch_size', 'client_epochs')
+  for name in task_flags:
+    context = ({'use_synthetic_data': 'false'} if name == 'data_dir' else {})
+    with _command_line(task=task_name, **context):
+      build.create_task()
+    for given in ({name: NON_DEFAULT[name]},):
+      with _command_line(task=task_name, **context, **given):
+        try:
+          flag_rules.check_flags()
+        except flag_rules.UnusedFlagError as e:
+          assert f'--{name} ' in str(e)
+          continue
+        build.create_task()
+      assert recorded[-1] != recorded[-2], (task_name, name)
+
+
+def test_refusal_is_one_line_naming_each_flag_and_why():
+  with _command_line(algorithm='adabest', task='synthetic_partitioned',
+                     server_optimizer='adam', server_lr_scaling='linear'):
+    with pytest.raises(flag_rules.UnusedFlagError) as raised:
+      flag_rules.check_flags()
+  message = str(raised.value)
+  assert '\n' not in message
+  assert '--server_optimizer is not used by --algorithm=adabest' in message
+  assert '--server_lr_scaling is not used by --algorithm=adabest' in message
+
+
+def test_a_default_value_given_explicitly_is_refused_too():
+  # As in the large-cohort code: giving the flag at all is the mistake.
+  with _command_line(algorithm='fedopt', server_optimizer='sgd',
+                     server_momentum='0.9'):
+    with pytest.raises(flag_rules.UnusedFlagError, match='server_momentum'):
+      flag_rules.check_flags()
+
+
+def test_hparams_record_only_the_flags_in_use_and_the_derived_values():
+  with _command_line(algorithm='adabest', task='synthetic_partitioned'):
+    recorded = build.hparams()
+  assert 'server_optimizer' not in recorded
+  assert 'server_lr_scaling' not in recorded
+  assert 'clipping' not in recorded
+  assert 'budget_min' not in recorded
+  assert recorded['client_learning_rate'] == 0.1  # the paper's, derived
+  assert recorded['train_batch_size'] == 45
+  assert recorded['client_epochs'] == 5
+  assert recorded['adabest_mu'] == 0.02
+  with _command_line(algorithm='fedopt', task='emnist',
+                     server_optimizer='adam'):
+    recorded = build.hparams()
+  assert recorded['server_learning_rate'] == 0.001  # Table 3's FedAdam
+  assert recorded['client_learning_rate'] == 0.1
+  assert 'server_momentum' not in recorded  # Adam has none
+  assert recorded['server_beta_1'] == 0.9
+  assert 'adabest_mu' not in recorded
+  assert 'num_clients' not in recorded  # emnist is not partitioned
+
+
+@pytest.mark.parametrize('name, value', [
+    ('server_learning_rate', 'nan'), ('server_learning_rate', 'inf'),
+    ('client_learning_rate', '0'), ('adabest_mu', 'nan'),
+    ('client_momentum', '1.0'), ('server_beta_2', '-0.1'),
+    ('straggler_lambda', 'inf'), ('target_metric', 'test/acuracy'),
+    ('task', 'mnist'), ('algorithm', 'fedavgg'),
+    ('baseline_run_dir', '/tmp/fl_papers_no_such_run'),
+])
+def test_bad_values_are_refused_when_parsed(name, value):
+  with flagsaver.flagsaver(), pytest.raises(flags.Error):
+    FLAGS[name].parse(value)
+    FLAGS.validate_all_flags()
+
+
+def test_help_lists_every_task_and_algorithm():
+  help_text = FLAGS['algorithm'].help + str(FLAGS['algorithm'].parser.enum_values)
+  for name in families.ALGORITHM_NAMES:
+    assert name in help_text
+  for name in tasks.TASK_NAMES:
+    assert name in str(FLAGS['task'].parser.enum_values)
