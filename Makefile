@@ -26,8 +26,15 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(PY) -m pytest -q tests
 
+# Writes the latest figures to results/bench/ (README.md is the report).
+BENCH_DIR := results/bench
 bench: $(STAMP)
-	$(PY) -m bench.round_time
+	{ echo '$$ python -m bench.round_time --output=$(BENCH_DIR)/bench.json'; \
+	  $(PY) -m bench.round_time --output=$(BENCH_DIR)/bench.json; \
+	} > $(BENCH_DIR)/bench_run.log.tmp
+	mv $(BENCH_DIR)/bench_run.log.tmp $(BENCH_DIR)/bench_run.log
+	$(PY) -m bench.report $(BENCH_DIR)/bench_run.log $(BENCH_DIR)/README.md
+	cat $(BENCH_DIR)/README.md
 
 # Bazel: Debian's bazel-bootstrap 4.2.3 plus the offline stand-ins of the rule
 # repositories it would download (WORKSPACE); apt only when one is missing.

@@ -12,7 +12,7 @@ setuptools.setup(
     python_requires='>=3.11,<3.12',
     packages=setuptools.find_packages(include=[
         'experiment_driver*', 'tasks*', 'large_cohort*', 'adabest_tff*',
-        'gel_tff*', 'bench*',
+        'gel_tff*', 'fl_common*', 'bench*',
     ]),
     py_modules=['run_experiment'],
     # Exact versions live in requirements/lock.txt; TFF 0.87.0 must be

@@ -1,0 +1,14 @@
+"""AdaBest, FedDyn and SCAFFOLD (Varno et al. 2022) on TFF: the public API.
+
+Each `build_<name>(model_fn, ...)` returns a `StatefulClientLearningProcess`,
+whose clients keep a state between rounds; `StatefulClientRunner` runs it
+round by round from client ids and datasets, with the states in a
+`ClientStateStore`.
+"""
+
+from adabest_tff.adabest import build_adabest
+from adabest_tff.client_state_store import ClientStateStore
+from adabest_tff.feddyn import build_feddyn
+from adabest_tff.runner import StatefulClientRunner
+from adabest_tff.scaffold import build_scaffold
+from adabest_tff.stateful_process import StatefulClientLearningProcess

@@ -33,6 +33,11 @@ This module adds the missing piece and nothing else:
 * `run_round`, which a training loop calls each round to load the cohort's
   states from a `client_state_store.ClientStateStore`, run `next` and save the
   new states.
+
+Why one module: the process type, its composition, the shared client work and
+`run_round` change together whenever the client-state contract changes (the
+NumPy-reference tests of all three algorithms exercise them as one). Moving
+the TF helpers and type utilities out is the next split.
 """
 
 import collections

@@ -10,7 +10,7 @@ Three processes, all FedAvg (client SGD at the workload's rate, server SGD at
 * `package` — a full round as `run_experiment.py` runs it: the same process
   with the driver's default aggregator, the paper's diagnostics (update norm,
   pairwise cosine, non-finite screening), adaptive clipping and the weighted
-  mean in one pass (`large_cohort.diagnosed_mean`, what
+  mean in one pass (`fl_common.diagnosed_mean`, what
   `experiment_driver.build.model_aggregator()` returns at its default flags:
   `--clipping`, no `--zeroing`, example weighting), and the
   client datasets built each round from a `ClientData` and the task's
@@ -29,7 +29,7 @@ import tensorflow_federated as tff
 
 from bench import workloads
 from experiment_driver import round_inputs
-from large_cohort import diagnosed_mean
+from fl_common import diagnosed_mean
 from large_cohort import fedopt
 from large_cohort import optimizers
 

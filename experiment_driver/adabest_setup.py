@@ -5,7 +5,7 @@
 training loop runs them with `adabest_tff.stateful_process.run_round` and a
 `ClientStateStore` in the run directory, committed with each checkpoint.
 `round_metrics_fn` reports the round's bytes up and down, read off the
-process's TFF types (`adabest_tff.communication`).
+process's TFF types (`fl_common.communication`).
 
 Defaults are the paper's (Section 4.1, Appendix D.1): client SGD at 0.1 when
 `--client_learning_rate` is unset, decayed by `--client_lr_decay` = 0.998 per
@@ -15,7 +15,7 @@ the server update is each paper's own, so the optimizer flags,
 `--uniform_weighting` (see `--adabest_client_weighting`), `--clipping`,
 `--zeroing` and the server learning-rate scaling are refused with these
 algorithms (`SHARED_FLAGS`). The mean is
-`large_cohort.diagnosed_mean`'s without clipping (TFF's mean with the
+`fl_common.diagnosed_mean`'s without clipping (TFF's mean with the
 paper's diagnostics, in one pass), so these runs report `update_norm`,
 `mean_pairwise_cosine` and the discarded-update counts like the other
 families (the values aggregated are unchanged). Batch size 45 and
@@ -29,11 +29,11 @@ from absl import flags
 import tensorflow_federated as tff
 
 from adabest_tff import adabest
-from adabest_tff import communication
+from fl_common import communication
 from adabest_tff import feddyn
 from adabest_tff import scaffold
 from experiment_driver import algorithm_setup
-from large_cohort import diagnosed_mean
+from fl_common import diagnosed_mean
 
 DEFAULT_CLIENT_LEARNING_RATE = 0.1
 DEFAULT_SCAFFOLD_SERVER_LEARNING_RATE = 1.0

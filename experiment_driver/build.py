@@ -16,8 +16,8 @@ from experiment_driver import outputs
 from experiment_driver import training_loop
 from experiment_driver import runtime as tff_runtime
 from large_cohort import cohort_schedule
-from large_cohort import diagnosed_mean
-from large_cohort import diagnostics
+from fl_common import diagnosed_mean
+from fl_common import diagnostics
 from large_cohort import lr_schedules
 from large_cohort import normalized_update
 from large_cohort import optimizers

@@ -23,14 +23,15 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from adabest_tff import client_state_store
+from adabest_tff import runner as adabest_runner
 from adabest_tff import stateful_process
 from experiment_driver import algorithm_setup
 from experiment_driver import outputs
 from experiment_driver import round_inputs
 from experiment_driver import value_transfer
 from experiment_driver import worker_state
-from large_cohort import diagnostics
-from large_cohort import per_client_evaluation
+from fl_common import diagnostics
+from fl_common import per_client_evaluation
 
 # Per-round metrics whose running totals are kept (as `cumulative_<name>`).
 CUMULATIVE_METRICS = ('examples_processed', 'gradient_computations',
@@ -181,15 +182,16 @@ def _stateful_clients(process, run_dir: outputs.RunDirectory):
   to the checkpoint's round on resume, so a resumed run sees exactly the
   client states of the round it resumes from.
   """
-  store = client_state_store.ClientStateStore(
-      os.path.join(run_dir.path, 'client_states'),
-      process.initial_client_state())
+  runner = adabest_runner.StatefulClientRunner(
+      process, client_state_store.ClientStateStore(
+          os.path.join(run_dir.path, 'client_states'),
+          process.initial_client_state()))
 
   def round_runner(process, state, round_num, client_ids, datasets):
-    return stateful_process.run_round(process, state, client_ids, datasets,
-                                      store, round_num)
+    del process  # The runner's.
+    return runner.next(state, client_ids, datasets, round_num)
 
-  return round_runner, store.commit
+  return round_runner, runner.store.commit
 
 
 def run_training(

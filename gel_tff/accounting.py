@@ -5,7 +5,7 @@
   paper plots test accuracy against the cumulative count (Figure 4, row 3).
 * Bytes exchanged: each sampled client downloads the model and uploads its
   update; sizes come from the TFF types of the two values
-  (`adabest_tff.communication.type_size_bytes`). The per-round columns are
+  (`fl_common.communication.type_size_bytes`). The per-round columns are
   named as the driver's running totals expect (`gradient_computations`,
   `bytes_down`, `bytes_up`; it adds `cumulative_<name>`).
 * Rounds to target: the first round whose evaluation accuracy reaches the
@@ -24,7 +24,7 @@ from typing import NamedTuple, Optional
 import pandas as pd
 import tensorflow_federated as tff
 
-from adabest_tff import communication
+from fl_common import communication
 
 ROUND_COLUMN = 'round'
 GRADIENT_COMPUTATIONS = 'gradient_computations'

@@ -1,0 +1,17 @@
+"""Large-cohort training (Charles et al. 2021) on TFF: the public builders.
+
+`build_fedopt` (FedAvg, FedAvgM, FedAdagrad, FedAdam, FedYogi, FedLARS,
+FedLamb by its server optimizer), `build_fedsgd`, `build_normalized_fed_avg`;
+the optimizers by name (`build_optimizer`) and LARS/LAMB as
+`tff.learning.optimizers`; `build_server_lr_schedule` (sqrt/linear scaling
+with warmup).
+"""
+
+from large_cohort.fedopt import build_fedopt
+from large_cohort.fedopt import build_fedsgd
+from large_cohort.lamb import build_lamb
+from large_cohort.lars import build_lars
+from large_cohort.lr_schedules import build_server_lr_schedule
+from large_cohort.normalized_update import build_normalized_fed_avg
+from large_cohort.optimizers import build_optimizer
+from large_cohort.optimizers import OPTIMIZER_NAMES

@@ -26,6 +26,10 @@ columns. On that frame:
 Runs are told apart by their directory (`run`); `by` arguments name the
 columns that label runs to compare (default: the cohort size). Runs sharing
 the same labels (e.g. seeds) are averaged where a function says so.
+
+Why one module: every reading of run directories (thresholds, fits, ratios,
+straggler runtime) shares the same loaders and column conventions; split, each
+part would re-import them. Splitting it by figure is left for later.
 """
 
 import dataclasses

@@ -43,7 +43,7 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
-from large_cohort import aggregator_wrappers
+from fl_common import aggregator_wrappers
 
 ModelFn = Callable[[], tff.learning.models.VariableModel]
 _ITERATOR_LOOP = tff.learning.LoopImplementation.DATASET_ITERATOR

@@ -23,7 +23,7 @@ from typing import Optional
 import tensorflow as tf
 import tensorflow_federated as tff
 
-from large_cohort import aggregator_wrappers
+from fl_common import aggregator_wrappers
 
 
 def _build_normalize(value_type: tff.types.Type) -> tff.Computation:
@@ -85,9 +85,9 @@ def normalized_update_factory(
 
 def build_normalized_fed_avg(
     model_fn: Callable[[], tff.learning.models.VariableModel],
-    client_optimizer_fn: tff.learning.optimizers.Optimizer,
-    server_learning_rate: float = 1.0,
     *,
+    client_optimizer: tff.learning.optimizers.Optimizer,
+    server_learning_rate: float = 1.0,
     model_aggregator: Optional[aggregator_wrappers.AggregationFactory] = None,
 ) -> tff.learning.templates.LearningProcess:
   """Builds normalized FedAvg (Section 5.4): `x ← x − η_s·Δ/‖Δ‖₂`.
@@ -99,7 +99,7 @@ def build_normalized_fed_avg(
 
   Args:
     model_fn: A no-arg function returning a `tff.learning.models.VariableModel`.
-    client_optimizer_fn: The client optimizer (SGD at η_c in the paper).
+    client_optimizer: The client optimizer (SGD at η_c in the paper).
     server_learning_rate: η_s, the length of every server step (> 0).
     model_aggregator: The factory aggregating client updates before
       normalization (e.g. adaptive clipping); `tff.aggregators.MeanFactory()`
@@ -116,8 +116,8 @@ def build_normalized_fed_avg(
   server_optimizer = tff.learning.optimizers.build_sgdm(server_learning_rate)
   if isinstance(aggregator, tff.aggregators.WeightedAggregationFactory):
     return tff.learning.algorithms.build_weighted_fed_avg(
-        model_fn, client_optimizer_fn, server_optimizer,
+        model_fn, client_optimizer, server_optimizer,
         model_aggregator=aggregator)
   return tff.learning.algorithms.build_unweighted_fed_avg(
-      model_fn, client_optimizer_fn, server_optimizer,
+      model_fn, client_optimizer, server_optimizer,
       model_aggregator=aggregator)

@@ -22,6 +22,9 @@ one standard deviation, as the paper's "mean across the 5 trials".
 
 The plotting functions take the frame of `analysis.load_runs` and work for
 any algorithm family's runs (e.g. the learning-rate grid over any two flags).
+
+Why one module: each figure is a short function over `analysis` tables with
+one shared style and command line; one file per figure would repeat both.
 """
 
 import argparse

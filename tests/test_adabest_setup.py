@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import tensorflow_federated as tff
 
-from adabest_tff import communication
+from fl_common import communication
 from adabest_tff import stateful_process
 from experiment_driver import adabest_setup
 from experiment_driver import algorithm_setup
@@ -47,7 +47,7 @@ def test_builds_stateful_process_with_bytes_metrics(name):
 
 @pytest.mark.parametrize('name', ['adabest', 'feddyn', 'scaffold'])
 def test_reports_the_diagnostics_of_the_other_families(name):
-  # The mean is wrapped in large_cohort.diagnostics (whose values are checked
+  # The mean is wrapped in fl_common.diagnostics (whose values are checked
   # against NumPy in test_diagnostics.py).
   context = build_context()
   process = adabest_setup.ALGORITHMS[name](context).process

@@ -1,4 +1,4 @@
-"""large_cohort.aggregator_wrappers: weightedness, type checks, plumbing."""
+"""fl_common.aggregator_wrappers: weightedness, type checks, plumbing."""
 
 import collections
 
@@ -7,7 +7,7 @@ import pytest
 import tensorflow as tf
 import tensorflow_federated as tff
 
-from large_cohort import aggregator_wrappers
+from fl_common import aggregator_wrappers
 
 _VALUE_TYPE = tff.types.StructWithPythonType(
     [tff.TensorType(np.float32, [2]), tff.TensorType(np.float32, [3])], list)

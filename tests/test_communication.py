@@ -5,7 +5,7 @@ import pytest
 import tensorflow_federated as tff
 
 from adabest_tff import adabest
-from adabest_tff import communication
+from fl_common import communication
 from adabest_tff import feddyn
 from adabest_tff import scaffold
 from tests import tiny_models

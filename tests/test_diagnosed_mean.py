@@ -11,8 +11,8 @@ import pytest
 import tensorflow as tf
 import tensorflow_federated as tff
 
-from large_cohort import diagnosed_mean
-from large_cohort import diagnostics
+from fl_common import diagnosed_mean
+from fl_common import diagnostics
 from large_cohort import fedopt
 from tests import tiny_models
 

@@ -13,7 +13,7 @@ import pytest
 import tensorflow as tf
 import tensorflow_federated as tff
 
-from large_cohort import diagnostics
+from fl_common import diagnostics
 from tests import tiny_models
 
 _VALUE_TYPE = tff.types.StructWithPythonType(

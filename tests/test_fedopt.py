@@ -7,7 +7,7 @@ import pytest
 import tensorflow as tf
 import tensorflow_federated as tff
 
-from large_cohort import diagnostics
+from fl_common import diagnostics
 from large_cohort import fedopt
 from large_cohort import optimizers
 

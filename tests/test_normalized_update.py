@@ -56,7 +56,7 @@ def test_bad_arguments_raise():
     normalized_update.normalized_update_factory(None)
   with pytest.raises(ValueError, match='server_learning_rate'):
     normalized_update.build_normalized_fed_avg(
-        lambda: None, tff.learning.optimizers.build_sgdm(0.1),
+        lambda: None, client_optimizer=tff.learning.optimizers.build_sgdm(0.1),
         server_learning_rate=0.0)
 
 
@@ -65,7 +65,7 @@ def test_two_rounds_of_normalized_fed_avg_match_numpy():
   server_learning_rate = 0.3
   process = normalized_update.build_normalized_fed_avg(
       tiny_models.linear_model_fn(tiny_models.FEDAVG_NUM_FEATURES),
-      tff.learning.optimizers.build_sgdm(
+      client_optimizer=tff.learning.optimizers.build_sgdm(
           tiny_models.FEDAVG_CLIENT_LEARNING_RATE),
       server_learning_rate=server_learning_rate)
   weights, weights_per_round = tiny_models.run_fedavg_rounds(process, 2)

@@ -8,7 +8,7 @@ import pytest
 import tensorflow as tf
 import tensorflow_federated as tff
 
-from large_cohort import per_client_evaluation
+from fl_common import per_client_evaluation
 
 
 def _model_fn():

@@ -49,8 +49,8 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
-from large_cohort import aggregator_wrappers
-from large_cohort import diagnostics
+from fl_common import aggregator_wrappers
+from fl_common import diagnostics
 
 # Indices of the per-client int32 counts, summed with the values.
 _COUNT_CLIENT, _COUNT_NONFINITE, _COUNT_DIRECTION, _COUNT_CLIPPED = range(4)

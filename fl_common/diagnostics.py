@@ -57,7 +57,7 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
-from large_cohort import aggregator_wrappers
+from fl_common import aggregator_wrappers
 
 
 # Per-client counts, summed in one `federated_sum`: (1, non-finite, direction).

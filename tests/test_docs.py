@@ -1,0 +1,112 @@
+"""Every command in README.md and docs/ runs, or at least parses.
+
+Driver commands run (cut to two rounds) and their shown `error:` lines are
+the ones printed; `make` and `bazel` commands name existing targets; the
+notebook example runs.
+"""
+
+import glob
+import os
+import re
+import shlex
+import subprocess
+import sys
+
+import pytest
+
+_REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_DOCS = ['README.md', *sorted(
+    os.path.relpath(p, _REPO) for p in glob.glob(os.path.join(_REPO, 'docs',
+                                                              '*.md')))]
+
+
+def _commands():
+  """(doc, command line, the `error:` line shown after it or None)."""
+  found = []
+  for doc in _DOCS:
+    with open(os.path.join(_REPO, doc)) as f:
+      text = f.read()
+    for block in re.findall(r'```[a-z]*\n(.*?)```', text, re.S):
+      lines = [line.strip() for line in block.replace('\\\n', ' ').split('\n')]
+      for i, line in enumerate(lines):
+        line = re.sub(r'^\$ ', '', line)
+        if re.match(r'(python |make |bazel )', line):
+          shown = lines[i + 1] if i + 1 < len(lines) else ''
+          found.append((doc, line.split('#')[0].strip(),
+                        shown if shown.startswith('error:') else None))
+  return found
+
+
+_ALL = _commands()
+
+
+def _driver_args(command):
+  words = shlex.split(command)
+  if words[:2] == ['python', 'run_experiment.py']:
+    return words[2:]
+  if words[:3] == ['bazel', 'run', '//:run_experiment']:
+    return words[4:]
+  return None
+
+
+def test_the_docs_have_driver_commands():
+  assert sum(_driver_args(c) is not None for _, c, _ in _ALL) >= 4
+
+
+@pytest.mark.parametrize('doc, command, error', [
+    c for c in _ALL if _driver_args(c[1]) is not None])
+def test_driver_command_runs_or_fails_as_shown(doc, command, error, tmp_path):
+  args = _driver_args(command)
+  if any(a.startswith('--worker_addresses') for a in args):
+    # Needs workers on other machines: it must at least pass the flag check,
+    # then fail to reach them in one line.
+    args = [a for a in args if not a.startswith('--task=')] + [
+        '--task=synthetic']
+  else:
+    args = [a for a in args if not re.match(r'--(total_rounds|root_output_dir'
+                                            r'|rounds_per_eval)=', a)]
+    args += ['--total_rounds=2', '--rounds_per_eval=2']
+  args += [f'--root_output_dir={tmp_path}']
+  result = subprocess.run(
+      [sys.executable, os.path.join(_REPO, 'run_experiment.py'), *args],
+      capture_output=True, text=True, timeout=600, cwd=_REPO,
+      stdin=subprocess.DEVNULL)
+  if error is None and not any(a.startswith('--worker_addresses')
+                               for a in args):
+    assert result.returncode == 0, (doc, command, result.stderr[-2000:])
+    return
+  assert result.returncode == 2, (doc, command, result.stderr[-2000:])
+  lines = result.stderr.strip().split('\n')
+  assert len(lines) == 1 and lines[0].startswith('error: '), result.stderr
+  if error is not None and 'host2' not in error:
+    assert lines[0].startswith(error.split('...')[0].strip()), (error, lines)
+
+
+@pytest.mark.parametrize('doc, command, error', [
+    c for c in _ALL if c[1].startswith(('make ', 'bazel '))])
+def test_make_and_bazel_commands_name_existing_targets(doc, command, error):
+  del error
+  words = shlex.split(command)
+  if words[0] == 'make':
+    with open(os.path.join(_REPO, 'Makefile')) as f:
+      assert re.search(rf'^{words[1]}:', f.read(), re.M), (doc, command)
+    return
+  for label in (w for w in words if w.startswith('//') and ':' in w):
+    package, name = label[2:].split(':')
+    if name == '...':
+      continue
+    with open(os.path.join(_REPO, package, 'BUILD')) as f:
+      build = f.read()
+    assert (f'name = "{name}"' in build or
+            (package == 'tests' and os.path.exists(
+                os.path.join(_REPO, 'tests', name + '.py')))), (doc, label)
+
+
+def test_notebook_example_runs():
+  result = subprocess.run(
+      [sys.executable, os.path.join(_REPO, 'docs', 'notebook.py')],
+      capture_output=True, text=True, timeout=600, cwd=_REPO,
+      stdin=subprocess.DEVNULL)
+  assert result.returncode == 0, result.stderr[-3000:]
+  for name in ('fedavg', 'fedlamb', 'adabest', 'scaffold', 'fedavgcm_gel'):
+    assert re.search(rf'^{name} loss \d', result.stdout, re.M), result.stdout

@@ -1,0 +1,64 @@
+"""The architecture, checked on the source: who may import whom, and size.
+
+Paper packages (`large_cohort`, `adabest_tff`, `gel_tff`) import the shared
+`fl_common`, TFF and each other never; `fl_common` imports no paper package;
+nothing but the driver (and its callers) imports `experiment_driver`; tasks
+import no algorithm. A module over 400 lines says why in its docstring.
+"""
+
+import ast
+import os
+
+import pytest
+
+_REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_PAPERS = ('large_cohort', 'adabest_tff', 'gel_tff')
+_FORBIDDEN = {
+    **{paper: set(_PAPERS) - {paper} | {'experiment_driver'}
+       for paper in _PAPERS},
+    'fl_common': set(_PAPERS) | {'experiment_driver', 'tasks'},
+    'tasks': set(_PAPERS) | {'experiment_driver', 'fl_common'},
+}
+_MAX_LINES = 400
+
+
+def _modules(package):
+  directory = os.path.join(_REPO, package)
+  return sorted(os.path.join(directory, name) for name in os.listdir(directory)
+                if name.endswith('.py'))
+
+
+def _imported_packages(path):
+  with open(path) as f:
+    tree = ast.parse(f.read())
+  for node in ast.walk(tree):
+    if isinstance(node, ast.Import):
+      for alias in node.names:
+        yield alias.name.split('.')[0]
+    elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+      yield node.module.split('.')[0]
+
+
+@pytest.mark.parametrize('package', sorted(_FORBIDDEN))
+def test_packages_import_only_what_the_architecture_allows(package):
+  violations = [
+      (os.path.relpath(path, _REPO), imported)
+      for path in _modules(package)
+      for imported in _imported_packages(path)
+      if imported in _FORBIDDEN[package]]
+  assert not violations
+
+
+def test_a_long_module_says_why_in_its_docstring():
+  packages = (*_FORBIDDEN, 'experiment_driver', 'experiment_driver/runtime',
+              'bench')
+  unexplained = []
+  for package in packages:
+    for path in _modules(package):
+      with open(path) as f:
+        text = f.read()
+      if text.count('\n') > _MAX_LINES:
+        docstring = ast.get_docstring(ast.parse(text)) or ''
+        if 'Why one module:' not in docstring:
+          unexplained.append(os.path.relpath(path, _REPO))
+  assert not unexplained
