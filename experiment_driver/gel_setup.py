@@ -243,6 +243,13 @@ def _build_setup(base: str, use_gel: bool,
                  ) -> algorithm_setup.AlgorithmSetup:
   """Builds one Table 3 algorithm and its budget and accounting hooks."""
   _warn_if_not_paper_setting(ctx.task_name, ctx.clients_per_round)
+  if (_has_target(ctx.task_name) and
+      TARGET_METRIC.value.startswith('validation/') and
+      ctx.task.datasets.validation_data is None):
+    raise ValueError(
+        f'--target_metric={TARGET_METRIC.value}: this --task={ctx.task_name}'
+        ' has no validation clients (see --validation_fraction); use'
+        ' test/accuracy')
   budgets = step_budgets(ctx.task_name, ctx.seed)
   model_aggregator = ctx.model_aggregator
   if isinstance(model_aggregator, tff.aggregators.UnweightedAggregationFactory):

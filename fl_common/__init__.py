@@ -3,7 +3,9 @@
 `aggregator_wrappers` (wrapping TFF aggregation factories), `diagnostics` and
 `diagnosed_mean` (the large-cohort paper's update norm, pairwise cosine and
 discarded-update counts, with adaptive clipping, around any family's mean),
-`per_client_evaluation` (evaluation with per-client accuracy percentiles) and
-`communication` (bytes exchanged per round, read off TFF types). The paper
+`per_client_evaluation` (evaluation with per-client accuracy percentiles),
+`communication` (bytes exchanged per round, read off TFF types), and the
+reading of run directories (`analysis`) and the papers' figures drawn from
+them (`plots`, `python -m fl_common.plots`). The paper
 packages import this one, TFF and `tasks`, never each other.
 """

@@ -150,3 +150,10 @@ def test_write_run_summary_uses_task_target_and_baseline(tmp_path):
     assert json.load(f)['target_accuracy'] == 0.85
   with pytest.raises(ValueError, match='cifar100'):
     gel_setup.write_run_summary(run_dir, 'cifar100')
+
+
+def test_a_target_metric_without_its_split_is_refused_before_training():
+  # The tiny task has no validation clients.
+  with flagsaver.flagsaver(target_metric='validation/accuracy'):
+    with pytest.raises(ValueError, match='no validation clients'):
+      gel_setup.ALGORITHMS['fedavgcm_gel'](build_context('synthetic'))

@@ -1,12 +1,12 @@
-"""Tests of large_cohort.plots: every figure type becomes a non-empty PNG."""
+"""Tests of fl_common.plots: every figure type becomes a non-empty PNG."""
 
 import os
 
 import numpy as np
 import pytest
 
-from large_cohort import analysis
-from large_cohort import plots
+from fl_common import analysis
+from fl_common import plots
 from tests import run_directories
 
 _PNG_SIGNATURE = b'\x89PNG\r\n\x1a\n'

@@ -4,7 +4,7 @@
         --output_dir=results/gel
 
 Reads the driver's run directories under `--root` with the package's own
-readers (`large_cohort.analysis`) and GeL's accounting (`gel_tff.accounting`):
+readers (`fl_common.analysis`) and GeL's accounting (`gel_tff.accounting`):
 
 * `table__*` runs (Tables 1-2 of Boukhari et al. 2024): per run, the first
   evaluation round reaching each test-accuracy threshold, the gradient
@@ -40,8 +40,8 @@ import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
 from experiment_driver import runtime  # pylint: disable=g-import-not-at-top
 from gel_tff import accounting  # pylint: disable=g-import-not-at-top
-from large_cohort import analysis  # pylint: disable=g-import-not-at-top
-from large_cohort import plots  # pylint: disable=g-import-not-at-top
+from fl_common import analysis  # pylint: disable=g-import-not-at-top
+from fl_common import plots  # pylint: disable=g-import-not-at-top
 from tasks import synthetic  # pylint: disable=g-import-not-at-top
 
 THRESHOLDS = (0.60, 0.65, 0.70, 0.75, 0.80, 0.85)

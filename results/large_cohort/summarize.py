@@ -3,7 +3,7 @@
     .venv/bin/python results/large_cohort/summarize.py \
         --root=/tmp/e2runs/large_cohort
 
-Reads every run directory under `--root` with `large_cohort.analysis` and,
+Reads every run directory under `--root` with `fl_common.analysis` and,
 separately for the runs that weight client updates by examples (the driver's
 default) and those with `--uniform_weighting`, compares the cohort sizes over
 the rounds all runs reached (`--max_round`, default: the shortest run's last
@@ -46,8 +46,8 @@ import pandas as pd
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__)))))
 from experiment_driver import runtime  # pylint: disable=g-import-not-at-top
-from large_cohort import analysis  # pylint: disable=g-import-not-at-top
-from large_cohort import plots  # pylint: disable=g-import-not-at-top
+from fl_common import analysis  # pylint: disable=g-import-not-at-top
+from fl_common import plots  # pylint: disable=g-import-not-at-top
 from tasks import synthetic  # pylint: disable=g-import-not-at-top
 from tasks import validation_split  # pylint: disable=g-import-not-at-top
 
