@@ -10,7 +10,9 @@ checkpoints/, hparams.json); rerunning the same command resumes the run.
 """
 
 import os
+import signal
 import sys
+import warnings
 
 os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '3')
 
@@ -23,10 +25,25 @@ from experiment_driver import outputs
 from experiment_driver import runtime
 from experiment_driver import training_loop
 import tasks
+import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
-# Errors that a user's input causes: reported in one line, exit code 2.
+# Errors that a user's input or machine causes: one line, exit code 2.
 USER_ERRORS = (ValueError, tasks.MissingDataError, outputs.CheckpointError,
                runtime.WorkerUnavailableError)
+# Writing outputs failed: a full disk, an unwritable or vanished directory
+# (TensorFlow's file API raises its own errors for the same causes).
+OUTPUT_ERRORS = (OSError, tf.errors.ResourceExhaustedError,
+                 tf.errors.PermissionDeniedError,
+                 tf.errors.FailedPreconditionError)
+
+
+class Terminated(KeyboardInterrupt):
+  """SIGTERM, handled as Ctrl-C is."""
+
+
+def _terminate(signum, frame):
+  del signum, frame
+  raise Terminated()
 
 
 def run() -> None:
@@ -34,6 +51,32 @@ def run() -> None:
   build.check_flags()
   run_dir = build.run_directory()
   run_dir.check_hparams()
+  run_dir.lock()
+  try:
+    _train(run_dir)
+  except KeyboardInterrupt as e:
+    # The call in flight is abandoned: its coroutine is never awaited, which
+    # Python would report at exit.
+    warnings.simplefilter('ignore', RuntimeWarning)
+    done = (f'at round {run_dir.last_round}' if run_dir.last_round else
+            'before its first round')
+    checkpoint = ('' if run_dir.last_checkpoint_round is None else
+                  f' (last checkpoint: round {run_dir.last_checkpoint_round})')
+    print(f'interrupted {done}{checkpoint}; rerun the same command to resume',
+          file=sys.stderr)
+    sys.exit(143 if isinstance(e, Terminated) else 130)
+  except OUTPUT_ERRORS as e:
+    what = (f'{e.filename}: {e.strerror}' if isinstance(e, OSError) and
+            e.filename else str(getattr(e, 'message', e)).split('\n')[0])
+    print(f'error: cannot write the run\'s outputs ({what}); free space or'
+          ' fix the directory, then rerun the same command to resume',
+          file=sys.stderr)
+    sys.exit(2)
+  finally:
+    run_dir.unlock()
+
+
+def _train(run_dir: outputs.RunDirectory) -> None:
   with build.runtime():
     task = build.create_task()
     ctx = build.build_context(task)
@@ -60,6 +103,7 @@ def main(argv) -> None:
   # `bazel run` starts the program in its runfiles directory; relative paths
   # in flags are meant from where the user typed the command.
   os.chdir(os.environ.get('BUILD_WORKING_DIRECTORY', os.getcwd()))
+  signal.signal(signal.SIGTERM, _terminate)
   try:
     run()
   except USER_ERRORS as e:

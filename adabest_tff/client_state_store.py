@@ -17,10 +17,11 @@ then calls `commit(r)`; after a crash it resumes from the last checkpoint r and
 calls `restore(r)`. The state of a client as of round r is its newest version
 at a round <= r. Both calls delete the versions newer than r (written by
 rounds that ran after the checkpoint before the crash, or by a crash right
-after the checkpoint and before `commit`) and the versions superseded at r,
-which no resume can need since resumes only go to the last checkpoint or a
-later one. A crash during either call leaves the store valid: it only ever
-deletes files that the state as of r does not use.
+after the checkpoint and before `commit`) and the versions that none of the
+last `keep_commits` committed rounds uses: a resume may go back to any of
+those (e.g. when the latest checkpoint turned out corrupt and was deleted).
+A crash during either call leaves the store valid: it only ever deletes files
+that the states as of the retained rounds do not use.
 """
 
 import json
@@ -71,14 +72,22 @@ class ClientStateStore:
       if checkpointed: store.commit(round_num)
   """
 
-  def __init__(self, directory: str, fresh_state: Any):
+  def __init__(self, directory: str, fresh_state: Any, keep_commits: int = 1):
     """Opens (creating if needed) the store in `directory`.
 
     Args:
       directory: Where the state files live.
       fresh_state: The (nested) state of a client that has never taken part;
         every saved state must have its structure, shapes and dtypes.
+      keep_commits: How many of the last committed rounds `restore` can go
+        back to (as many as the checkpoints kept beside it).
+
+    Raises:
+      ValueError: If `keep_commits` is not positive.
     """
+    if keep_commits < 1:
+      raise ValueError(f'keep_commits must be >= 1, got {keep_commits}.')
+    self._keep_commits = keep_commits
     self._directory = directory
     os.makedirs(directory, exist_ok=True)
     self._fresh_leaves = [np.asarray(x) for x in tf.nest.flatten(fresh_state)]
@@ -104,11 +113,18 @@ class ClientStateStore:
   @property
   def committed_round(self) -> int:
     """The round of the last `commit`/`restore` (0 before any)."""
+    return max(self.committed_rounds, default=0)
+
+  @property
+  def committed_rounds(self) -> list[int]:
+    """The retained committed rounds, oldest first: `restore` targets."""
     path = os.path.join(self._directory, MANIFEST_NAME)
     if not os.path.exists(path):
-      return 0
+      return []
     with open(path) as f:
-      return int(json.load(f)['committed_round'])
+      manifest = json.load(f)
+    return [int(r) for r in manifest.get(
+        'committed_rounds', [manifest['committed_round']])]
 
   def load(self, client_ids: Sequence[str]) -> list[Any]:
     """Returns the clients' latest states (fresh ones for unknown clients).
@@ -156,21 +172,51 @@ class ClientStateStore:
   def commit(self, round_num: int) -> None:
     """Makes the states as of `round_num` durable; call after a checkpoint.
 
-    Deletes versions newer than `round_num` and versions superseded by a newer
-    one at or before it, then records `round_num` in the manifest.
+    Deletes versions newer than `round_num` and versions that none of the
+    last `keep_commits` committed rounds (this one included) uses, then
+    records those rounds in the manifest.
 
     Raises:
-      ValueError: If `round_num` is older than the committed round (versions
-        it needs may already be deleted) or negative.
+      ValueError: If `round_num` is older than the committed round or
+        negative.
     """
     committed = self.committed_round
     if round_num < committed or round_num < 0:
       raise ValueError(
           f'round_num={round_num} is older than the committed round '
-          f'{committed}: the store can only keep or move forward from it.')
+          f'{committed}: commit only keeps or moves forward (restore goes'
+          ' back).')
+    self._retain([r for r in self.committed_rounds if r < round_num]
+                 + [round_num])
+
+  def restore(self, round_num: int) -> None:
+    """Rewinds to the states as of checkpoint `round_num`; call on resume.
+
+    Discards whatever rounds after `round_num` wrote before a crash, and the
+    commits after it.
+
+    Raises:
+      ValueError: If `round_num` is older than the last commit and is not
+        one of the retained commits (nor 0, the start), so that the states
+        as of it are gone.
+    """
+    retained = self.committed_rounds
+    if (round_num < self.committed_round and round_num not in retained and
+        round_num != 0) or round_num < 0:
+      raise ValueError(
+          f'the client states as of round {round_num} are gone: the store'
+          f' keeps those of rounds {retained} (keep_commits='
+          f'{self._keep_commits}).')
+    self._retain([r for r in retained if r < round_num] + [round_num])
+
+  def _retain(self, rounds: list[int]) -> None:
+    """Keeps the versions the states as of `rounds` use (the last is now
+    the current round), deletes the others and temporary files."""
+    rounds = rounds[-self._keep_commits:]
     for client_id in list(self._versions):
       versions = self._versions[client_id]
-      kept = [v for v in versions if v <= round_num][-1:]
+      kept = sorted({max((v for v in versions if v <= r), default=None)
+                     for r in rounds} - {None})
       for version in versions:
         if version not in kept:
           os.remove(os.path.join(self._directory,
@@ -185,15 +231,8 @@ class ClientStateStore:
     self._cache = {}
     _atomic_write(
         os.path.join(self._directory, MANIFEST_NAME),
-        lambda f: f.write(json.dumps({'committed_round': round_num}).encode()))
-
-  def restore(self, round_num: int) -> None:
-    """Rewinds to the states as of checkpoint `round_num`; call on resume.
-
-    The same operation as `commit`: it discards whatever rounds after
-    `round_num` wrote before a crash.
-    """
-    self.commit(round_num)
+        lambda f: f.write(json.dumps({'committed_round': rounds[-1],
+                                      'committed_rounds': rounds}).encode()))
 
   def _read(self, client_id: str) -> Any:
     versions = self._versions.get(client_id)

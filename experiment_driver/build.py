@@ -253,4 +253,4 @@ def build_algorithm(
 def run_directory() -> outputs.RunDirectory:
   return outputs.RunDirectory(
       os.path.expanduser(f.ROOT_OUTPUT_DIR.value), experiment_name(),
-      hparams())
+      hparams(), checkpoints_to_keep=f.CHECKPOINTS_TO_KEEP.value)

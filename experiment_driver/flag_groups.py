@@ -205,6 +205,11 @@ EXPERIMENT_NAME = flags.DEFINE_string(
 ROUNDS_PER_CHECKPOINT = flags.DEFINE_integer(
     'rounds_per_checkpoint', 10, 'Save program state every this many rounds.',
     lower_bound=1)
+CHECKPOINTS_TO_KEEP = flags.DEFINE_integer(
+    'checkpoints_to_keep', 3,
+    'Keep the last this many checkpoints (and the first), with the stateful'
+    ' clients\' states as of each: deleting a corrupt latest checkpoint'
+    ' resumes from the one before.', lower_bound=1)
 
 # Runtime and seed.
 MAX_CONCURRENT_CLIENTS = flags.DEFINE_integer(
@@ -246,7 +251,8 @@ PARTITION_FLAGS = frozenset({
 # values of these.
 NOT_HPARAMS = frozenset({
     'root_output_dir', 'experiment_name', 'total_rounds',
-    'rounds_per_checkpoint', 'max_concurrent_clients', 'max_clients_per_call',
+    'rounds_per_checkpoint', 'checkpoints_to_keep', 'max_concurrent_clients',
+    'max_clients_per_call',
     'worker_addresses', 'target_accuracy', 'target_metric', 'baseline_run_dir',
 })
 

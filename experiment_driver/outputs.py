@@ -2,6 +2,7 @@
 
 Layout of `<root_output_dir>/<experiment_name>/`:
 
+    run.lock         the pid of the run holding the directory's lock
     hparams.json     the flags of the run (rerunning with other flags is refused)
     metrics.csv      one row per round (`tff.program.CSVFileReleaseManager`)
     tensorboard/     scalars per round (`tff.program.TensorBoardReleaseManager`)
@@ -9,41 +10,91 @@ Layout of `<root_output_dir>/<experiment_name>/`:
 
 Metrics are released through TFF's program release managers; the CSV manager
 drops rows past the resumed round itself, so a resumed run's CSV equals an
-uninterrupted run's.
+uninterrupted run's, and on resume the TensorBoard events are rewritten from
+the CSV up to the resumed round, so that they too hold each round once.
+
+A run holds an exclusive advisory lock (`flock`) on `run.lock` for its life;
+the kernel releases it when the process dies, even by `kill -9`, so a lock is
+never stale. Writes go to temporary files renamed into place (TFF's
+`<name>_tempNNNN`, ours `.tmp-*`); those an interrupted write left behind are
+removed when the next run takes the lock. The last `checkpoints_to_keep`
+checkpoints are kept (and the first), so that a corrupt latest one can be
+deleted to resume from the one before.
 """
 
 import asyncio
+import csv
+import fcntl
 import json
 import math
 import os
+import re
+import shutil
 import tempfile
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Optional
 
 import tensorflow_federated as tff
+
+LOCK_NAME = 'run.lock'
+_TEMP_PREFIX = '.tmp-'
+# TFF's release and program-state managers write `<name>_temp<4 digits>`.
+_TFF_TEMP = re.compile(r'_temp\d{4}$')
 
 
 class RunDirectoryError(ValueError):
   """The run directory cannot be used as asked."""
 
 
+class RunLockedError(RunDirectoryError):
+  """Another live run holds the run directory."""
+
+
 class CheckpointError(RuntimeError):
   """A saved checkpoint cannot be read."""
 
 
+def _umask() -> int:
+  mask = os.umask(0)
+  os.umask(mask)
+  return mask
+
+
 def _write_atomically(path: str, text: str) -> None:
+  """Writes `path` via a temporary file and a rename, with the mode a plain
+  `open` would give it (not `tempfile`'s 0600)."""
   directory = os.path.dirname(path)
-  with tempfile.NamedTemporaryFile('w', dir=directory, delete=False) as f:
+  with tempfile.NamedTemporaryFile('w', dir=directory, delete=False,
+                                   prefix=_TEMP_PREFIX) as f:
     f.write(text)
+  os.chmod(f.name, 0o666 & ~_umask())
   os.replace(f.name, path)
+
+
+def _remove_interrupted_writes(directory: str) -> None:
+  """Removes the temporary files and directories of interrupted writes."""
+  if not os.path.isdir(directory):
+    return
+  for name in os.listdir(directory):
+    path = os.path.join(directory, name)
+    if name.startswith(_TEMP_PREFIX) or _TFF_TEMP.search(name):
+      if os.path.isdir(path) and not os.path.islink(path):
+        shutil.rmtree(path, ignore_errors=True)
+      else:
+        os.remove(path)
 
 
 class RunDirectory:
   """Owns one run's outputs; writes nothing until `start_writing()`."""
 
   def __init__(self, root_output_dir: str, experiment_name: str,
-               hparams: Mapping[str, Any]):
+               hparams: Mapping[str, Any], checkpoints_to_keep: int = 3):
     self.path = os.path.join(root_output_dir, experiment_name)
+    self.checkpoints_to_keep = checkpoints_to_keep
+    self.last_round = 0  # the last round whose metrics were released
+    self.last_checkpoint_round: Optional[int] = None
+    self._lock_fd: Optional[int] = None
+    self._created: Optional[str] = None
     self.hparams = dict(hparams)
     self.metrics_csv = os.path.join(self.path, 'metrics.csv')
     self.tensorboard_dir = os.path.join(self.path, 'tensorboard')
@@ -55,9 +106,86 @@ class RunDirectory:
 
   def _checkpoints(self) -> tff.program.FileProgramStateManager:
     if self._state_manager is None:
+      # The first checkpoint (round 0) and the last `checkpoints_to_keep`.
       self._state_manager = tff.program.FileProgramStateManager(
-          self.checkpoint_dir, keep_total=2)
+          self.checkpoint_dir, keep_total=self.checkpoints_to_keep + 1,
+          keep_first=True)
     return self._state_manager
+
+  def lock(self) -> None:
+    """Takes the directory's exclusive lock for the life of this process.
+
+    Creates the directory if needed, then removes what interrupted writes
+    left behind.
+
+    Raises:
+      RunLockedError: If another live run holds it (naming its pid); nothing
+        is written then.
+      RunDirectoryError: If the directory cannot be created or written.
+    """
+    # The top-most directory this run creates (None: it creates none).
+    missing = None
+    path = os.path.abspath(self.path)
+    while not os.path.exists(path):
+      missing, path = path, os.path.dirname(path)
+    self._created = missing
+    try:
+      os.makedirs(self.path, exist_ok=True)
+      fd = os.open(os.path.join(self.path, LOCK_NAME), os.O_RDWR | os.O_CREAT,
+                   0o666)
+    except OSError as e:
+      raise RunDirectoryError(
+          f'cannot write the run directory {self.path}: {e.strerror}') from e
+    try:
+      fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+      pid = os.read(fd, 32).decode(errors='replace').strip() or 'unknown'
+      os.close(fd)
+      raise RunLockedError(
+          f'{self.path} is in use by another run (pid {pid}); wait for it to'
+          ' end or pass another --experiment_name') from None
+    try:
+      os.ftruncate(fd, 0)
+      os.write(fd, f'{os.getpid()}\n'.encode())
+      if not os.access(self.path, os.W_OK):
+        raise PermissionError(13, 'Permission denied')
+    except OSError as e:
+      os.close(fd)
+      raise RunDirectoryError(
+          f'cannot write the run directory {self.path}: {e.strerror}') from e
+    self._lock_fd = fd
+    for path, is_kind, kind in (
+        (self.checkpoint_dir, os.path.isdir, 'a directory'),
+        (self.tensorboard_dir, os.path.isdir, 'a directory'),
+        (os.path.join(self.path, 'client_states'), os.path.isdir,
+         'a directory'),
+        (self.metrics_csv, os.path.isfile, 'a file'),
+        (self.hparams_json, os.path.isfile, 'a file')):
+      if os.path.exists(path) and not is_kind(path):
+        self.unlock()
+        raise RunDirectoryError(
+            f'cannot write the run directory {self.path}: {path} is not'
+            f' {kind}')
+    _remove_interrupted_writes(self.path)
+    _remove_interrupted_writes(self.checkpoint_dir)
+
+  def unlock(self) -> None:
+    """Releases the lock; a directory this run created and left empty goes."""
+    if self._lock_fd is None:
+      return
+    _remove_interrupted_writes(self.path)
+    _remove_interrupted_writes(self.checkpoint_dir)
+    if self._created and os.listdir(self.path) == [LOCK_NAME]:
+      # Nothing was written: leave the file system as it was.
+      os.remove(os.path.join(self.path, LOCK_NAME))
+      path = os.path.abspath(self.path)
+      while True:
+        os.rmdir(path)
+        if path == self._created:
+          break
+        path = os.path.dirname(path)
+    os.close(self._lock_fd)
+    self._lock_fd = None
 
   def check_hparams(self) -> None:
     """Refuses to resume a run that was started with other hyperparameters."""
@@ -75,8 +203,12 @@ class RunDirectory:
           f'{self.path} holds a run with other flags ({details}); pass another'
           ' --experiment_name or the same flags to resume it')
 
-  def start_writing(self) -> None:
+  def start_writing(self, resumed_round: int = 0) -> None:
     """Creates the directory, writes the hyperparameters, opens the writers.
+
+    On a resume (`resumed_round` > 0) the TensorBoard events are rewritten
+    from `metrics.csv` up to `resumed_round`: the rounds the interrupted run
+    wrote after its last checkpoint are computed again and must appear once.
 
     Called after the checkpoint was read, so a run that cannot resume leaves
     its directory untouched.
@@ -84,13 +216,40 @@ class RunDirectory:
     os.makedirs(self.path, exist_ok=True)
     _write_atomically(self.hparams_json,
                       json.dumps(self.hparams, indent=2, sort_keys=True))
+    if resumed_round:
+      self._rewrite_tensorboard(resumed_round)
+    try:
+      csv_manager = tff.program.CSVFileReleaseManager(
+          self.metrics_csv, save_mode=tff.program.CSVSaveMode.APPEND,
+          key_fieldname='round')
+    except tff.program.CSVKeyFieldnameNotFoundError as e:
+      raise RunDirectoryError(
+          f'{self.metrics_csv} has no round column: it was not written by'
+          ' this package; move it away or pass another --experiment_name'
+          ) from e
     self._release_managers = [
-        tff.program.CSVFileReleaseManager(
-            self.metrics_csv,
-            save_mode=tff.program.CSVSaveMode.APPEND,
-            key_fieldname='round'),
+        csv_manager,
         tff.program.TensorBoardReleaseManager(self.tensorboard_dir),
     ]
+
+  def _rewrite_tensorboard(self, resumed_round: int) -> None:
+    rows = []
+    if os.path.exists(self.metrics_csv):
+      with open(self.metrics_csv, newline='') as f:
+        rows = [row for row in csv.DictReader(f)
+                if row.get('round') and int(row['round']) <= resumed_round]
+    shutil.rmtree(self.tensorboard_dir, ignore_errors=True)
+    manager = tff.program.TensorBoardReleaseManager(self.tensorboard_dir)
+    for row in rows:
+      values = {}
+      for key, text in row.items():
+        try:
+          values[key] = float(text)
+        except (TypeError, ValueError):
+          continue
+      values.pop('round', None)
+      self._loop.run_until_complete(
+          manager.release(values, key=int(row['round'])))
 
   def release_metrics(self, metrics: Mapping[str, float], round_num: int):
     """Writes one round's flat metrics to the CSV and TensorBoard."""
@@ -98,10 +257,12 @@ class RunDirectory:
         manager.release(dict(metrics), key=round_num)
         for manager in self._release_managers
     ]))
+    self.last_round = round_num
 
   def save_checkpoint(self, program_state: Any, round_num: int) -> None:
     self._loop.run_until_complete(
         self._checkpoints().save(program_state, round_num))
+    self.last_checkpoint_round = round_num
 
   def load_latest_checkpoint(self, structure: Any) -> tuple[Any, int]:
     """Returns `(program_state, round)` or `(None, 0)` if there is none."""
@@ -111,14 +272,20 @@ class RunDirectory:
       state, version = self._loop.run_until_complete(
           self._checkpoints().load_latest(structure))
     except Exception as e:  # pylint: disable=broad-except
-      versions = self._loop.run_until_complete(
-          self._checkpoints().get_versions())
+      versions = sorted(self._loop.run_until_complete(
+          self._checkpoints().get_versions()) or [0])
+      latest = os.path.join(self.checkpoint_dir,
+                            f'program_state_{versions[-1]}')
+      before = (f'resume from round {versions[-2]}, the checkpoint before it'
+                if len(versions) > 1 else 'start the run again')
       raise CheckpointError(
-          f'checkpoint {self.checkpoint_dir}/program_state_'
-          f'{max(versions or [0])} cannot be read'
-          f' ({type(e).__name__}); delete it to resume from the one before, or'
-          ' pass another --experiment_name') from e
-    return (state, version) if state is not None else (None, 0)
+          f'checkpoint {latest} cannot be read ({type(e).__name__}); delete'
+          f' it (rm -r {latest}) and rerun to {before}, or pass another'
+          ' --experiment_name') from e
+    if state is None:
+      return None, 0
+    self.last_checkpoint_round = version
+    return state, version
 
 
 def flatten_metrics(structure: Any, prefix: str = '') -> dict[str, float]:
@@ -161,4 +328,7 @@ def progress_line(round_num: int, total_rounds: int, round_seconds: float,
   for key in ('num_nonfinite_updates', 'num_zero_updates'):
     if metrics.get(key, 0) > 0:  # diverged clients, discarded (diagnostics)
       parts.append(f'{key} {int(metrics[key])}')
+  if metrics.get('examples_processed') == 0:
+    parts.append('WARNING: no client update reached the model (every client'
+                 ' diverged or sent nothing)')
   return ' | '.join(parts)

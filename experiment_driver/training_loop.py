@@ -95,6 +95,15 @@ def summarize_training_metrics(flat: dict[str, float],
     summary['train/accuracy'] = flat[_TRAIN_PREFIX + accuracy_name]
   if _TRAIN_PREFIX + 'num_examples' in flat:
     summary['examples_processed'] = flat[_TRAIN_PREFIX + 'num_examples']
+  if summary.get('examples_processed') == 0.0:
+    # No client's update reached the model (every one diverged and was
+    # discarded): TFF's metrics then read 0, which is no loss at all. Every
+    # family reports nan here. The adaptive clipping norm still moves that
+    # round, as TFF's quantile estimate counts a discarded (zeroed) update as
+    # one below the norm: the norm shrinks, which is what a diverging run
+    # needs; it is left as TFF has it.
+    summary['train/loss'] = float('nan')
+    summary['train/accuracy'] = float('nan')
   # Where aggregators nest (FedNova around the diagnostics), the outermost
   # measurement is the round's: FedNova's `update_norm` is the server's step.
   for key in sorted(flat, key=lambda k: k.count('/'), reverse=True):
@@ -174,18 +183,22 @@ def _initial_program_state(server_state) -> dict[str, Any]:
   }
 
 
-def _stateful_clients(process, run_dir: outputs.RunDirectory):
+def _stateful_clients(process, run_dir: outputs.RunDirectory, start_round):
   """`(round_runner, on_checkpoint)` for stateful-client processes.
 
   Client states live in `<run_dir>/client_states/` (only the cohort is held
-  in memory); the store is committed right after each checkpoint and restored
+  in memory); the store is committed right after each checkpoint, keeping
+  the states of as many checkpoints as the run directory keeps, and restored
   to the checkpoint's round on resume, so a resumed run sees exactly the
-  client states of the round it resumes from.
+  client states of the round it resumes from (also an older checkpoint's,
+  when the latest was deleted).
   """
   runner = adabest_runner.StatefulClientRunner(
       process, client_state_store.ClientStateStore(
           os.path.join(run_dir.path, 'client_states'),
-          process.initial_client_state()))
+          process.initial_client_state(),
+          keep_commits=run_dir.checkpoints_to_keep))
+  runner.store.restore(start_round)
 
   def round_runner(process, state, round_num, client_ids, datasets):
     del process  # The runner's.
@@ -223,9 +236,10 @@ def run_training(
 
   structure = _initial_program_state(process.initialize())
   program_state, start_round = run_dir.load_latest_checkpoint(structure)
-  run_dir.start_writing()
+  run_dir.start_writing(start_round)
   if isinstance(process, stateful_process.StatefulClientLearningProcess):
-    round_runner, on_checkpoint = _stateful_clients(process, run_dir)
+    round_runner, on_checkpoint = _stateful_clients(process, run_dir,
+                                                    start_round)
   else:
     round_runner, on_checkpoint = (
         lambda process, state, round_num, ids, datasets: process.next(
@@ -233,8 +247,6 @@ def run_training(
   if program_state is None:
     program_state = structure
     run_dir.save_checkpoint(program_state, 0)
-  if on_checkpoint is not None:
-    on_checkpoint(start_round)
   state = program_state['server_state']
   totals = {k: float(v) for k, v in program_state['totals'].items()}
   last_train_accuracy = float(program_state['last_train_accuracy'])

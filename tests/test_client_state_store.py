@@ -5,6 +5,7 @@ import os
 
 import numpy as np
 import pytest
+import tensorflow as tf
 
 from adabest_tff import client_state_store
 
@@ -149,8 +150,10 @@ def test_bad_calls_raise_value_error(tmp_path):
   store = client_state_store.ClientStateStore(str(tmp_path), FRESH)
   store.save(['a'], [state_for('a', 2)], 2)
   store.commit(2)
-  with pytest.raises(ValueError, match='round_num=1'):
+  with pytest.raises(ValueError, match='as of round 1 are gone'):
     store.restore(1)
+  with pytest.raises(ValueError, match='round_num=1'):
+    store.commit(1)
   with pytest.raises(ValueError, match='round_num=2'):
     store.save(['a'], [state_for('a', 2)], 2)
   with pytest.raises(ValueError, match='2 client ids and 1 states'):
@@ -159,3 +162,44 @@ def test_bad_calls_raise_value_error(tmp_path):
   wrong_shape['estimate'][1] = np.zeros((4,), np.float32)
   with pytest.raises(ValueError, match="client 'a'"):
     store.save(['a'], [wrong_shape], 3)
+
+
+def test_restore_goes_back_to_any_retained_commit(tmp_path):
+  # Checkpoints at rounds 2, 4 and 6 with three kept: after the checkpoint
+  # of round 6 is lost, the states as of round 4 are exactly those the run
+  # had then, and an uninterrupted run from there writes the same files.
+  store = client_state_store.ClientStateStore(str(tmp_path), FRESH,
+                                              keep_commits=3)
+  cohorts = {1: ['a', 'b'], 2: ['b'], 3: ['a', 'c'], 4: ['b'], 5: ['a'],
+             6: ['c', 'a']}
+  as_of = {}
+  for round_num, cohort in cohorts.items():
+    store.load(cohort)
+    store.save(cohort, [state_for(i, round_num) for i in cohort], round_num)
+    if round_num % 2 == 0:
+      store.commit(round_num)
+      as_of[round_num] = store.load(['a', 'b', 'c'])
+  assert store.committed_rounds == [2, 4, 6]
+  store.restore(4)
+  assert store.committed_rounds == [2, 4]
+  reopened = client_state_store.ClientStateStore(str(tmp_path), FRESH,
+                                                 keep_commits=3)
+  for got, want in zip(reopened.load(['a', 'b', 'c']), as_of[4]):
+    for g, w in zip(tf.nest.flatten(got), tf.nest.flatten(want)):
+      np.testing.assert_array_equal(g, w)
+  reopened.restore(2)
+  for got, want in zip(reopened.load(['a', 'b', 'c']), as_of[2]):
+    for g, w in zip(tf.nest.flatten(got), tf.nest.flatten(want)):
+      np.testing.assert_array_equal(g, w)
+  reopened.restore(0)  # the start: every client fresh
+  assert not files_of(tmp_path)
+
+
+def test_one_kept_commit_keeps_only_the_latest_versions(tmp_path):
+  store = client_state_store.ClientStateStore(str(tmp_path), FRESH)
+  store.save(['a'], [state_for('a', 1)], 1)
+  store.commit(1)
+  store.save(['a'], [state_for('a', 2)], 2)
+  store.commit(2)
+  assert [n for n in files_of(tmp_path) if n.startswith('client-')] == [
+      'client-a@00000002.npz']

@@ -45,7 +45,8 @@ NON_DEFAULT = {
     'straggler_alpha': '2.0', 'straggler_lambda': '0.5',
     'rounds_per_eval': '3', 'max_eval_clients': '5',
     'root_output_dir': '/tmp/fl_papers_elsewhere', 'experiment_name': 'other',
-    'rounds_per_checkpoint': '3', 'max_concurrent_clients': '1',
+    'rounds_per_checkpoint': '3', 'checkpoints_to_keep': '5',
+    'max_concurrent_clients': '1',
     'max_clients_per_call': '2', 'worker_addresses': 'localhost:1234',
     'seed': '5', 'adabest_mu': '0.5', 'adabest_beta': '0.5',
     'adabest_beta_decay_patience': '1', 'adabest_beta_decay_factor': '0.01',
@@ -139,8 +140,10 @@ def _cheap_fingerprint(task, monkeypatch):
   build.runtime()
   config = build.loop_config(task)
   ids = sorted(task.datasets.train_data.client_ids)[:5]
+  run_dir = build.run_directory()
   return repr((
-      sorted(task_kwargs.items()), runtimes, build.run_directory().path,
+      sorted(task_kwargs.items()), runtimes, run_dir.path,
+      run_dir.checkpoints_to_keep,
       [config.cohort_size_fn(r) for r in range(1, 65)],
       [fn(1, ids, {}) for fn in config.extra_metrics_fns],
       config.total_rounds, config.rounds_per_eval,

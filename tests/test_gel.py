@@ -58,7 +58,7 @@ def test_zero_guessed_steps_is_fedavgcm():
       model_fn,
       client_optimizer_fn=tff.learning.optimizers.build_sgdm(
           LEARNING_RATE, momentum=0.9),
-      server_optimizer=tff.learning.optimizers.build_sgdm(1.0)))
+      server_optimizer_fn=tff.learning.optimizers.build_sgdm(1.0)))
   assert_same_weights(gel_weights, tff_weights)
 
 
@@ -79,7 +79,7 @@ def test_fedavg_baseline_is_tff_fedavg_with_sgd():
   tff_weights, _ = train(tff.learning.algorithms.build_weighted_fed_avg(
       model_fn,
       client_optimizer_fn=tff.learning.optimizers.build_sgdm(LEARNING_RATE),
-      server_optimizer=tff.learning.optimizers.build_sgdm(1.0)))
+      server_optimizer_fn=tff.learning.optimizers.build_sgdm(1.0)))
   assert_same_weights(weights, tff_weights)
 
 
@@ -107,7 +107,7 @@ def test_fedyogi_baseline_is_tff_fedavg_with_yogi_server():
   tff_weights, _ = train(tff.learning.algorithms.build_weighted_fed_avg(
       model_fn,
       client_optimizer_fn=tff.learning.optimizers.build_sgdm(LEARNING_RATE),
-      server_optimizer=tff.learning.optimizers.build_yogi(
+      server_optimizer_fn=tff.learning.optimizers.build_yogi(
           1e-2, beta_1=0.9, beta_2=0.99, epsilon=1e-3)))
   assert_same_weights(weights, tff_weights)
 

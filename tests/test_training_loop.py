@@ -11,6 +11,7 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 import tasks
+from experiment_driver import outputs
 from experiment_driver import training_loop
 from experiment_driver import value_transfer
 
@@ -126,7 +127,7 @@ def test_summary_takes_the_outermost_of_nested_measurements():
 def test_evaluator_serializes_its_clients_once(monkeypatch):
   task = tasks.create_task('synthetic')
   evaluator = training_loop.Evaluator(
-      task, tasks.ACCURACY_METRIC_NAME['synthetic'], max_clients=20,
+      task, tasks.TASKS['synthetic'].accuracy_metric, max_clients=20,
       sample_seed=1)
   weights = tff.learning.models.ModelWeights.from_model(task.model_fn())
   weights = tf.nest.map_structure(lambda v: v.numpy(), weights)
@@ -142,3 +143,21 @@ def test_evaluator_serializes_its_clients_once(monkeypatch):
   assert first == second
   assert first['validation/num_examples'] > 0
   assert 0.0 <= first['test/accuracy'] <= 1.0
+
+
+def test_a_round_in_which_no_client_contributed_reads_nan_and_warns():
+  # Every client diverged: TFF's sums are 0 over 0 examples.
+  flat = {'client_work/train/loss': 0.0,
+          'client_work/train/sparse_categorical_accuracy': 0.0,
+          'client_work/train/num_examples': 0.0}
+  summary = training_loop.summarize_training_metrics(
+      flat, 'sparse_categorical_accuracy')
+  assert np.isnan(summary['train/loss'])
+  assert np.isnan(summary['train/accuracy'])
+  assert 'no client update reached the model' in outputs.progress_line(
+      1, 10, 0.1, 0.1, summary)
+  flat['client_work/train/num_examples'] = 4.0
+  summary = training_loop.summarize_training_metrics(
+      flat, 'sparse_categorical_accuracy')
+  assert summary['train/loss'] == 0.0
+  assert 'WARNING' not in outputs.progress_line(1, 10, 0.1, 0.1, summary)

@@ -1,0 +1,239 @@
+"""Run directories that survive faults, as a hostile but fair user meets them.
+
+Two runs into one directory, a corrupt latest checkpoint (stateless and
+stateful), an output path that cannot be written, Ctrl-C and SIGTERM, the
+leftovers of `kill -9`, TensorBoard after a resume, file modes. Each test
+runs `run_experiment.py` as a subprocess.
+"""
+
+import glob
+import os
+import shutil
+import signal
+import stat
+import subprocess
+import sys
+import time
+
+import pandas as pd
+import pytest
+import tensorflow as tf
+
+_REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_SMALL = ['--task=synthetic', '--clients_per_round=3', '--total_rounds=4',
+          '--rounds_per_eval=2', '--rounds_per_checkpoint=2',
+          '--max_eval_clients=20', '--seed=3']
+_STATEFUL = ['--task=synthetic_partitioned', '--algorithm=adabest',
+             '--num_clients=20', '--clients_per_round=3', '--total_rounds=4',
+             '--rounds_per_eval=2', '--rounds_per_checkpoint=2', '--seed=3']
+_TIMING = ('round_time_sec',)
+
+
+def _command(*args):
+  return [sys.executable, os.path.join(_REPO, 'run_experiment.py'), *args]
+
+
+def _run(*args, check=True):
+  result = subprocess.run(_command(*args), capture_output=True, text=True,
+                          cwd=_REPO, timeout=600, stdin=subprocess.DEVNULL)
+  if check and result.returncode != 0:
+    raise AssertionError(f'exit {result.returncode}:\n{result.stderr[-3000:]}')
+  return result
+
+
+def _metrics(run_dir):
+  frame = pd.read_csv(os.path.join(run_dir, 'metrics.csv'))
+  return frame.drop(columns=[c for c in _TIMING if c in frame])
+
+
+def _stderr_lines(result):
+  return [line for line in result.stderr.strip().splitlines() if line]
+
+
+@pytest.fixture(scope='module')
+def reference_runs(tmp_path_factory):
+  """Uninterrupted runs to compare with: `{name: run_dir}`."""
+  root = tmp_path_factory.mktemp('reference')
+  runs = {}
+  for name, args in (('fedopt', _SMALL), ('adabest', _STATEFUL)):
+    _run(*args, f'--root_output_dir={root}', f'--experiment_name={name}')
+    runs[name] = str(root / name)
+  return runs
+
+
+def test_a_second_run_into_a_locked_directory_stops_and_touches_nothing(
+    tmp_path):
+  # Long enough that the second run starts while the first trains.
+  args = ['--task=synthetic', '--clients_per_round=10', '--total_rounds=600',
+          '--rounds_per_eval=600', '--rounds_per_checkpoint=50',
+          '--max_eval_clients=20', f'--root_output_dir={tmp_path}',
+          '--experiment_name=s']
+  first = subprocess.Popen(_command(*args), stdout=subprocess.PIPE,
+                           stderr=subprocess.DEVNULL, text=True, cwd=_REPO)
+  try:
+    for line in first.stdout:
+      if line.startswith('round 2/'):
+        break
+    second = _run(*args, check=False)
+    assert second.returncode == 2
+    (line,) = _stderr_lines(second)
+    assert line.startswith('error: ') and f'pid {first.pid}' in line
+    for rest in first.stdout:
+      pass
+  finally:
+    first.wait(timeout=600)
+  assert first.returncode == 0
+  assert list(_metrics(tmp_path / 's')['round']) == list(range(1, 601))
+
+
+@pytest.mark.parametrize('name', ['fedopt', 'adabest'])
+def test_a_corrupt_latest_checkpoint_says_how_to_resume_and_that_works(
+    reference_runs, tmp_path, name):
+  copy = tmp_path / name
+  shutil.copytree(reference_runs[name], copy)
+  latest = copy / 'checkpoints' / 'program_state_4'
+  for path in latest.rglob('*'):
+    if path.is_file():
+      path.write_bytes(b'not a checkpoint')
+  args = [*(_SMALL if name == 'fedopt' else _STATEFUL),
+          f'--root_output_dir={tmp_path}', f'--experiment_name={name}']
+  result = _run(*args, check=False)
+  assert result.returncode == 2
+  (line,) = _stderr_lines(result)
+  assert f'rm -r {latest}' in line and 'resume from round 2' in line
+  shutil.rmtree(latest)
+  result = _run(*args)
+  assert 'resuming from the checkpoint of round 2' in result.stdout
+  pd.testing.assert_frame_equal(_metrics(copy),
+                                _metrics(reference_runs[name]))
+
+
+def test_an_output_path_that_is_a_file_is_one_error_line(tmp_path):
+  blocker = tmp_path / 'file'
+  blocker.write_text('')
+  started = time.monotonic()
+  result = _run(*_SMALL, f'--root_output_dir={blocker}', check=False)
+  assert result.returncode == 2
+  (line,) = _stderr_lines(result)
+  assert line.startswith('error: cannot write the run directory')
+  assert time.monotonic() - started < 60  # before the runtime starts
+
+
+@pytest.mark.parametrize('blocked', ['checkpoints', 'metrics.csv'])
+def test_a_path_of_the_wrong_kind_is_one_error_line(tmp_path, blocked):
+  run_dir = tmp_path / 'run'
+  run_dir.mkdir()
+  if blocked == 'checkpoints':
+    (run_dir / blocked).write_text('a file where a directory should be')
+  else:
+    (run_dir / blocked).mkdir()
+  result = _run(*_SMALL, f'--root_output_dir={tmp_path}',
+                '--experiment_name=run', check=False)
+  assert result.returncode == 2, result.stderr[-2000:]
+  (line,) = _stderr_lines(result)
+  assert line.startswith('error: cannot write the run')
+  assert not glob.glob(str(run_dir / '*_temp*'))
+  assert not glob.glob(str(run_dir / '.tmp-*'))
+
+
+def test_a_full_disk_is_one_error_line_and_freeing_space_resumes_exactly(
+    reference_runs, tmp_path):
+  disk = tmp_path / 'disk'
+  disk.mkdir()
+  if subprocess.run(['mount', '-t', 'tmpfs', '-o', 'size=64m', 'tmpfs',
+                     str(disk)], capture_output=True).returncode != 0:
+    pytest.skip('cannot mount a tmpfs here (needs root outside a sandbox)')
+  try:
+    args = [*_SMALL, f'--root_output_dir={disk}', '--experiment_name=full']
+    process = subprocess.Popen(_command(*args), stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True, cwd=_REPO)
+    filler = disk / 'filler'
+    for line in process.stdout:
+      if line.startswith('round 2/4'):  # the checkpoint of round 2 is next
+        process.send_signal(signal.SIGSTOP)
+        with open(filler, 'wb') as f:
+          try:
+            while True:
+              f.write(b'\0' * (1 << 16))
+              f.flush()
+          except OSError:
+            pass
+        process.send_signal(signal.SIGCONT)
+        break
+    _, stderr = process.communicate(timeout=300)
+    assert process.returncode == 2, stderr[-3000:]
+    lines = [l for l in stderr.splitlines() if l.strip()]
+    assert len(lines) == 1 and lines[0].startswith(
+        'error: cannot write the run'), stderr[-3000:]
+    run_dir = disk / 'full'
+    assert not glob.glob(str(run_dir / '**' / '*_temp*'), recursive=True)
+    assert list(_metrics(run_dir)['round'])[:2] == [1, 2]  # intact
+    filler.unlink()
+    _run(*args)
+    pd.testing.assert_frame_equal(_metrics(run_dir),
+                                  _metrics(reference_runs['fedopt']))
+  finally:
+    subprocess.run(['umount', '-l', str(disk)], check=False)
+
+
+@pytest.mark.parametrize('sig, code', [(signal.SIGINT, 130),
+                                       (signal.SIGTERM, 143)])
+def test_interrupt_is_one_line_and_the_rerun_resumes(reference_runs, tmp_path,
+                                                    sig, code):
+  args = [*_SMALL, f'--root_output_dir={tmp_path}', '--experiment_name=i']
+  process = subprocess.Popen(_command(*args), stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True, cwd=_REPO)
+  for line in process.stdout:
+    if line.startswith('round 3/4'):
+      process.send_signal(sig)
+      break
+  _, stderr = process.communicate(timeout=120)
+  assert process.returncode == code, stderr[-2000:]
+  lines = [l for l in stderr.splitlines() if l.strip()]
+  assert len(lines) == 1 and lines[0].startswith('interrupted at round')
+  assert 'rerun the same command to resume' in lines[0]
+  _run(*args)
+  pd.testing.assert_frame_equal(_metrics(tmp_path / 'i'),
+                                _metrics(reference_runs['fedopt']))
+
+
+def _tensorboard_steps(run_dir, tag):
+  steps = []
+  for path in glob.glob(os.path.join(run_dir, 'tensorboard', '**', '*tfevents*'),
+                        recursive=True):
+    for record in tf.data.TFRecordDataset(path):
+      event = tf.compat.v1.Event.FromString(record.numpy())
+      for value in event.summary.value:
+        if value.tag == tag:
+          steps.append(event.step)
+  return sorted(steps)
+
+
+def test_after_kill_9_temp_files_go_and_tensorboard_holds_each_round_once(
+    reference_runs, tmp_path):
+  args = [*_SMALL, f'--root_output_dir={tmp_path}', '--experiment_name=k']
+  process = subprocess.Popen(_command(*args), stdout=subprocess.PIPE,
+                             stderr=subprocess.DEVNULL, text=True, cwd=_REPO)
+  for line in process.stdout:
+    if line.startswith('round 3/4'):  # round 3 is in TensorBoard, not saved
+      process.send_signal(signal.SIGKILL)
+      break
+  process.wait()
+  run_dir = tmp_path / 'k'
+  # What a kill during writes leaves behind.
+  (run_dir / 'checkpoints' / 'program_state_4_temp1234').mkdir()
+  (run_dir / 'metrics.csv_temp5678').write_text('half a row')
+  (run_dir / '.tmp-abcd').write_text('{')
+  _run(*args)
+  assert not glob.glob(str(run_dir / '**' / '*_temp*'), recursive=True)
+  assert not glob.glob(str(run_dir / '.tmp-*'))
+  assert _tensorboard_steps(run_dir, 'train/loss') == [1, 2, 3, 4]
+  pd.testing.assert_frame_equal(_metrics(run_dir),
+                                _metrics(reference_runs['fedopt']))
+
+
+def test_outputs_have_one_file_mode(reference_runs):
+  run_dir = reference_runs['fedopt']
+  modes = {name: stat.S_IMODE(os.stat(os.path.join(run_dir, name)).st_mode)
+           for name in ('hparams.json', 'metrics.csv')}
+  assert modes['hparams.json'] == modes['metrics.csv'], modes
