@@ -95,6 +95,9 @@ def test_make_and_bazel_commands_name_existing_targets(doc, command, error):
     package, name = label[2:].split(':')
     if name == '...':
       continue
+    if not os.path.exists(os.path.join(_REPO, package or '.', 'BUILD')):
+      pytest.skip('BUILD files are not in the runfiles under `bazel test`;'
+                  ' `make test` checks the labels')
     with open(os.path.join(_REPO, package, 'BUILD')) as f:
       build = f.read()
     assert (f'name = "{name}"' in build or
