@@ -6,7 +6,10 @@ run_directories`).
 
 import json
 import os
-from typing import Any
+import subprocess
+import sys
+from collections.abc import Mapping
+from typing import Any, Optional
 
 import pandas as pd
 
@@ -28,3 +31,33 @@ def write_run(root: str, name: str, hparams: dict[str, Any],
   pd.DataFrame(metrics).to_csv(os.path.join(run_dir, 'metrics.csv'),
                                index=False)
   return run_dir
+
+
+# --- The driver as a user runs it ---
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# Columns that measure the machine, not the computation.
+TIMING_COLUMNS = ('round_time_sec',)
+
+
+def driver_command(*args: str) -> list[str]:
+  """The command line of `run_experiment.py` with `args`."""
+  return [sys.executable, os.path.join(REPO, 'run_experiment.py'), *args]
+
+
+def run_driver(*args: str, check: bool = True,
+               env: Optional[Mapping[str, str]] = None
+               ) -> subprocess.CompletedProcess:
+  """Runs the driver to its end; with `check`, a non-zero exit fails."""
+  result = subprocess.run(driver_command(*args), capture_output=True,
+                          text=True, cwd=REPO, timeout=600,
+                          stdin=subprocess.DEVNULL, env=env)
+  if check and result.returncode != 0:
+    raise AssertionError(f'exit {result.returncode}:\n{result.stderr[-3000:]}')
+  return result
+
+
+def read_metrics(run_dir: str) -> pd.DataFrame:
+  """A run's metrics.csv without the timing columns."""
+  frame = pd.read_csv(os.path.join(run_dir, 'metrics.csv'))
+  return frame.drop(columns=[c for c in TIMING_COLUMNS if c in frame])

@@ -4,39 +4,28 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
 import time
 import uuid
 
 import pandas as pd
 import pytest
 
-_REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from tests import run_directories
+
+_REPO = run_directories.REPO
 _SMALL_RUN = ['--task=synthetic', '--clients_per_round=3', '--total_rounds=4',
               '--rounds_per_eval=2', '--rounds_per_checkpoint=2',
               '--max_eval_clients=20', '--seed=3']
 _MARKER = f'FL_PAPERS_TEST_RUN={uuid.uuid4().hex}'
 _ENV = {**os.environ, _MARKER.split('=')[0]: _MARKER.split('=')[1]}
-# Columns that measure the machine, not the computation.
-_TIMING_COLUMNS = ('round_time_sec',)
 
 
-def _command(*args):
-  return [sys.executable, os.path.join(_REPO, 'run_experiment.py'), *args]
+_command = run_directories.driver_command
+_metrics = run_directories.read_metrics
 
 
 def _run(*args, check=True):
-  result = subprocess.run(_command(*args), capture_output=True, text=True,
-                          cwd=_REPO, timeout=600, stdin=subprocess.DEVNULL,
-                          env=_ENV)
-  if check and result.returncode != 0:
-    raise AssertionError(f'exit {result.returncode}:\n{result.stderr[-3000:]}')
-  return result
-
-
-def _metrics(run_dir):
-  frame = pd.read_csv(os.path.join(run_dir, 'metrics.csv'))
-  return frame.drop(columns=[c for c in _TIMING_COLUMNS if c in frame])
+  return run_directories.run_driver(*args, check=check, env=_ENV)
 
 
 def _workers_of_this_test_session():

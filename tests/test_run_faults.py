@@ -12,38 +12,26 @@ import shutil
 import signal
 import stat
 import subprocess
-import sys
 import time
 
 import pandas as pd
 import pytest
 import tensorflow as tf
 
-_REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from tests import run_directories
+
+_REPO = run_directories.REPO
 _SMALL = ['--task=synthetic', '--clients_per_round=3', '--total_rounds=4',
           '--rounds_per_eval=2', '--rounds_per_checkpoint=2',
           '--max_eval_clients=20', '--seed=3']
 _STATEFUL = ['--task=synthetic_partitioned', '--algorithm=adabest',
              '--num_clients=20', '--clients_per_round=3', '--total_rounds=4',
              '--rounds_per_eval=2', '--rounds_per_checkpoint=2', '--seed=3']
-_TIMING = ('round_time_sec',)
 
 
-def _command(*args):
-  return [sys.executable, os.path.join(_REPO, 'run_experiment.py'), *args]
-
-
-def _run(*args, check=True):
-  result = subprocess.run(_command(*args), capture_output=True, text=True,
-                          cwd=_REPO, timeout=600, stdin=subprocess.DEVNULL)
-  if check and result.returncode != 0:
-    raise AssertionError(f'exit {result.returncode}:\n{result.stderr[-3000:]}')
-  return result
-
-
-def _metrics(run_dir):
-  frame = pd.read_csv(os.path.join(run_dir, 'metrics.csv'))
-  return frame.drop(columns=[c for c in _TIMING if c in frame])
+_command = run_directories.driver_command
+_run = run_directories.run_driver
+_metrics = run_directories.read_metrics
 
 
 def _stderr_lines(result):
