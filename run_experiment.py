@@ -98,8 +98,6 @@ def main(argv) -> None:
   if len(argv) > 1:
     raise app.UsageError(f'unexpected arguments: {" ".join(argv[1:])}')
   logging.set_verbosity(logging.WARNING)
-  # Every computation runs on the runtime `build.runtime()` starts and stops.
-  runtime.refuse_unmanaged_default_context()
   # `bazel run` starts the program in its runfiles directory; relative paths
   # in flags are meant from where the user typed the command.
   os.chdir(os.environ.get('BUILD_WORKING_DIRECTORY', os.getcwd()))
@@ -121,6 +119,9 @@ def parse_flags(argv: list[str]) -> list[str]:
 
 
 def entry_point() -> None:
+  # Every computation runs on the runtime `build.runtime()` starts and stops;
+  # TFF's own default context would also print a traceback at exit.
+  runtime.refuse_unmanaged_default_context()
   app.run(main, flags_parser=parse_flags)
 
 

@@ -135,7 +135,7 @@ def optimizer_flag_names(role: str) -> frozenset[str]:
 for _role in ('client', 'server'):
   flags.register_validator(
       f'{_role}_learning_rate', lambda v: v is None or v > 0,
-      message='a learning rate must be > 0')
+      message='a learning rate must be a finite number > 0')
   for _field in ('momentum', 'beta_1', 'beta_2'):
     flags.register_validator(f'{_role}_{_field}', lambda v: v < 1.0,
                              message='must be < 1')
