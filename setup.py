@@ -22,6 +22,7 @@ setuptools.setup(
         'dm-tree~=0.1.8',
         'numpy~=1.25',
         'pandas~=2.1.0',
+        'scikit-learn>=1.3',
         'matplotlib~=3.8.0',
         'tensorflow==2.14.1',
         'tensorflow-datasets==4.9.3',

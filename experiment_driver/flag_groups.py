@@ -20,7 +20,8 @@ TASK = flags.DEFINE_enum(
     'task', 'synthetic', tasks.TASK_NAMES,
     'Task: the large-cohort paper\'s cifar100, emnist, shakespeare,'
     ' stackoverflow; GeL\'s synthetic (LEAF); AdaBest\'s partitioned'
-    ' emnist_l, cifar10, cifar100_partitioned, synthetic_partitioned.')
+    ' emnist_l, cifar10, cifar100_partitioned, synthetic_partitioned, and'
+    ' digits (scikit-learn\'s bundled images, offline).')
 DATA_DIR = flags.DEFINE_string(
     'data_dir', None,
     'Directory holding the files TFF/TFDS would have cached; no network is'

@@ -65,6 +65,7 @@ PARTITIONED_TASKS = {
     'cifar10': 'cifar10',
     'cifar100_partitioned': 'cifar100',
     'synthetic_partitioned': 'synthetic',
+    'digits': 'digits',
 }
 
 
@@ -105,7 +106,7 @@ def _partitioned_record(dataset: str) -> TaskRecord:
       train_batch_size=partitioned_task.DEFAULT_BATCH_SIZE,
       client_epochs=partitioned_task.DEFAULT_NUM_EPOCHS,
       accuracy_metric=partitioned_task.ACCURACY_METRIC_NAME,
-      reads_files=dataset != 'synthetic',
+      reads_files=dataset not in ('synthetic', 'digits'),
       partitioned=True)
 
 

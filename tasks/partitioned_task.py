@@ -7,7 +7,8 @@ log-normal sizes; `tasks.partition`), and evaluates on the dataset's whole
 test split. 'synthetic' runs the same protocol offline on LEAF's Synthetic
 data (`tasks.synthetic`): the LEAF training examples of all 1,000 clients are
 pooled and re-partitioned, the LEAF test examples form the test set, and the
-model is a logistic regression.
+model is a logistic regression. 'digits' runs it offline on real images:
+scikit-learn's bundled handwritten digits (`tasks.digits`) with the MLP.
 
 Client training data (supplementary D, following FedDyn's code):
 * every local epoch is a fresh shuffle of the client's examples, batch 45;
@@ -37,6 +38,7 @@ import tensorflow_federated as tff
 
 from tasks import adabest_models
 from tasks import centralized_images
+from tasks import digits
 from tasks import partition
 from tasks import synthetic
 
@@ -91,6 +93,13 @@ DATASET_SETTINGS: dict[str, DatasetSettings] = {
         standardize_inputs=True,
         augment_train_images=True,
     ),
+    # scikit-learn's bundled digits (`tasks.digits`): EMNIST-L's MLP.
+    'digits': DatasetSettings(
+        weight_decay=1e-4,
+        create_keras_model=adabest_models.create_mlp,
+        standardize_inputs=True,
+        augment_train_images=False,
+    ),
     # FedDyn's synthetic experiments: weight decay 1e-5, raw features.
     'synthetic': DatasetSettings(
         weight_decay=1e-5,
@@ -117,7 +126,7 @@ def create_partitioned_task(
   """Builds one of AdaBest's partitioned tasks.
 
   Args:
-    dataset: 'emnist_l', 'cifar10', 'cifar100' or 'synthetic'.
+    dataset: 'emnist_l', 'cifar10', 'cifar100', 'digits' or 'synthetic'.
     num_clients: Training clients; `round(0.1 * num_clients)` validation
       clients are partitioned from the same training split.
     dirichlet_alpha: Concentration of the per-client label proportions
@@ -129,9 +138,10 @@ def create_partitioned_task(
     num_epochs: Local epochs per round (AdaBest: 5).
     eval_batch_size: Batch size of the test and validation data.
     data_dir: Directory TFDS prepared the image dataset in (see
-      `tasks.centralized_images`); unused by 'synthetic'.
+      `tasks.centralized_images`); unused by 'synthetic' and 'digits'.
     use_mock_data: Use random images (20 per client in each split) instead
-      of TFDS files; 'synthetic' is always generated and ignores it.
+      of TFDS files; 'synthetic' (generated) and 'digits' (bundled) ignore
+      it.
 
   Returns:
     A `tff.simulation.baselines.BaselineTask` whose `datasets.train_data`
@@ -155,6 +165,8 @@ def create_partitioned_task(
   settings = DATASET_SETTINGS[dataset]
   if dataset == 'synthetic':
     train, test, num_classes = _pooled_synthetic_data()
+  elif dataset == 'digits':
+    train, test, num_classes = digits.load_splits()
   else:
     num_classes = centralized_images.IMAGE_DATASETS[dataset].num_classes
     if use_mock_data:

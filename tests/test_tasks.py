@@ -32,6 +32,7 @@ def test_default_batch_sizes_are_the_papers():
       'cifar10': 45,
       'cifar100_partitioned': 45,
       'synthetic_partitioned': 45,
+      'digits': 45,
   }
   assert tasks.TASKS['emnist'].client_epochs == 1
   assert tasks.TASKS['cifar10'].client_epochs == 5
