@@ -23,6 +23,7 @@ from large_cohort import normalized_update
 from large_cohort import optimizers
 from large_cohort import straggler
 import tasks
+from tasks import data_files
 
 FLAGS = flags.FLAGS
 ALGORITHMS = families.ALGORITHMS
@@ -76,6 +77,9 @@ def runtime():
 def create_task() -> tff.simulation.baselines.BaselineTask:
   record = tasks.TASKS[f.TASK.value]
   effective = _effective()
+  if record.downloads:
+    data_files.configure(offline=f.OFFLINE.value or None,
+                         progress=f.PROGRESS.value)
   partition = {}
   if record.partitioned:
     partition = dict(num_clients=f.NUM_CLIENTS.value,

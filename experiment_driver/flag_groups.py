@@ -26,6 +26,15 @@ DATA_DIR = flags.DEFINE_string(
     'data_dir', None,
     'Directory holding the files TFF/TFDS would have cached; no network is'
     ' used when they are there.')
+OFFLINE = flags.DEFINE_bool(
+    'offline', False,
+    'Never download: a missing data file is an error naming it (also'
+    ' FL_PAPERS_OFFLINE=1). Default: TFF datasets are fetched into --data_dir'
+    ' (or ~/.tff) on first use, from FL_PAPERS_DATA_MIRROR if set.')
+PROGRESS = flags.DEFINE_bool(
+    'progress', True,
+    'Show a progress bar (bytes, rate, ETA) while downloading data, on a'
+    ' terminal.')
 USE_SYNTHETIC_DATA = flags.DEFINE_bool(
     'use_synthetic_data', False,
     "Use TFF's small synthetic version of the task's data (no download).")
@@ -255,6 +264,7 @@ NOT_HPARAMS = frozenset({
     'rounds_per_checkpoint', 'checkpoints_to_keep', 'max_concurrent_clients',
     'max_clients_per_call',
     'worker_addresses', 'target_accuracy', 'target_metric', 'baseline_run_dir',
+    'offline', 'progress',
 })
 
 

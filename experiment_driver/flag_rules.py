@@ -85,6 +85,11 @@ def unused_flags(values: Mapping[str, Any]) -> dict[str, str]:
                      ' are generated in memory')
   elif values['use_synthetic_data']:
     why.setdefault('data_dir', 'is not used with --use_synthetic_data')
+  if not task.downloads or values['use_synthetic_data']:
+    for name in ('offline', 'progress'):
+      why.setdefault(name, f'is only used where data are downloaded (TFF\'s'
+                     ' emnist, shakespeare, stackoverflow, cifar100 without'
+                     ' --use_synthetic_data)')
 
   conditions = (
       (values['server_lr_scaling'] == 'none',

@@ -86,6 +86,8 @@ class TaskRecord:
     reads_files: Whether the data come from files (`data_dir`) that TFF's
       small synthetic stand-in (`use_synthetic_data`) can replace; False for
       data generated in memory.
+    downloads: Whether its files are fetched on first use
+      (`tasks.data_files`: TFF's datasets).
     partitioned: Whether it is one of AdaBest's partitioned centralized
       datasets (the partition arguments apply; the validation clients are
       fixed at 10 %, so `validation_fraction` and `max_elements_per_client`
@@ -97,6 +99,7 @@ class TaskRecord:
   client_epochs: int
   accuracy_metric: str
   reads_files: bool
+  downloads: bool = False
   partitioned: bool = False
 
 
@@ -113,18 +116,19 @@ def _partitioned_record(dataset: str) -> TaskRecord:
 TASKS: dict[str, TaskRecord] = {
     'cifar100': TaskRecord(
         cifar100.create_cifar100_task, cifar100.DEFAULT_TRAIN_BATCH_SIZE, 1,
-        cifar100.ACCURACY_METRIC_NAME, reads_files=True),
+        cifar100.ACCURACY_METRIC_NAME, reads_files=True, downloads=True),
     'emnist': TaskRecord(
         emnist.create_emnist_task, emnist.DEFAULT_TRAIN_BATCH_SIZE, 1,
-        emnist.ACCURACY_METRIC_NAME, reads_files=True),
+        emnist.ACCURACY_METRIC_NAME, reads_files=True, downloads=True),
     'shakespeare': TaskRecord(
         shakespeare.create_shakespeare_task,
         shakespeare.DEFAULT_TRAIN_BATCH_SIZE, 1,
-        shakespeare.ACCURACY_METRIC_NAME, reads_files=True),
+        shakespeare.ACCURACY_METRIC_NAME, reads_files=True, downloads=True),
     'stackoverflow': TaskRecord(
         stackoverflow.create_stackoverflow_task,
         stackoverflow.DEFAULT_TRAIN_BATCH_SIZE, 1,
-        stackoverflow.ACCURACY_METRIC_NAME, reads_files=True),
+        stackoverflow.ACCURACY_METRIC_NAME, reads_files=True,
+        downloads=True),
     'synthetic': TaskRecord(
         synthetic.create_synthetic_task, synthetic.DEFAULT_TRAIN_BATCH_SIZE, 1,
         synthetic.ACCURACY_METRIC_NAME, reads_files=False),

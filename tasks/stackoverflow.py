@@ -37,7 +37,7 @@ from typing import Optional
 import tensorflow_federated as tff
 from tensorflow_federated.python.simulation.baselines.stackoverflow import word_prediction_tasks
 
-from tasks import offline_data
+from tasks import data_files
 from tasks import tff_tasks
 from tasks import validation_split
 
@@ -76,7 +76,7 @@ def _load_data_and_vocab(
     synthetic_data = datasets.get_synthetic()
     word_counts = datasets.get_synthetic_word_counts()
     return synthetic_data, synthetic_data, synthetic_data, list(word_counts)
-  with offline_data.require_tff_cached_file(
+  with data_files.require_tff_cached_file(
       _DATASET_NAME, _SQLITE_FILENAME, data_dir, _LOAD_DATA_CALL
   ):
     train_data, heldout_data, test_data = datasets.load_data(
@@ -84,10 +84,10 @@ def _load_data_and_vocab(
     )
   # Computed after `load_data`, which creates `data_dir`: Keras looks
   # elsewhere when its cache directory is not writable.
-  word_counts_path = offline_data.keras_cached_path(
+  word_counts_path = data_files.keras_cached_path(
       _WORD_COUNTS_FILENAME, data_dir
   )
-  with offline_data.require_cached_files(
+  with data_files.require_cached_files(
       _DATASET_NAME, [word_counts_path], _LOAD_WORD_COUNTS_CALL
   ):
     word_counts = datasets.load_word_counts(

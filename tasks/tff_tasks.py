@@ -14,7 +14,7 @@ from typing import Optional
 
 import tensorflow_federated as tff
 
-from tasks import offline_data
+from tasks import data_files
 from tasks import validation_split
 
 
@@ -81,7 +81,7 @@ def create_offline_task(
   cached_files_check = (
       contextlib.nullcontext()
       if use_synthetic_data
-      else offline_data.require_tff_cached_file(
+      else data_files.require_tff_cached_file(
           dataset_name, sqlite_filename, data_dir, loader_call
       )
   )

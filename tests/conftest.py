@@ -1,6 +1,7 @@
 """Test-suite setup: one TFF runtime owned by the suite, stopped at the end.
 
-Every test runs under a single local `worker_binary` started by
+Data downloads are off for the whole suite (`FL_PAPERS_OFFLINE`). Every test
+runs under a single local `worker_binary` started by
 `experiment_driver.runtime`; it is stopped when the session ends, and the
 kernel kills it if pytest itself dies. Tests that start the driver as a
 subprocess check that it leaves no worker behind.
@@ -13,6 +14,10 @@ import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '3')
+# Nothing in the suite reaches beyond loopback: the driver subprocesses the
+# tests start inherit this; the download tests serve files on 127.0.0.1 and
+# turn it off for their own commands.
+os.environ['FL_PAPERS_OFFLINE'] = '1'
 
 from experiment_driver import runtime  # pylint: disable=g-import-not-at-top
 

@@ -34,6 +34,7 @@ _BASELINE_DIR = '/tmp/fl_papers_flag_rules_baseline'
 # A value other than the default for every flag, as typed on a command line.
 NON_DEFAULT = {
     'data_dir': '/tmp/fl_papers_no_data', 'use_synthetic_data': 'true',
+    'offline': 'true', 'progress': 'false',
     'train_batch_size': '7', 'eval_batch_size': '17', 'client_epochs': '2',
     'max_elements_per_client': '9', 'validation_fraction': '0.3',
     'num_clients': '50', 'dirichlet_alpha': '0.3', 'unbalanced_sigma': '0.3',
