@@ -80,15 +80,19 @@ def create_task() -> tff.simulation.baselines.BaselineTask:
   if record.downloads:
     data_files.configure(offline=f.OFFLINE.value or None,
                          progress=f.PROGRESS.value)
-  partition = {}
+  extras = {}
+  if f.TASK.value == 'synthetic':
+    extras = dict(num_classes=effective['synthetic_num_classes'],
+                  alpha=effective['synthetic_alpha'],
+                  beta=effective['synthetic_beta'])
   if record.partitioned:
-    partition = dict(num_clients=f.NUM_CLIENTS.value,
-                     dirichlet_alpha=f.DIRICHLET_ALPHA.value,
-                     unbalanced_sigma=f.UNBALANCED_SIGMA.value,
-                     partition_seed=f.PARTITION_SEED.value)
+    extras = dict(num_clients=f.NUM_CLIENTS.value,
+                  dirichlet_alpha=f.DIRICHLET_ALPHA.value,
+                  unbalanced_sigma=f.UNBALANCED_SIGMA.value,
+                  partition_seed=f.PARTITION_SEED.value)
   return tasks.create_task(
       f.TASK.value,
-      **partition,
+      **extras,
       train_batch_size=effective.get('train_batch_size',
                                      record.train_batch_size),
       eval_batch_size=f.EVAL_BATCH_SIZE.value,

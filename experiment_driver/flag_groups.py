@@ -57,6 +57,22 @@ VALIDATION_FRACTION = flags.DEFINE_float(
     ' held out for validation (SPEC.md: 80/20).', lower_bound=0.0,
     upper_bound=0.9)
 
+# LEAF's Synthetic generator (--task=synthetic), as LEAF names its settings.
+SYNTHETIC_NUM_CLASSES = flags.DEFINE_integer(
+    'synthetic_num_classes', None,
+    'Synthetic: classes of LEAF\'s generator and the model; default LEAF\'s'
+    ' 5 (GeL\'s Table 1: 305 parameters; FedProx used 10).', lower_bound=2)
+SYNTHETIC_ALPHA = flags.DEFINE_float(
+    'synthetic_alpha', None,
+    'Synthetic: LEAF\'s alpha, model heterogeneity across clients; default'
+    ' LEAF\'s 0.1.', lower_bound=0.0)
+SYNTHETIC_BETA = flags.DEFINE_float(
+    'synthetic_beta', None,
+    'Synthetic: LEAF\'s beta, data heterogeneity across clients; default'
+    ' LEAF\'s 1.0.', lower_bound=0.0)
+SYNTHETIC_FLAGS = frozenset(
+    {'synthetic_num_classes', 'synthetic_alpha', 'synthetic_beta'})
+
 # Partitioned tasks (AdaBest's protocol: emnist_l, cifar10,
 # cifar100_partitioned, synthetic_partitioned).
 NUM_CLIENTS = flags.DEFINE_integer(

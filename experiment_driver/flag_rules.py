@@ -17,6 +17,7 @@ from experiment_driver import families
 from experiment_driver import flag_groups as f
 from large_cohort import optimizers
 import tasks
+from tasks import synthetic
 
 _DRIVER_MODULE = 'experiment_driver'
 
@@ -79,6 +80,10 @@ def unused_flags(values: Mapping[str, Any]) -> dict[str, str]:
     for name in f.PARTITION_FLAGS:
       why.setdefault(name, 'is only used by the partitioned tasks ('
                      + ', '.join(tasks.PARTITIONED_TASKS) + ')')
+  if task_name != 'synthetic':
+    for name in f.SYNTHETIC_FLAGS:
+      why.setdefault(name, 'is only used by --task=synthetic (LEAF\'s'
+                     ' generator)')
   if not task.reads_files:
     for name in ('data_dir', 'use_synthetic_data'):
       why.setdefault(name, f'is not used by --task={task_name}, whose data'
@@ -137,6 +142,11 @@ def effective_hparams(values: Mapping[str, Any]) -> dict[str, Any]:
                                      task.train_batch_size)
   if 'client_epochs' in honoured:
     effective['client_epochs'] = values['client_epochs'] or task.client_epochs
+  if values['task'] == 'synthetic':
+    for name, default in (('synthetic_num_classes', synthetic.NUM_CLASSES),
+                          ('synthetic_alpha', synthetic.LEAF_ALPHA),
+                          ('synthetic_beta', synthetic.LEAF_BETA)):
+      effective[name] = default if values[name] is None else values[name]
   effective.update(
       families.FAMILY_OF[algorithm].effective_hparams(algorithm, values))
   return effective

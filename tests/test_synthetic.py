@@ -85,7 +85,7 @@ def test_default_data_have_gels_statistics(leaf_clients):
   x, y = leaf_clients[0]
   assert x.shape[1] == 60 and x.dtype == np.float32 and y.dtype == np.int32
   labels = np.concatenate([y for _, y in leaf_clients])
-  assert set(np.unique(labels)) == set(range(10))
+  assert set(np.unique(labels)) == set(range(synthetic.NUM_CLASSES))
 
 
 def test_sizes_of_other_seeds_are_near_gels():
@@ -219,8 +219,9 @@ def test_one_fedavg_step_matches_numpy_softmax_regression():
   process = _fed_avg(task, learning_rate)
   output = process.next(process.initialize(), client_dataset)
   kernel, bias = process.get_model_weights(output.state).trainable
-  # Zero initial model: uniform predictions, loss ln(10).
-  residual = np.full((len(y), 10), 0.1) - np.eye(10)[y]
+  # Zero initial model: uniform predictions, loss ln(C).
+  c = synthetic.NUM_CLASSES
+  residual = np.full((len(y), c), 1.0 / c) - np.eye(c)[y]
   np.testing.assert_allclose(
       kernel, -learning_rate * x.T @ residual / len(y), rtol=1e-4, atol=1e-6
   )
@@ -228,7 +229,7 @@ def test_one_fedavg_step_matches_numpy_softmax_regression():
       bias, -learning_rate * residual.mean(axis=0), rtol=1e-4, atol=1e-6
   )
   train_metrics = output.metrics['client_work']['train']
-  assert train_metrics['loss'] == pytest.approx(np.log(10.0), rel=1e-5)
+  assert train_metrics['loss'] == pytest.approx(np.log(c), rel=1e-5)
   assert train_metrics['num_examples'] == len(y)
   assert synthetic.ACCURACY_METRIC_NAME in train_metrics
 
@@ -268,3 +269,15 @@ def test_fedavg_with_the_default_client_rate_learns():
   kernel, bias = process.get_model_weights(state).trainable
   accuracy = np.mean((test_x @ kernel + bias).argmax(axis=1) == test_y)
   assert accuracy > majority_accuracy + 0.1
+
+
+def test_the_default_is_gels_table_1_model_of_305_parameters():
+  task = synthetic.create_synthetic_task(num_clients=20)
+  model = task.model_fn()
+  assert sum(int(np.prod(v.shape)) for v in model.trainable_variables) == 305
+  ten = synthetic.create_synthetic_task(num_clients=20, num_classes=10)
+  assert sum(int(np.prod(v.shape))
+             for v in ten.model_fn().trainable_variables) == 610
+  labels = [int(e['y']) for e in
+            ten.datasets.train_data.create_tf_dataset_from_all_clients()]
+  assert max(labels) == 9
