@@ -12,3 +12,12 @@ from adabest_tff.feddyn import build_feddyn
 from adabest_tff.runner import StatefulClientRunner
 from adabest_tff.scaffold import build_scaffold
 from adabest_tff.stateful_process import StatefulClientLearningProcess
+
+__all__ = [
+    'ClientStateStore',
+    'StatefulClientLearningProcess',
+    'StatefulClientRunner',
+    'build_adabest',
+    'build_feddyn',
+    'build_scaffold',
+]

@@ -92,7 +92,7 @@ def unused_flags(values: Mapping[str, Any]) -> dict[str, str]:
     why.setdefault('data_dir', 'is not used with --use_synthetic_data')
   if not task.downloads or values['use_synthetic_data']:
     for name in ('offline', 'progress'):
-      why.setdefault(name, f'is only used where data are downloaded (TFF\'s'
+      why.setdefault(name, 'is only used where data are downloaded (TFF\'s'
                      ' emnist, shakespeare, stackoverflow, cifar100 without'
                      ' --use_synthetic_data)')
 

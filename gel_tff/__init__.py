@@ -10,3 +10,11 @@ from gel_tff.budgets import StepBudgets
 from gel_tff.gel import BASES
 from gel_tff.gel import build_budgeted_baseline
 from gel_tff.gel import build_gel
+
+__all__ = [
+    'BASES',
+    'StepBudgets',
+    'build_budgeted_baseline',
+    'build_client_datasets_fn',
+    'build_gel',
+]

@@ -15,3 +15,14 @@ from large_cohort.lr_schedules import build_server_lr_schedule
 from large_cohort.normalized_update import build_normalized_fed_avg
 from large_cohort.optimizers import build_optimizer
 from large_cohort.optimizers import OPTIMIZER_NAMES
+
+__all__ = [
+    'OPTIMIZER_NAMES',
+    'build_fedopt',
+    'build_fedsgd',
+    'build_lamb',
+    'build_lars',
+    'build_normalized_fed_avg',
+    'build_optimizer',
+    'build_server_lr_schedule',
+]

@@ -25,6 +25,11 @@ Client training data (supplementary D, following FedDyn's code):
 
 TFF weights a client by the examples it processed, so the bootstrapped
 fillers count; they add fewer than `batch_size` examples per epoch.
+
+Why one module: the protocol (partition, bootstrapped epochs, standardization,
+augmentation, the model per dataset) is one recipe whose parts share the
+dataset settings; the datasets' loaders live elsewhere (`centralized_images`,
+`synthetic`, `digits`).
 """
 
 import collections

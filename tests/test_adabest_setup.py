@@ -5,7 +5,6 @@ from absl import flags
 from absl.testing import flagsaver
 import numpy as np
 import pytest
-import tensorflow_federated as tff
 
 from fl_common import communication
 from adabest_tff import stateful_process
