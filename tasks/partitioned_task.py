@@ -54,6 +54,8 @@ ACCURACY_METRIC_NAME = 'sparse_categorical_accuracy'
 # Examples per split of the random data `use_mock_data` loads, per client.
 _MOCK_EXAMPLES_PER_CLIENT = 20
 _CROP_PADDING = 4
+# FedDyn's and FedProx's Synthetic has 10 classes (GeL's, LEAF's default, 5).
+_POOLED_SYNTHETIC_CLASSES = 10
 # Moments are accumulated over this many examples at a time.
 _MOMENTS_CHUNK_SIZE = 5_000
 
@@ -391,7 +393,7 @@ def _pooled_synthetic_data() -> tuple[
 ]:
   """LEAF Synthetic's training and test examples, each pooled over clients."""
   clients = synthetic.generate_synthetic_clients(
-      num_clients=synthetic.NUM_CLIENTS
+      num_clients=synthetic.NUM_CLIENTS, num_classes=_POOLED_SYNTHETIC_CLASSES
   )
   train_clients, test_clients = synthetic.split_client_examples(
       clients, synthetic.LEAF_SEED
@@ -405,4 +407,4 @@ def _pooled_synthetic_data() -> tuple[
         y=np.concatenate([y for _, y in client_arrays]),
     )
 
-  return pool(train_clients), pool(test_clients), synthetic.NUM_CLASSES
+  return pool(train_clients), pool(test_clients), _POOLED_SYNTHETIC_CLASSES

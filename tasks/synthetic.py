@@ -37,8 +37,8 @@ Classes: LEAF's README generates 5 classes, FedProx 10. GeL trains on LEAF's
 with 5: its Table 1 counts 305 parameters, 60 features x 5 classes + 5 biases.
 LEAF's 5 is the default (`num_classes`; the driver's
 `--synthetic_num_classes`), so GeL's Table 1 setting is the default task.
-AdaBest's pooled `synthetic_partitioned` task uses the same generator and
-default. Features: 60.
+AdaBest's pooled `synthetic_partitioned` task keeps FedDyn's and FedProx's
+10. Features: 60.
 
 `create_synthetic_task` splits each client 90/10 into train/test examples as
 LEAF does (`num_train = floor(0.9 n_k)`, a seeded random subset), holds out

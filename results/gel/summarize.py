@@ -25,7 +25,9 @@ readers (`fl_common.analysis`) and GeL's accounting (`gel_tff.accounting`):
 """
 
 import argparse
+import functools
 import glob
+import json
 import os
 import re
 
@@ -76,28 +78,33 @@ def load_table_runs(root: str) -> pd.DataFrame:
   return frame[frame[analysis.ROUND] <= planned].assign(planned_rounds=planned)
 
 
-def synthetic_test_examples() -> tuple[np.ndarray, np.ndarray]:
+@functools.lru_cache
+def synthetic_test_examples(num_classes: int) -> tuple[np.ndarray, np.ndarray]:
   """All clients' test examples of the Synthetic task, stacked."""
   _, test = synthetic.split_client_examples(
-      synthetic.generate_synthetic_clients(), synthetic.LEAF_SEED)
+      synthetic.generate_synthetic_clients(num_classes=num_classes),
+      synthetic.LEAF_SEED)
   return (np.concatenate([x for x, _ in test]),
           np.concatenate([y for _, y in test]))
 
 
-def checkpoint_accuracy(run_dir: str, x: np.ndarray,
-                        y: np.ndarray) -> tuple[int, float]:
+def checkpoint_accuracy(run_dir: str) -> tuple[int, float]:
   """`(round, accuracy on x, y)` of the run's latest saved model.
 
   The driver's program state (`checkpoints/program_state_<round>`, a saved
   model returning the state) holds the logistic regression's kernel
-  [60, 10] and bias [10] as its only tensors of those shapes.
+  [60, C] and bias [C] (C: the run's `synthetic_num_classes`, 10 before it
+  was recorded) as its only tensors of those shapes.
   """
+  with open(os.path.join(run_dir, 'hparams.json')) as f:
+    num_classes = json.load(f).get('synthetic_num_classes', 10)
+  x, y = synthetic_test_examples(num_classes)
   path = max(glob.glob(os.path.join(run_dir, 'checkpoints', 'program_state_*')),
              key=lambda p: int(p.rsplit('_', 1)[1]))
   tensors = [t.numpy() for t in tf.nest.flatten(tf.saved_model.load(path)())]
   kernel, = [t for t in tensors
-             if t.shape == (x.shape[1], synthetic.NUM_CLASSES)]
-  bias, = [t for t in tensors if t.shape == (synthetic.NUM_CLASSES,)]
+             if t.shape == (x.shape[1], num_classes)]
+  bias, = [t for t in tensors if t.shape == (num_classes,)]
   predictions = np.argmax(x @ kernel + bias, axis=1)
   return int(path.rsplit('_', 1)[1]), float(np.mean(predictions == y))
 
@@ -106,7 +113,6 @@ def per_run_table(frame: pd.DataFrame) -> pd.DataFrame:
   """Rounds and gradient computations to each threshold, best/last accuracy."""
   by = [ALGORITHM, analysis.CLIENT_LEARNING_RATE, SEED, 'planned_rounds']
   crossings = analysis.threshold_crossings(frame, THRESHOLDS, by=by)
-  test_x, test_y = synthetic_test_examples()
   rows = []
   for run, run_crossings in crossings.groupby(analysis.RUN, sort=False):
     metrics = frame[frame[analysis.RUN] == run]
@@ -118,7 +124,7 @@ def per_run_table(frame: pd.DataFrame) -> pd.DataFrame:
                last_accuracy=float(accuracy.iloc[-1]),
                mean_accuracy=float(accuracy.mean()))
     row['checkpoint_round'], row['checkpoint_full_test_accuracy'] = (
-        checkpoint_accuracy(run, test_x, test_y))
+        checkpoint_accuracy(run))
     for threshold, rounds in zip(run_crossings[analysis.THRESHOLD],
                                  run_crossings['rounds']):
       key = f'{threshold:.2f}'

@@ -20,6 +20,6 @@ nice -n 10 .venv/bin/python -m large_cohort.sweep --parallel="$PARALLEL" \
     --axis=clients_per_round:"$COHORTS" --axis=uniform_weighting:"$WEIGHTINGS" \
     --total_rounds="$ROUNDS" --root_output_dir="$ROOT" \
     --name_prefix=fedavg_noclip -- \
-    --task=synthetic --algorithm=fedopt --server_optimizer=sgd --noclipping \
+    --task=synthetic --synthetic_num_classes=10 --algorithm=fedopt --server_optimizer=sgd --noclipping \
     --seed=0 --rounds_per_eval=5 --max_eval_clients=200 \
     --rounds_per_checkpoint=25
