@@ -1,6 +1,8 @@
 """tasks.tff_tasks: client specs, and offline task creation with validation."""
 
+import contextlib
 import os
+import sqlite3
 
 import pytest
 
@@ -62,8 +64,13 @@ def test_missing_file_raises_before_the_builder_runs(tmp_path):
 @pytest.mark.parametrize('use_synthetic_data', [True, False])
 def test_builds_when_cached_or_synthetic_and_holds_out_clients(
     tmp_path, use_synthetic_data):
-  if not use_synthetic_data:
-    (tmp_path / 'toy.sqlite').write_bytes(b'')
+  if not use_synthetic_data:  # a database with TFF's tables
+    with contextlib.closing(sqlite3.connect(tmp_path / 'toy.sqlite')) as db:
+      db.execute('CREATE TABLE examples (split_name TEXT, client_id TEXT,'
+                 ' serialized_example_proto BLOB)')
+      db.execute('CREATE TABLE client_metadata (client_id TEXT,'
+                 ' split_name TEXT, num_examples INTEGER)')
+      db.commit()
   builder = _RecordingBuilder()
   task = _create(builder, tmp_path, use_synthetic_data=use_synthetic_data)
   assert builder.calls == 1
