@@ -292,7 +292,8 @@ def _download(url: str, part: str) -> None:
           unit_divisor=1024, desc=f'downloading {os.path.basename(url)}',
           file=sys.stderr, leave=False,
           disable=not (_options.progress and sys.stderr.isatty())) as bar:
-        for chunk in iter(lambda: response.read(_CHUNK_BYTES), b''):
+        # read1: what has arrived, so the progress bar and the .part move.
+        for chunk in iter(lambda: response.read1(_CHUNK_BYTES), b''):
           out.write(chunk)
           bar.update(len(chunk))
   except urllib.error.HTTPError as e:
