@@ -100,9 +100,18 @@ class RunDirectory:
     self.tensorboard_dir = os.path.join(self.path, 'tensorboard')
     self.checkpoint_dir = os.path.join(self.path, 'checkpoints')
     self.hparams_json = os.path.join(self.path, 'hparams.json')
-    self._loop = asyncio.get_event_loop()
+    self._event_loop = None  # made on first use (see `_loop`)
     self._release_managers = []
     self._state_manager = None  # creates its directory: made on first use
+
+  @property
+  def _loop(self) -> asyncio.AbstractEventLoop:
+    """The event loop TFF's managers run on: one of this directory's own,
+    not the thread's current loop, which `asyncio.run` elsewhere (a notebook,
+    a test) may have closed or cleared."""
+    if self._event_loop is None:
+      self._event_loop = asyncio.new_event_loop()
+    return self._event_loop
 
   def _checkpoints(self) -> tff.program.FileProgramStateManager:
     if self._state_manager is None:
