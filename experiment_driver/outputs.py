@@ -106,11 +106,18 @@ class RunDirectory:
 
   @property
   def _loop(self) -> asyncio.AbstractEventLoop:
-    """The event loop TFF's managers run on: one of this directory's own,
-    not the thread's current loop, which `asyncio.run` elsewhere (a notebook,
-    a test) may have closed or cleared."""
-    if self._event_loop is None:
-      self._event_loop = asyncio.new_event_loop()
+    """The event loop TFF's managers run on: the thread's current one, or a
+    new one made current when `asyncio.run` elsewhere (a notebook, a test)
+    left none or a closed one (TFF's managers use the current loop)."""
+    if self._event_loop is None or self._event_loop.is_closed():
+      try:
+        loop = asyncio.get_event_loop()
+      except RuntimeError:
+        loop = None
+      if loop is None or loop.is_closed():
+        loop = asyncio.new_event_loop()
+        asyncio.set_event_loop(loop)
+      self._event_loop = loop
     return self._event_loop
 
   def _checkpoints(self) -> tff.program.FileProgramStateManager:
