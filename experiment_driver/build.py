@@ -86,7 +86,9 @@ def create_task() -> tff.simulation.baselines.BaselineTask:
                   alpha=effective['synthetic_alpha'],
                   beta=effective['synthetic_beta'])
   if record.partitioned:
-    extras = dict(num_clients=f.NUM_CLIENTS.value,
+    extras = dict(model=('cnn' if effective.get('digits_model') == 'cnn'
+                         else None),
+                  num_clients=f.NUM_CLIENTS.value,
                   dirichlet_alpha=f.DIRICHLET_ALPHA.value,
                   unbalanced_sigma=f.UNBALANCED_SIGMA.value,
                   partition_seed=f.PARTITION_SEED.value)

@@ -73,6 +73,11 @@ SYNTHETIC_BETA = flags.DEFINE_float(
 SYNTHETIC_FLAGS = frozenset(
     {'synthetic_num_classes', 'synthetic_alpha', 'synthetic_beta'})
 
+DIGITS_MODEL = flags.DEFINE_enum(
+    'digits_model', None, ['mlp', 'cnn'],
+    'Digits: the model; default AdaBest\'s MLP 2x100 (as EMNIST-L), or a'
+    ' small CNN (two 3x3 conv + pool blocks).')
+
 # Partitioned tasks (AdaBest's protocol: emnist_l, cifar10,
 # cifar100_partitioned, synthetic_partitioned).
 NUM_CLIENTS = flags.DEFINE_integer(

@@ -84,6 +84,8 @@ def unused_flags(values: Mapping[str, Any]) -> dict[str, str]:
     for name in f.SYNTHETIC_FLAGS:
       why.setdefault(name, 'is only used by --task=synthetic (LEAF\'s'
                      ' generator)')
+  if task_name != 'digits':
+    why.setdefault('digits_model', 'is only used by --task=digits')
   if not task.reads_files:
     for name in ('data_dir', 'use_synthetic_data'):
       why.setdefault(name, f'is not used by --task={task_name}, whose data'
@@ -92,9 +94,10 @@ def unused_flags(values: Mapping[str, Any]) -> dict[str, str]:
     why.setdefault('data_dir', 'is not used with --use_synthetic_data')
   if not task.downloads or values['use_synthetic_data']:
     for name in ('offline', 'progress'):
-      why.setdefault(name, 'is only used where data are downloaded (TFF\'s'
-                     ' emnist, shakespeare, stackoverflow, cifar100 without'
-                     ' --use_synthetic_data)')
+      why.setdefault(name, 'is only used where data are downloaded ('
+                     + ', '.join(n for n, r in tasks.TASKS.items()
+                                 if r.downloads)
+                     + ' without --use_synthetic_data)')
 
   conditions = (
       (values['server_lr_scaling'] == 'none',
@@ -147,6 +150,8 @@ def effective_hparams(values: Mapping[str, Any]) -> dict[str, Any]:
                           ('synthetic_alpha', synthetic.LEAF_ALPHA),
                           ('synthetic_beta', synthetic.LEAF_BETA)):
       effective[name] = default if values[name] is None else values[name]
+  if values['task'] == 'digits':
+    effective['digits_model'] = values['digits_model'] or 'mlp'
   effective.update(
       families.FAMILY_OF[algorithm].effective_hparams(algorithm, values))
   return effective

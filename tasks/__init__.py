@@ -38,6 +38,7 @@ def _create_partitioned(
     dirichlet_alpha: Optional[float] = None,
     unbalanced_sigma: float = 0.0,
     partition_seed: int = 0,
+    model: Optional[str] = None,
 ) -> tff.simulation.baselines.BaselineTask:
   """The common task arguments mapped onto AdaBest's partitioned tasks.
 
@@ -55,7 +56,7 @@ def _create_partitioned(
       unbalanced_sigma=unbalanced_sigma, partition_seed=partition_seed,
       batch_size=train_batch_size, num_epochs=num_epochs,
       eval_batch_size=eval_batch_size, data_dir=data_dir,
-      use_mock_data=use_synthetic_data)
+      use_mock_data=use_synthetic_data, model=model)
 
 
 # AdaBest's data protocol (SPEC.md §2): centralized datasets partitioned over
@@ -78,7 +79,8 @@ class TaskRecord:
       (`train_batch_size`, `eval_batch_size`, `num_epochs`,
       `max_elements_per_client`, `data_dir`, `use_synthetic_data`,
       `validation_fraction`, `seed`) plus, for partitioned tasks,
-      `num_clients`, `dirichlet_alpha`, `unbalanced_sigma`, `partition_seed`.
+      `num_clients`, `dirichlet_alpha`, `unbalanced_sigma`, `partition_seed`
+      and `model` (None: the paper's; 'digits' also has 'cnn').
     train_batch_size: The papers' client batch size (SPEC.md §1-§3).
     client_epochs: Local epochs per round: 1 in the large-cohort paper, 5 in
       AdaBest.
@@ -86,8 +88,8 @@ class TaskRecord:
     reads_files: Whether the data come from files (`data_dir`) that TFF's
       small synthetic stand-in (`use_synthetic_data`) can replace; False for
       data generated in memory.
-    downloads: Whether its files are fetched on first use
-      (`tasks.data_files`: TFF's datasets).
+    downloads: Whether its files are fetched on first use (TFF's datasets:
+      `tasks.data_files`; TFDS's: `tasks.centralized_images`).
     partitioned: Whether it is one of AdaBest's partitioned centralized
       datasets (the partition arguments apply; the validation clients are
       fixed at 10 %, so `validation_fraction` and `max_elements_per_client`
@@ -110,6 +112,7 @@ def _partitioned_record(dataset: str) -> TaskRecord:
       client_epochs=partitioned_task.DEFAULT_NUM_EPOCHS,
       accuracy_metric=partitioned_task.ACCURACY_METRIC_NAME,
       reads_files=dataset not in ('synthetic', 'digits'),
+      downloads=dataset not in ('synthetic', 'digits'),
       partitioned=True)
 
 

@@ -10,14 +10,22 @@ EMNIST-L is TFDS's `emnist/letters`: 26 letter classes stored as labels
 0..25. FedDyn's code keeps only the first 10 letters; AdaBest's text and this
 package use all 26.
 
-Nothing is downloaded when `data_dir` is given: TFDS must have prepared the
-dataset there already (e.g. with `tfds build cifar10 --data_dir=DIR` on a
-networked machine). With `data_dir=None` TFDS uses its default directory and
-downloads on a miss.
+Data are fetched on first use (`prepare_image_dataset`), into `data_dir` or
+TFDS's default directory (`~/tensorflow_datasets`, `$TFDS_DATA_DIR`): the
+source archive TFDS's builder reads is downloaded by `tasks.data_files`
+(atomically, resumable, with a progress bar, from a mirror if one is set),
+checked against the size and sha256 TFDS registers for it, and kept in
+`<data_dir>/downloads/manual/`, where TFDS's builder finds it instead of
+downloading; the builder then prepares the dataset into a temporary
+directory it renames when done. A run killed at any moment leaves no
+prepared dataset behind, only a `.part` to resume or an `.incomplete`
+directory TFDS ignores.
 """
 
 import contextlib
 import dataclasses
+import os
+import sys
 import zlib
 from collections.abc import Iterator
 from typing import Optional
@@ -26,6 +34,7 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_datasets as tfds
 
+from tasks import data_files
 from tasks import partition
 from tasks.errors import MissingDataError
 
@@ -68,8 +77,8 @@ def load_image_dataset(
 
   Args:
     name: 'emnist_l', 'cifar10' or 'cifar100'.
-    data_dir: Directory TFDS prepared the dataset in; nothing is downloaded.
-      None: TFDS's default directory, downloading on a miss.
+    data_dir: TFDS's data directory; None: TFDS's default. The dataset is
+      downloaded and prepared there on first use (`prepare_image_dataset`).
 
   Returns:
     The `(train, test)` splits: `x` holds `uint8` images
@@ -77,8 +86,44 @@ def load_image_dataset(
 
   Raises:
     ValueError: If `name` is unknown or a label is out of range.
-    MissingDataError: If the dataset is not in `data_dir` (or could not be
-      downloaded when `data_dir` is None).
+    MissingDataError: If the dataset is not prepared and cannot be
+      downloaded, or its cached archive is not whole (`CorruptDataError`).
+  """
+  if not _tfds_is_mocked():
+    prepare_image_dataset(name, data_dir=data_dir)
+  spec = IMAGE_DATASETS[name]
+  splits = tfds.load(spec.tfds_name, split=['train', 'test'],
+                     as_supervised=True, data_dir=data_dir, download=False)
+  return tuple(_to_labelled_images(spec, split) for split in splits)
+
+
+def _tfds_is_mocked() -> bool:
+  """Whether `tfds.testing.mock_data` is active (it replaces the builder's
+  preparation, and its data need none)."""
+  prepare = tfds.core.DatasetBuilder.download_and_prepare
+  return prepare.__module__.startswith('tensorflow_datasets.testing')
+
+
+def _source_files(builder: tfds.core.DatasetBuilder) -> dict[
+    str, tfds.core.download.checksums.UrlInfo]:
+  """The archives the builder downloads: `{url: UrlInfo(size, checksum,
+  filename)}`, as TFDS registers them."""
+  return builder.url_infos
+
+
+def prepare_image_dataset(name: str, *, data_dir: Optional[str] = None
+                          ) -> str:
+  """Makes sure TFDS has prepared `name` in `data_dir`; returns the directory.
+
+  Downloads its source archive(s) unless they are in
+  `<data_dir>/downloads/manual/` already (unless offline, see
+  `tasks.data_files.configure`), checks each against TFDS's registered size
+  and sha256, and runs TFDS's preparation from them.
+
+  Raises:
+    ValueError: If `name` is unknown.
+    MissingDataError: The dataset is not prepared and an archive cannot be
+      downloaded (or offline); `CorruptDataError`: an archive is not whole.
   """
   if name not in IMAGE_DATASETS:
     raise ValueError(
@@ -86,33 +131,54 @@ def load_image_dataset(
         f' {sorted(IMAGE_DATASETS)}.'
     )
   spec = IMAGE_DATASETS[name]
-  try:
-    splits = tfds.load(
-        spec.tfds_name,
-        split=['train', 'test'],
-        as_supervised=True,
-        data_dir=data_dir,
-        download=data_dir is None,
-    )
-  except AssertionError as error:  # TFDS's "could not find data in DIR".
-    raise MissingDataError(
-        _missing_data_message(spec, f'not found in {data_dir}')
-    ) from error
-  except OSError as error:  # The download failed (e.g. no network).
-    raise MissingDataError(
-        _missing_data_message(
-            spec, 'not found locally and could not be downloaded'
-        )
-    ) from error
-  return tuple(_to_labelled_images(spec, split) for split in splits)
+  builder = tfds.builder(spec.tfds_name, data_dir=data_dir)
+  # builder.data_dir is <root>/<name>[/<config>]/<version>.
+  root = str(builder.data_dir)
+  for _ in range(spec.tfds_name.count('/') + 2):
+    root = os.path.dirname(root)
+  if builder.is_prepared():
+    return root
+  manual_dir = os.path.join(root, 'downloads', 'manual')
+  sources = _source_files(builder)
+  missing = [info.filename for info in sources.values()
+             if not os.path.isfile(os.path.join(manual_dir, info.filename))]
+  if missing and data_files.is_offline():
+    raise MissingDataError(_missing_data_message(
+        spec, f'is not prepared in {root} and its source'
+        f' {", ".join(missing)} is not in {manual_dir}'))
+  for url, info in sources.items():
+    path = os.path.join(manual_dir, info.filename)
+    if os.path.isfile(path):
+      problem = data_files.published_file_problem(
+          path, info.size, info.checksum)
+      if problem:
+        raise data_files.CorruptDataError(
+            f'{path} is not a complete copy of {spec.display_name}\'s source'
+            f' ({problem}); delete it and rerun to download it again')
+      continue
+    os.makedirs(manual_dir, exist_ok=True)
+    try:
+      data_files.fetch_published_file(
+          data_files.source_url(url, info.filename), path,
+          size=info.size, sha256=info.checksum)
+    except data_files.DownloadError as e:
+      raise MissingDataError(_missing_data_message(
+          spec, f'could not be downloaded ({e})')) from e
+  if not data_files.show_progress():
+    tfds.disable_progress_bar()
+  # TFDS prints its progress to stdout; stdout is for results.
+  with contextlib.redirect_stdout(sys.stderr):
+    builder.download_and_prepare(
+        download_config=tfds.download.DownloadConfig(manual_dir=manual_dir))
+  return root
 
 
 def _missing_data_message(spec: ImageDatasetSpec, problem: str) -> str:
   return (
-      f"{spec.display_name} (TFDS '{spec.tfds_name}') {problem}. On a"
-      f' networked machine run `tfds build {spec.tfds_name} --data_dir=DIR`'
-      f" (or tfds.load('{spec.tfds_name}', data_dir=DIR)), copy DIR here and"
-      ' pass --data_dir=DIR (data_dir=DIR).'
+      f"{spec.display_name} (TFDS '{spec.tfds_name}') {problem}. Rerun with"
+      f' network (or a mirror in ${data_files.MIRROR_ENV}), or on a networked'
+      ' machine run `python -m tasks.prepare_data --task=TASK'
+      ' --data_dir=DIR`, copy DIR here and pass --data_dir=DIR.'
   )
 
 

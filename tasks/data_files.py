@@ -21,7 +21,9 @@ sure every file the loader reads is complete:
 
 The base URL is TFF's bucket; `FL_PAPERS_DATA_MIRROR` (or
 `configure(base_url=...)`) replaces it, e.g. with a mirror behind a proxy or
-the tests' loopback server. `FL_PAPERS_OFFLINE=1` (or `--offline`) never
+the tests' loopback server; it also serves the TFDS datasets' source
+archives by file name (`source_url`, `tasks.centralized_images`).
+`FL_PAPERS_OFFLINE=1` (or `--offline`) never
 uses the network. `python -m tasks.prepare_data` fetches a task's files
 without training.
 
@@ -107,9 +109,27 @@ def configure(*, base_url: Optional[str] = None,
   _options.progress = progress
 
 
+def mirror() -> Optional[str]:
+  """The mirror's base URL (`configure`, then `$FL_PAPERS_DATA_MIRROR`)."""
+  url = _options.base_url or os.environ.get(MIRROR_ENV)
+  return url.rstrip('/') if url else None
+
+
 def base_url() -> str:
-  return (_options.base_url or os.environ.get(MIRROR_ENV) or
-          DEFAULT_BASE_URL).rstrip('/')
+  """Where TFF's files are fetched from: the mirror, or TFF's bucket."""
+  return mirror() or DEFAULT_BASE_URL
+
+
+def source_url(origin: str, filename: str) -> str:
+  """Where a file published at `origin` is fetched from: `<mirror>/<filename>`
+  when a mirror is set (one flat directory holds every dataset's files)."""
+  url = mirror()
+  return f'{url}/{filename}' if url else origin
+
+
+def show_progress() -> bool:
+  """Whether to draw progress bars: asked for, and stderr is a terminal."""
+  return _options.progress and sys.stderr.isatty()
 
 
 def is_offline() -> bool:
@@ -220,15 +240,48 @@ def _sha256(path: str) -> str:
   return digest.hexdigest()
 
 
-class _DownloadError(Exception):
+class DownloadError(Exception):
   """A download failed; the message says how."""
+
+
+def published_file_problem(path: str, size: int, sha256: str) -> Optional[str]:
+  """Why the file at `path` is not the one published with `size` and
+  `sha256` (None if it is)."""
+  actual = os.path.getsize(path)
+  if actual != size:
+    return f'{actual} bytes, not the published {size}'
+  if _sha256(path) != sha256:
+    return 'its sha256 is not the published one'
+  return None
+
+
+def fetch_published_file(url: str, path: str, *, size: int,
+                         sha256: str) -> None:
+  """Downloads `url` to `path` through `<path>.part` (resumed after an
+  interruption), checks its size and sha256, then renames it into place.
+
+  Raises:
+    DownloadError: The server could not be reached or the transfer broke
+      (the `.part` file is kept for the next run to resume).
+    CorruptDataError: The downloaded file is not the published one (the
+      `.part` file is deleted).
+  """
+  part = path + '.part'
+  _download(url, part)
+  problem = published_file_problem(part, size, sha256)
+  if problem:
+    os.remove(part)
+    raise CorruptDataError(
+        f'the download of {url} is not the published file ({problem});'
+        ' rerun to download it again, or check the mirror')
+  os.replace(part, path)
 
 
 def fetch(path: str) -> None:
   """Downloads the file cached at `path` (see the module docstring).
 
   Raises:
-    _DownloadError: The server could not be reached or the transfer broke
+    DownloadError: The server could not be reached or the transfer broke
       (the `.part` file is kept for the next run to resume).
     CorruptDataError: The downloaded file is not whole.
   """
@@ -291,7 +344,7 @@ def _download(url: str, part: str) -> None:
           total=total, initial=have, unit='B', unit_scale=True,
           unit_divisor=1024, desc=f'downloading {os.path.basename(url)}',
           file=sys.stderr, leave=False,
-          disable=not (_options.progress and sys.stderr.isatty())) as bar:
+          disable=not show_progress()) as bar:
         # read1: what has arrived, so the progress bar and the .part move.
         for chunk in iter(lambda: response.read1(_CHUNK_BYTES), b''):
           out.write(chunk)
@@ -299,12 +352,12 @@ def _download(url: str, part: str) -> None:
   except urllib.error.HTTPError as e:
     if e.code == 416 and have:  # the part already holds the whole file
       return
-    raise _DownloadError(f'{url}: HTTP {e.code} {e.reason}') from e
+    raise DownloadError(f'{url}: HTTP {e.code} {e.reason}') from e
   except (urllib.error.URLError, OSError, http.client.HTTPException) as e:
     reason = getattr(e, 'reason', None) or e
-    raise _DownloadError(f'{url}: {reason}') from e
+    raise DownloadError(f'{url}: {reason}') from e
   if total is not None and os.path.getsize(part) < total:
-    raise _DownloadError(
+    raise DownloadError(
         f'{url}: cut short at {os.path.getsize(part)} of {total} bytes')
 
 
@@ -347,7 +400,7 @@ def require_cached_files(
   for path in missing_paths:
     try:
       fetch(path)
-    except _DownloadError as e:
+    except DownloadError as e:
       raise errors.MissingDataError(
           _missing_data_message(
               dataset_name, f'could not be downloaded ({e})', [path],

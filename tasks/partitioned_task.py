@@ -34,7 +34,7 @@ dataset settings; the datasets' loaders live elsewhere (`centralized_images`,
 
 import collections
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Optional
 
 import numpy as np
@@ -73,12 +73,16 @@ class DatasetSettings:
       and `weight_decay` keywords.
     standardize_inputs: Whether inputs are standardized per channel.
     augment_train_images: Whether training images get flips and crops.
+    other_models: Further model choices by name (`model=` of
+      `create_partitioned_task`), besides the default.
   """
 
   weight_decay: float
   create_keras_model: Callable[..., tf.keras.Model]
   standardize_inputs: bool
   augment_train_images: bool
+  other_models: Mapping[str, Callable[..., tf.keras.Model]] = (
+      dataclasses.field(default_factory=dict))
 
 
 DATASET_SETTINGS: dict[str, DatasetSettings] = {
@@ -106,6 +110,7 @@ DATASET_SETTINGS: dict[str, DatasetSettings] = {
         create_keras_model=adabest_models.create_mlp,
         standardize_inputs=True,
         augment_train_images=False,
+        other_models={'cnn': adabest_models.create_small_cnn},
     ),
     # FedDyn's synthetic experiments: weight decay 1e-5, raw features.
     'synthetic': DatasetSettings(
@@ -129,6 +134,7 @@ def create_partitioned_task(
     eval_batch_size: int = DEFAULT_EVAL_BATCH_SIZE,
     data_dir: Optional[str] = None,
     use_mock_data: bool = False,
+    model: Optional[str] = None,
 ) -> tff.simulation.baselines.BaselineTask:
   """Builds one of AdaBest's partitioned tasks.
 
@@ -149,6 +155,8 @@ def create_partitioned_task(
     use_mock_data: Use random images (20 per client in each split) instead
       of TFDS files; 'synthetic' (generated) and 'digits' (bundled) ignore
       it.
+    model: None (the paper's model for the dataset), or one of the
+      dataset's `other_models` ('digits': 'cnn', a small CNN).
 
   Returns:
     A `tff.simulation.baselines.BaselineTask` whose `datasets.train_data`
@@ -170,6 +178,12 @@ def create_partitioned_task(
     if not isinstance(value, int) or value < 1:
       raise ValueError(f'{name} must be a positive int, got {value}.')
   settings = DATASET_SETTINGS[dataset]
+  if model is not None and model not in settings.other_models:
+    raise ValueError(
+        f'model must be None or one of {sorted(settings.other_models)} for'
+        f' {dataset!r}, got {model!r}.')
+  create_keras_model = (settings.other_models[model] if model is not None
+                        else settings.create_keras_model)
   if dataset == 'synthetic':
     train, test, num_classes = _pooled_synthetic_data()
   elif dataset == 'digits':
@@ -254,7 +268,7 @@ def create_partitioned_task(
 
   def model_fn() -> tff.learning.models.VariableModel:
     return tff.learning.models.from_keras_model(
-        keras_model=settings.create_keras_model(
+        keras_model=create_keras_model(
             input_shape=input_shape,
             num_classes=num_classes,
             weight_decay=settings.weight_decay,

@@ -4,8 +4,9 @@
     python -m tasks.prepare_data --task=all --data_dir=DIR
 
 Fetches the files the task reads (`tasks.data_files`: atomically, checked,
-resumed after an interruption) and prints the directory that holds them: copy
-it to an offline cluster or to the machines of `--worker_addresses`, and pass
+resumed after an interruption; the TFDS datasets are also prepared by TFDS,
+`tasks.centralized_images`) and prints where they are: copy that to an
+offline cluster or to the machines of `--worker_addresses`, and pass
 `--data_dir` there. Tasks whose data are generated or bundled need nothing.
 Bad input is one `error:` line and exit code 2.
 """
@@ -16,7 +17,10 @@ import sys
 from collections.abc import Sequence
 from typing import Optional
 
+import tqdm
+
 import tasks
+from tasks import centralized_images
 from tasks import data_files
 
 # The files each downloading task's loader reads, as (name, TFF or Keras
@@ -47,24 +51,27 @@ def data_paths(task_name: str, data_dir: Optional[str]) -> list[str]:
 
 
 def prepare(task_name: str, data_dir: Optional[str]) -> list[str]:
-  """Fetches and checks the task's files; returns their paths.
+  """Fetches and checks the task's files; returns their paths (for a TFDS
+  dataset, TFDS's data directory).
 
   Raises:
     tasks.MissingDataError: A file cannot be downloaded or is not whole.
-    ValueError: The task's data cannot be prepared here (TFDS datasets).
   """
   record = tasks.TASKS[task_name]
   if not record.reads_files:
     return []
-  if not record.downloads:
-    raise ValueError(
-        f'--task={task_name} reads a TFDS dataset: prepare it with TFDS'
-        ' (`tfds build` on a networked machine) and pass its data_dir')
+  if record.partitioned:
+    return [centralized_images.prepare_image_dataset(
+        tasks.PARTITIONED_TASKS[task_name], data_dir=data_dir)]
   dataset_name, _, loader_call = _FILES[task_name]
   paths = data_paths(task_name, data_dir)
   with data_files.require_cached_files(dataset_name, paths, loader_call):
     pass
   return paths
+
+
+def _size(path: str) -> str:
+  return tqdm.tqdm.format_sizeof(os.path.getsize(path), 'B', 1024)
 
 
 def main(argv: Sequence[str]) -> int:
@@ -74,7 +81,8 @@ def main(argv: Sequence[str]) -> int:
   parser.add_argument('--task', required=True,
                       choices=(*tasks.TASK_NAMES, 'all'))
   parser.add_argument('--data_dir', default=None,
-                      help='Where the files go (default: TFF\'s ~/.tff).')
+                      help='Where the files go (default: TFF\'s ~/.tff;'
+                      ' TFDS\'s ~/tensorflow_datasets for its datasets).')
   parser.add_argument('--noprogress', action='store_true',
                       help='No progress bar.')
   args = parser.parse_args(argv)
@@ -88,7 +96,8 @@ def main(argv: Sequence[str]) -> int:
         print(f'{name}: nothing to prepare (its data are generated or'
               ' bundled)')
       for path in paths:
-        print(f'{name}: {path}')
+        print(f'{name}: {path}' + (f' ({_size(path)})' if os.path.isfile(path)
+                                   else ''))
   except (tasks.MissingDataError, ValueError) as e:
     print(f'error: {e}', file=sys.stderr)
     return 2

@@ -1,4 +1,5 @@
-"""Tests for tasks/centralized_images.py: TFDS loaders, offline."""
+"""Tests for tasks/centralized_images.py: TFDS loaders, offline (downloads:
+tests/test_tfds_downloads.py)."""
 
 import numpy as np
 import pytest
@@ -6,6 +7,7 @@ import tensorflow as tf
 import tensorflow_datasets as tfds
 
 from tasks import centralized_images
+from tasks import data_files
 from tasks.errors import MissingDataError
 
 
@@ -64,27 +66,28 @@ def test_tfds_default_mock_data_loads_cifar():
   assert train.y.max() < 100
 
 
-@pytest.mark.parametrize('name, tfds_name', [
-    ('emnist_l', 'emnist/letters'), ('cifar10', 'cifar10'),
-    ('cifar100', 'cifar100')])
-def test_missing_dataset_raises_one_line_error(tmp_path, name, tfds_name):
+@pytest.mark.parametrize('name, tfds_name, archive', [
+    ('emnist_l', 'emnist/letters', 'gzip.zip'),
+    ('cifar10', 'cifar10', 'cifar-10-binary.tar.gz'),
+    ('cifar100', 'cifar100', 'cifar-100-binary.tar.gz')])
+def test_offline_missing_dataset_is_one_line_and_writes_nothing(
+    tmp_path, name, tfds_name, archive):
   with pytest.raises(MissingDataError) as error:
     centralized_images.load_image_dataset(name, data_dir=str(tmp_path))
   message = str(error.value)
   assert '\n' not in message
-  assert f'tfds build {tfds_name} --data_dir=DIR' in message
-  assert str(tmp_path) in message and '--data_dir=DIR' in message
+  assert f"TFDS '{tfds_name}'" in message and archive in message
+  assert str(tmp_path) in message and 'prepare_data' in message
   assert not list(tmp_path.iterdir())  # Nothing was downloaded or written.
 
 
-def test_failed_download_raises_missing_data_error(monkeypatch):
-  def offline_load(*args, **kwargs):
-    assert kwargs['download']  # data_dir=None lets TFDS download.
-    raise ConnectionError('no network')
-
-  monkeypatch.setattr(tfds, 'load', offline_load)
+def test_failed_download_raises_missing_data_error(tmp_path, monkeypatch):
+  # A loopback port nobody listens on.
+  monkeypatch.setenv(data_files.MIRROR_ENV, 'http://127.0.0.1:9')
+  monkeypatch.setenv(data_files.OFFLINE_ENV, '0')
   with pytest.raises(MissingDataError, match='could not be downloaded'):
-    centralized_images.load_image_dataset('cifar10')
+    centralized_images.load_image_dataset('cifar10', data_dir=str(tmp_path))
+  assert not (tmp_path / 'cifar10').exists()
 
 
 def test_unknown_dataset_raises_value_error():

@@ -8,14 +8,11 @@ Nothing reaches beyond loopback.
 """
 
 import collections
-import functools
-import http.server
 import lzma
 import os
 import signal
 import subprocess
 import sys
-import threading
 import time
 import urllib.error
 
@@ -26,6 +23,7 @@ from tensorflow_federated.python.simulation.datasets import sql_client_data_util
 
 from tasks import data_files
 from tasks import errors
+from tests import loopback_mirror
 from tests import run_directories
 
 _LOADER_CALL = 'tff.simulation.datasets.emnist.load_data(cache_dir=DIR)'
@@ -174,48 +172,6 @@ def _write_tff_sqlite(path, num_train_clients=6, num_test_clients=2):
           for i in ids})
 
 
-class _Mirror(http.server.SimpleHTTPRequestHandler):
-  """Serves a directory with HTTP ranges; can cut a response or go slowly."""
-
-  cut_after = None  # bytes of a response body, then the connection drops
-  delay = 0.0  # seconds per 4 KiB
-  requests = []
-
-  def log_message(self, *args):
-    pass
-
-  def do_GET(self):
-    path = self.translate_path(self.path)
-    if not os.path.isfile(path):
-      self.send_error(404)
-      return
-    with open(path, 'rb') as f:
-      body = f.read()
-    start = 0
-    range_header = self.headers.get('Range')
-    type(self).requests.append((self.path, range_header))
-    if range_header:
-      start = int(range_header.split('=')[1].split('-')[0])
-      if start >= len(body):
-        self.send_error(416)
-        return
-      self.send_response(206)
-      self.send_header('Content-Range',
-                       f'bytes {start}-{len(body) - 1}/{len(body)}')
-    else:
-      self.send_response(200)
-    self.send_header('Content-Length', str(len(body) - start))
-    self.end_headers()
-    body = body[start:]
-    if self.cut_after is not None:
-      body = body[:self.cut_after]
-    for i in range(0, len(body), 4096):
-      self.wfile.write(body[i:i + 4096])
-      if self.delay:
-        time.sleep(self.delay)
-    self.wfile.flush()
-
-
 @pytest.fixture
 def mirror(tmp_path, monkeypatch):
   """`(base URL, served directory, handler class)`, downloads enabled."""
@@ -225,19 +181,10 @@ def mirror(tmp_path, monkeypatch):
   _write_tff_sqlite(database)
   (served / 'emnist_all.sqlite.lzma').write_bytes(
       lzma.compress(database.read_bytes()))
-  handler = type('Handler', (_Mirror,), {'requests': []})
-  server = http.server.ThreadingHTTPServer(
-      ('127.0.0.1', 0), functools.partial(handler, directory=str(served)))
-  thread = threading.Thread(target=server.serve_forever, daemon=True)
-  thread.start()
-  url = f'http://127.0.0.1:{server.server_address[1]}'
-  monkeypatch.setenv(data_files.MIRROR_ENV, url)
-  monkeypatch.setenv(data_files.OFFLINE_ENV, '0')
-  try:
+  with loopback_mirror.serve(served) as (url, handler):
+    monkeypatch.setenv(data_files.MIRROR_ENV, url)
+    monkeypatch.setenv(data_files.OFFLINE_ENV, '0')
     yield url, served, handler, database.read_bytes()
-  finally:
-    server.shutdown()
-    server.server_close()
 
 
 def _require(data_dir):

@@ -51,3 +51,26 @@ def test_every_family_trains_on_digits_offline(tmp_path, algorithm_flags):
   metrics = run_directories.read_metrics(str(tmp_path / 'd'))
   assert list(metrics['round']) == [1, 2]
   assert 0.0 < metrics['test/accuracy'].iloc[-1] <= 1.0
+
+
+def test_the_cnn_option_builds_a_convolutional_model():
+  mlp = tasks.create_task('digits', num_clients=10).model_fn()
+  cnn = tasks.create_task('digits', num_clients=10, model='cnn').model_fn()
+  kernel_shapes = [tuple(v.shape) for v in cnn.trainable_variables
+                   if len(v.shape) == 4]
+  assert kernel_shapes == [(3, 3, 1, 32), (3, 3, 32, 64)]
+  assert not any(len(v.shape) == 4 for v in mlp.trainable_variables)
+  with pytest.raises(ValueError, match="'cnn'"):
+    tasks.create_task('emnist_l', num_clients=10, use_synthetic_data=True,
+                      model='cnn')
+
+
+def test_the_driver_trains_the_cnn_and_records_it(tmp_path):
+  run_directories.run_driver(
+      '--task=digits', '--digits_model=cnn', '--num_clients=10',
+      '--clients_per_round=3', '--total_rounds=1', '--rounds_per_eval=1',
+      f'--root_output_dir={tmp_path}', '--experiment_name=c')
+  with open(tmp_path / 'c' / 'hparams.json') as f:
+    assert '"digits_model": "cnn"' in f.read()
+  metrics = run_directories.read_metrics(str(tmp_path / 'c'))
+  assert 0.0 < metrics['test/accuracy'].iloc[-1] <= 1.0

@@ -35,7 +35,7 @@ _BASELINE_DIR = '/tmp/fl_papers_flag_rules_baseline'
 NON_DEFAULT = {
     'data_dir': '/tmp/fl_papers_no_data', 'use_synthetic_data': 'true',
     'offline': 'true', 'progress': 'false', 'synthetic_num_classes': '10',
-    'synthetic_alpha': '0.5', 'synthetic_beta': '0.5',
+    'synthetic_alpha': '0.5', 'synthetic_beta': '0.5', 'digits_model': 'cnn',
     'train_batch_size': '7', 'eval_batch_size': '17', 'client_epochs': '2',
     'max_elements_per_client': '9', 'validation_fraction': '0.3',
     'num_clients': '50', 'dirichlet_alpha': '0.3', 'unbalanced_sigma': '0.3',
@@ -249,7 +249,7 @@ def test_task_flags_reach_the_task_or_are_refused(task_name, monkeypatch):
                       lambda name, **kwargs: recorded.append(kwargs))
   task_flags = ('data_dir', 'use_synthetic_data', 'max_elements_per_client',
                 'synthetic_num_classes', 'synthetic_alpha', 'synthetic_beta',
-                'validation_fraction', 'num_clients', 'dirichlet_alpha',
+                'digits_model', 'validation_fraction', 'num_clients', 'dirichlet_alpha',
                 'unbalanced_sigma', 'partition_seed', 'train_batch_size',
                 'eval_batch_size', 'client_epochs')
   for name in task_flags:
