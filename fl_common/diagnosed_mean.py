@@ -56,7 +56,7 @@ from fl_common import diagnostics
 _COUNT_CLIENT, _COUNT_NONFINITE, _COUNT_DIRECTION, _COUNT_CLIPPED = range(4)
 
 
-def _client_contribution(value: Any, weight: Optional[tf.Tensor],
+def client_contribution(value: Any, weight: Optional[tf.Tensor],
                          clipping_norm: Optional[tf.Tensor]) -> tuple[Any, ...]:
   """`(c_k·w_k·Δ_k, Δ_k/‖Δ_k‖₂, [w_k,] counts)` of one client (module
   docstring); zeros, weight 0 for a NaN or Inf update."""
@@ -94,11 +94,11 @@ def _client_contribution(value: Any, weight: Optional[tf.Tensor],
   return weighted_value, unit_value, safe_weight, counts
 
 
-def _build_summing_computations(
+def build_summing_computations(
     value_type: tff.types.Type, weight_type: Optional[tff.types.Type],
     clipping: bool) -> tuple[tff.Computation, ...]:
   """`(zero, accumulate, merge, report)` of the `federated_aggregate` that sums
-  the clients' `_client_contribution`s.
+  the clients' `client_contribution`s.
 
   `accumulate(sums, client)` computes the contribution of one client from its
   `<value[, weight][, clipping_norm]>` and adds it to `sums`, in one call on
@@ -114,7 +114,7 @@ def _build_summing_computations(
       collections.OrderedDict)
 
   def contribution(client):
-    return _client_contribution(
+    return client_contribution(
         client['value'], client['weight'] if weight_type is not None else None,
         client['clipping_norm'] if clipping else None)
 
@@ -139,7 +139,7 @@ def _build_summing_computations(
   return zero, accumulate, merge, report
 
 
-def _build_server_computation(
+def build_server_computation(
     sums_type: tff.types.Type, weighted: bool, clipping: bool,
     target_quantile: float, clipping_learning_rate: float) -> tff.Computation:
   """`sums[, ρ] -> <mean, [next ρ,] ‖Δ‖, cosine, #clients, #non-finite,
@@ -172,6 +172,43 @@ def _build_server_computation(
                                     sums_type)
 
 
+def finish_round(state, outputs, *, weighted: bool,
+                 clipping: bool) -> tff.templates.MeasuredProcessOutput:
+  """The process's output from `build_server_computation`'s `outputs` at the
+  server: its next state, the mean, and the composition's measurements."""
+  if clipping:
+    (mean, new_state, update_norm, mean_cosine, num_clients, num_nonfinite,
+     num_zero, num_clipped) = outputs
+  else:
+    (mean, update_norm, mean_cosine, num_clients, num_nonfinite, num_zero,
+     _) = outputs
+    new_state = state
+  # The composition's measurements: its sum factories measure nothing.
+  empty = tff.federated_value((), tff.SERVER)
+  mean_measurements = collections.OrderedDict(mean_value=empty)
+  if weighted:
+    mean_measurements['mean_weight'] = empty
+  else:
+    mean_measurements['mean_count'] = empty
+  inner_measurements = mean_measurements
+  if clipping:
+    inner_measurements = collections.OrderedDict(
+        clipping=tff.federated_zip(mean_measurements),
+        clipping_norm=state,
+        clipped_count=num_clipped)
+  measurements = collections.OrderedDict(
+      update_norm=update_norm,
+      mean_pairwise_cosine=mean_cosine,
+      num_clients=num_clients,
+      num_nonfinite_updates=num_nonfinite,
+      num_zero_updates=num_zero,
+      inner_aggregator=tff.federated_zip(inner_measurements),
+  )
+  return tff.templates.MeasuredProcessOutput(
+      state=new_state, result=mean,
+      measurements=tff.federated_zip(measurements))
+
+
 def _build_process(value_type: tff.types.Type,
                    weight_type: Optional[tff.types.Type], clipping: bool,
                    initial_clipping_norm: float, target_quantile: float,
@@ -185,9 +222,9 @@ def _build_process(value_type: tff.types.Type,
   if not tff.types.is_structure_of_floats(value_type):
     raise ValueError('diagnosed_mean_factory needs a structure of floats, got '
                      f'value_type {value_type}.')
-  zero, accumulate, merge, report = _build_summing_computations(
+  zero, accumulate, merge, report = build_summing_computations(
       value_type, weight_type, clipping)
-  server_computation = _build_server_computation(
+  server_computation = build_server_computation(
       report.type_signature.result, weight_type is not None, clipping,
       target_quantile, clipping_learning_rate)
   initial_state = np.float32(initial_clipping_norm) if clipping else ()
@@ -206,37 +243,8 @@ def _build_process(value_type: tff.types.Type,
                                    accumulate, merge, report)
     outputs = tff.federated_map(server_computation,
                                 (sums, state) if clipping else sums)
-    if clipping:
-      (mean, new_state, update_norm, mean_cosine, num_clients, num_nonfinite,
-       num_zero, num_clipped) = outputs
-    else:
-      (mean, update_norm, mean_cosine, num_clients, num_nonfinite, num_zero,
-       _) = outputs
-      new_state = state
-    # The composition's measurements: its sum factories measure nothing.
-    empty = tff.federated_value((), tff.SERVER)
-    mean_measurements = collections.OrderedDict(mean_value=empty)
-    if weight is None:
-      mean_measurements['mean_count'] = empty
-    else:
-      mean_measurements['mean_weight'] = empty
-    inner_measurements = mean_measurements
-    if clipping:
-      inner_measurements = collections.OrderedDict(
-          clipping=tff.federated_zip(mean_measurements),
-          clipping_norm=state,
-          clipped_count=num_clipped)
-    measurements = collections.OrderedDict(
-        update_norm=update_norm,
-        mean_pairwise_cosine=mean_cosine,
-        num_clients=num_clients,
-        num_nonfinite_updates=num_nonfinite,
-        num_zero_updates=num_zero,
-        inner_aggregator=tff.federated_zip(inner_measurements),
-    )
-    return tff.templates.MeasuredProcessOutput(
-        state=new_state, result=mean,
-        measurements=tff.federated_zip(measurements))
+    return finish_round(state, outputs, weighted=weight is not None,
+                        clipping=clipping)
 
   state_type = init_fn.type_signature.result
   value_at_clients = tff.FederatedType(value_type, tff.CLIENTS)
@@ -256,25 +264,25 @@ def _build_process(value_type: tff.types.Type,
   return tff.templates.AggregationProcess(init_fn, next_fn)
 
 
-class _WeightedDiagnosedMeanFactory(tff.aggregators.WeightedAggregationFactory):
+class WeightedDiagnosedMeanFactory(tff.aggregators.WeightedAggregationFactory):
   """The weighted mean's processes (module docstring)."""
 
   def __init__(self, **settings: Any):
-    self._settings = settings
+    self.settings = settings
 
   def create(self, value_type, weight_type) -> tff.templates.AggregationProcess:
-    return _build_process(value_type, weight_type, **self._settings)
+    return _build_process(value_type, weight_type, **self.settings)
 
 
-class _UnweightedDiagnosedMeanFactory(
+class UnweightedDiagnosedMeanFactory(
     tff.aggregators.UnweightedAggregationFactory):
   """The unweighted mean's processes (module docstring)."""
 
   def __init__(self, **settings: Any):
-    self._settings = settings
+    self.settings = settings
 
   def create(self, value_type) -> tff.templates.AggregationProcess:
-    return _build_process(value_type, None, **self._settings)
+    return _build_process(value_type, None, **self.settings)
 
 
 def diagnosed_mean_factory(
@@ -317,5 +325,5 @@ def diagnosed_mean_factory(
                   target_quantile=target_quantile,
                   clipping_learning_rate=clipping_learning_rate)
   if weighted:
-    return _WeightedDiagnosedMeanFactory(**settings)
-  return _UnweightedDiagnosedMeanFactory(**settings)
+    return WeightedDiagnosedMeanFactory(**settings)
+  return UnweightedDiagnosedMeanFactory(**settings)

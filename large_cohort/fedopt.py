@@ -27,7 +27,7 @@ LSTM) cheaper in the worker than TFF's defaults, with the same result
   gradient unfused (~10 %). With the iterator loop they sit in the main graph,
   where TFF's compiler inlines them.
 * The client work's model gets zeros as the initial values of its trainable
-  variables (`_client_model_fn`). The worker re-creates the model's variables
+  variables (`client_model_fn`). The worker re-creates the model's variables
   for every client and runs their initializers, then overwrites the trainable
   ones with the broadcast weights; the initializers' random draws (and the
   LSTM's orthogonal initializer, a QR decomposition) were ~45 % of the
@@ -49,7 +49,7 @@ ModelFn = Callable[[], tff.learning.models.VariableModel]
 _ITERATOR_LOOP = tff.learning.LoopImplementation.DATASET_ITERATOR
 
 
-def _client_model_fn(model_fn: ModelFn) -> ModelFn:
+def client_model_fn(model_fn: ModelFn) -> ModelFn:
   """`model_fn` whose trainable variables start at zero instead of their
   initializers (see the module docstring).
 
@@ -148,7 +148,7 @@ def build_fedopt(
       initial_model_weights_fn,
       tff.learning.templates.build_broadcast_process(weights_type),
       tff.learning.templates.build_model_delta_client_work(
-          _client_model_fn(model_fn), client_optimizer, client_weighting,
+          client_model_fn(model_fn), client_optimizer, client_weighting,
           loop_implementation=loop_implementation),
       model_aggregator.create(weights_type.trainable,
                               tff.TensorType(np.float32)),

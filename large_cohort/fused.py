@@ -1,0 +1,305 @@
+"""FedOpt with fused cohorts: one TFF client trains a shard of real clients.
+
+With small models a round's arithmetic per client is microseconds, and the
+runtime's per-client cost (a call of the client computation, its arguments
+and results as separate values, the aggregator's `accumulate` per client)
+is most of the round. `build_fused_fedopt` builds the same algorithm as
+`build_fedopt` with the driver's aggregator (`fl_common.diagnosed_mean`:
+the mean, adaptive clipping and the paper's diagnostics), in which a TFF
+client stands for a *shard*: several real clients whose batched datasets are
+concatenated, each followed by one empty batch that closes it
+(`shard_datasets`). One call of the shard computation, one TensorFlow
+graph, trains every client of the shard in turn:
+
+* from the broadcast model, with a fresh client optimizer state, over the
+  client's batches (TFF's `DATASET_ITERATOR` loop, as `build_fedopt`);
+* at its closing batch: its update `Δ_k = x − x_k` with TFF's screening
+  (a non-finite update becomes zeros with weight 0, and that client's local
+  metrics are dropped, as TFF's `build_model_delta_client_work` resets them),
+  its weight (examples, or uniform), and its contribution to the diagnosed
+  mean's sums, clipped to the broadcast norm `ρ`
+  (`diagnosed_mean.client_contribution`: the same function the per-client
+  aggregator's `accumulate` runs);
+* then the model and optimizer are reset for the next client.
+
+The shard returns its partial sums and its clients' summed unfinalized
+metrics; the server sums the shards and finishes exactly as the per-client
+aggregator does (`diagnosed_mean.build_server_computation`,
+`finish_round`). State, metrics and their structure are those of
+`build_fedopt`'s process, so checkpoints and metric names carry over, and a
+round on shards equals a round on the same clients one per TFF client, up
+to the order of float additions (`tests/test_fused.py`).
+
+Shards are ordinary TFF clients: the same process runs on the local worker
+and across `--worker_addresses`, each worker taking whole shards.
+"""
+
+import collections
+from collections.abc import Callable, Sequence
+from typing import Optional, Union
+
+import numpy as np
+import tensorflow as tf
+import tensorflow_federated as tff
+
+from fl_common import diagnosed_mean
+from large_cohort import fedopt
+
+ModelFn = Callable[[], tff.learning.models.VariableModel]
+DiagnosedMeanFactory = Union[diagnosed_mean.WeightedDiagnosedMeanFactory,
+                             diagnosed_mean.UnweightedDiagnosedMeanFactory]
+
+
+def closing_batch(element_spec) -> tuple[tf.Tensor, ...]:
+  """The empty batch that closes a client in a shard: every tensor of the
+  batched `element_spec` with 0 rows."""
+
+  def empty(spec: tf.TensorSpec) -> tf.Tensor:
+    if spec.shape.rank is None or not spec.shape[1:].is_fully_defined():
+      raise ValueError(
+          'fused shards need batches whose shape is known but for the batch'
+          f' dimension, got {spec}.')
+    return tf.zeros([0, *spec.shape[1:]], spec.dtype)
+
+  return tf.nest.map_structure(empty, element_spec)
+
+
+def shard_datasets(datasets: Sequence[tf.data.Dataset],
+                   clients_per_shard: int) -> list[tf.data.Dataset]:
+  """Groups batched client datasets into shards of `clients_per_shard`
+  clients (the last one may be shorter), each client followed by its empty
+  closing batch.
+
+  Raises:
+    ValueError: If `clients_per_shard` < 1, there are no datasets, or their
+      element specs differ.
+  """
+  if clients_per_shard < 1:
+    raise ValueError(
+        f'clients_per_shard must be >= 1, got {clients_per_shard}.')
+  if not datasets:
+    raise ValueError('shard_datasets needs at least one client dataset.')
+  spec = datasets[0].element_spec
+  closing = tf.data.Dataset.from_tensors(closing_batch(spec))
+  shards = []
+  for start in range(0, len(datasets), clients_per_shard):
+    shard = None
+    for dataset in datasets[start:start + clients_per_shard]:
+      closed = dataset.concatenate(closing)
+      shard = closed if shard is None else shard.concatenate(closed)
+    shards.append(shard)
+  return shards
+
+
+def num_shards(num_clients: int, clients_per_shard: int) -> int:
+  return -(-num_clients // clients_per_shard)
+
+
+def _shard_work(
+    model_fn: ModelFn,
+    client_optimizer: tff.learning.optimizers.Optimizer,
+    weighted: bool,
+    clipping: bool,
+    weights_type: tff.types.Type,
+    hparams_type: tff.types.Type,
+    data_type: tff.types.Type,
+) -> tff.Computation:
+  """`<weights, hparams[, clipping_norm], shard> -> <sums, unfinalized
+  metrics>`."""
+  arg_types = [('weights', weights_type), ('hparams', hparams_type)]
+  if clipping:
+    arg_types.append(('clipping_norm', tff.TensorType(np.float32)))
+  arg_types.append(('shard', data_type))
+  client_model_fn = fedopt.client_model_fn(model_fn)
+
+  @tff.tensorflow.computation(
+      tff.StructWithPythonType(arg_types, collections.OrderedDict))
+  def shard_work(args):
+    clipping_norm = args['clipping_norm'] if clipping else None
+    initial_weights, hparams, shard = (args['weights'], args['hparams'],
+                                       args['shard'])
+    model = client_model_fn()
+    model_weights = tff.learning.models.ModelWeights.from_model(model)
+    trainable_specs = tuple(tf.TensorSpec(v.shape, v.dtype)
+                            for v in tf.nest.flatten(model_weights.trainable))
+    metric_variables = list(model.local_variables)
+
+    def contribution(update, weight):
+      return diagnosed_mean.client_contribution(
+          update, weight if weighted else None, clipping_norm)
+
+    @tf.function
+    def train_shard(initial_weights, hparams, shard):
+      tf.nest.map_structure(lambda v, t: v.assign(t), model_weights,
+                            initial_weights)
+
+      def fresh_optimizer_state():
+        state = client_optimizer.initialize(trainable_specs)
+        if hparams:
+          state = client_optimizer.set_hparams(state, hparams)
+        return state
+
+      zero_update = tf.nest.map_structure(tf.zeros_like,
+                                          initial_weights.trainable)
+      sums = tf.nest.map_structure(
+          tf.zeros_like, contribution(zero_update, tf.constant(0.0)))
+      optimizer_state = fresh_optimizer_state()
+      num_examples = tf.zeros([], tf.int64)
+      snapshot = [v.read_value() for v in metric_variables]
+      for batch in iter(shard):
+        if tf.shape(tf.nest.flatten(batch)[0])[0] > 0:
+          with tf.GradientTape() as tape:
+            output = model.forward_pass(batch, training=True)
+          gradients = tape.gradient(output.loss, model_weights.trainable)
+          optimizer_state, updated = client_optimizer.next(
+              optimizer_state,
+              tuple(tf.nest.flatten(model_weights.trainable)),
+              tuple(tf.nest.flatten(gradients)))
+          tf.nest.map_structure(
+              lambda v, t: v.assign(t), model_weights.trainable,
+              tf.nest.pack_sequence_as(model_weights.trainable, updated))
+          if output.num_examples is None:
+            num_examples += tf.shape(output.predictions, out_type=tf.int64)[0]
+          else:
+            num_examples += tf.cast(output.num_examples, tf.int64)
+        else:  # The closing batch: the client's update, then reset.
+          update = tf.nest.map_structure(tf.subtract,
+                                         initial_weights.trainable,
+                                         model_weights.trainable)
+          update, non_finite = _zero_all_if_any_non_finite(update)
+          weight = tf.where(non_finite > 0, 0.0,
+                            tf.cast(num_examples, tf.float32))
+          if non_finite > 0:
+            for variable, value in zip(metric_variables, snapshot):
+              variable.assign(value)
+          sums = tf.nest.map_structure(tf.add, sums,
+                                       contribution(update, weight))
+          tf.nest.map_structure(lambda v, t: v.assign(t), model_weights,
+                                initial_weights)
+          optimizer_state = fresh_optimizer_state()
+          num_examples = tf.zeros([], tf.int64)
+          snapshot = [v.read_value() for v in metric_variables]
+      return sums, model.report_local_unfinalized_metrics()
+
+    return train_shard(initial_weights, hparams, shard)
+
+  return shard_work
+
+
+def _zero_all_if_any_non_finite(structure):
+  """TFF's `tensor_utils.zero_all_if_any_non_finite` (not exported by
+  `tff.learning`): `(structure, 0)`, or `(zeros, 1)` if any entry is NaN or
+  Inf."""
+  flat = tf.nest.flatten(structure)
+  all_finite = tf.reduce_all(
+      tf.stack([tf.reduce_all(tf.math.is_finite(t)) for t in flat]))
+  return tf.cond(
+      all_finite, lambda: (structure, tf.constant(0)),
+      lambda: (tf.nest.map_structure(tf.zeros_like, structure),
+               tf.constant(1)))
+
+
+def build_fused_fedopt(
+    model_fn: ModelFn,
+    *,
+    client_optimizer: tff.learning.optimizers.Optimizer,
+    server_optimizer: tff.learning.optimizers.Optimizer,
+    client_weighting: tff.learning.ClientWeighting = (
+        tff.learning.ClientWeighting.NUM_EXAMPLES),
+    model_aggregator: Optional[DiagnosedMeanFactory] = None,
+) -> tff.learning.templates.LearningProcess:
+  """Builds FedOpt (Algorithm 1) on shards of clients (module docstring).
+
+  The process has `build_fedopt`'s state and metrics; its client data are
+  shards (`shard_datasets`), not single clients:
+
+      next: (<state@SERVER, {shard}@CLIENTS> -> LearningProcessOutput(
+             state@SERVER, metrics@SERVER))
+
+  Args:
+    model_fn: A no-arg function returning a `tff.learning.models.VariableModel`.
+    client_optimizer: The client optimizer (`ClientOpt`, rate η_c).
+    server_optimizer: The server optimizer (`ServerOpt`, rate η_s).
+    client_weighting: `NUM_EXAMPLES` (default) or `UNIFORM`.
+    model_aggregator: A `diagnosed_mean.diagnosed_mean_factory` (weighted
+      with `NUM_EXAMPLES`, unweighted with `UNIFORM`); default: the mean
+      with diagnostics, without clipping.
+
+  Raises:
+    TypeError: If `model_aggregator` is not a diagnosed mean of the right
+      weighting (the fused shard computes its per-client part itself).
+  """
+  uniform = client_weighting is tff.learning.ClientWeighting.UNIFORM
+  if model_aggregator is None:
+    model_aggregator = diagnosed_mean.diagnosed_mean_factory(
+        clipping=False, weighted=not uniform)
+  expected = (diagnosed_mean.UnweightedDiagnosedMeanFactory if uniform else
+              diagnosed_mean.WeightedDiagnosedMeanFactory)
+  if not isinstance(model_aggregator, expected):
+    raise TypeError(
+        f'fused shards need a {expected.__name__} (diagnosed_mean_factory('
+        f'weighted={not uniform})) with client_weighting={client_weighting},'
+        f' got {model_aggregator!r}.')
+  settings = model_aggregator.settings
+  clipping = settings['clipping']
+  reference = fedopt.build_fedopt(
+      model_fn, client_optimizer=client_optimizer,
+      server_optimizer=server_optimizer, client_weighting=client_weighting,
+      model_aggregator=model_aggregator)
+  state_type = reference.initialize.type_signature.result.member
+  weights_type = state_type.global_model_weights
+  data_type = reference.next.type_signature.parameter[1].member
+  shard_work = _shard_work(model_fn, client_optimizer, not uniform, clipping,
+                           weights_type, state_type.client_work, data_type)
+  sums_type = shard_work.type_signature.result[0]
+  server_computation = diagnosed_mean.build_server_computation(
+      sums_type, not uniform, clipping, settings['target_quantile'],
+      settings['clipping_learning_rate'])
+  distributor = tff.learning.templates.build_broadcast_process(weights_type)
+  finalizer = tff.learning.templates.build_apply_optimizer_finalizer(
+      server_optimizer, weights_type)
+  model = model_fn()
+  metrics_type = shard_work.type_signature.result[1]
+  aggregate_metrics = tff.learning.metrics.sum_then_finalize(
+      model.metric_finalizers(), metrics_type)
+
+  @tff.federated_computation(
+      tff.FederatedType(state_type, tff.SERVER),
+      tff.FederatedType(data_type, tff.CLIENTS))
+  def next_fn(state, shards):
+    distributor_output = distributor.next(state.distributor,
+                                          state.global_model_weights)
+    args = collections.OrderedDict(
+        weights=distributor_output.result,
+        hparams=tff.federated_broadcast(state.client_work))
+    if clipping:
+      args['clipping_norm'] = tff.federated_broadcast(state.aggregator)
+    args['shard'] = shards
+    sums, unfinalized_metrics = tff.federated_map(shard_work,
+                                                  tff.federated_zip(args))
+    summed = tff.federated_sum(sums)
+    outputs = tff.federated_map(
+        server_computation,
+        tff.federated_zip((summed, state.aggregator)) if clipping else summed)
+    aggregator_output = diagnosed_mean.finish_round(
+        state.aggregator, outputs, weighted=not uniform, clipping=clipping)
+    client_work_measurements = tff.federated_zip(collections.OrderedDict(
+        train=aggregate_metrics(unfinalized_metrics)))
+    finalizer_output = finalizer.next(state.finalizer,
+                                      state.global_model_weights,
+                                      aggregator_output.result)
+    new_state = tff.federated_zip(
+        tff.learning.templates.LearningAlgorithmState(
+            finalizer_output.result, distributor_output.state,
+            state.client_work, aggregator_output.state,
+            finalizer_output.state))
+    metrics = tff.federated_zip(collections.OrderedDict(
+        distributor=distributor_output.measurements,
+        client_work=client_work_measurements,
+        aggregator=aggregator_output.measurements,
+        finalizer=finalizer_output.measurements))
+    return tff.learning.templates.LearningProcessOutput(new_state, metrics)
+
+  return tff.learning.templates.LearningProcess(
+      reference.initialize, next_fn, reference.get_model_weights,
+      reference.set_model_weights)

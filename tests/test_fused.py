@@ -1,0 +1,107 @@
+"""large_cohort.fused: a round on shards of clients equals the per-client
+round (`build_fedopt` with the diagnosed mean) on the same clients: model,
+clipping norm, server optimizer state, the paper's diagnostics and the
+training metrics, with uneven client sizes, an empty client, a NaN client
+and shards of uneven length."""
+
+import collections
+
+import numpy as np
+import pytest
+import tensorflow as tf
+import tensorflow_federated as tff
+
+from fl_common import diagnosed_mean
+from large_cohort import fedopt
+from large_cohort import fused
+from tests import tiny_models
+
+_NUM_FEATURES = 3
+
+
+def _client_datasets(sizes, nan_client=None, batch_size=2, seed=0):
+  rng = np.random.default_rng(seed)
+  datasets = []
+  for k, size in enumerate(sizes):
+    x = rng.normal(size=(size, _NUM_FEATURES)).astype(np.float32)
+    y = rng.normal(size=(size, 1)).astype(np.float32)
+    if k == nan_client:
+      x[0, 0] = np.nan
+    datasets.append(tf.data.Dataset.from_tensor_slices(
+        collections.OrderedDict(x=x, y=y)).batch(batch_size))
+  return datasets
+
+
+def _processes(weighting, clipping, server_optimizer):
+  model_fn = tiny_models.linear_model_fn(_NUM_FEATURES)
+  kwargs = dict(
+      client_optimizer=tff.learning.optimizers.build_sgdm(0.1, momentum=0.5),
+      server_optimizer=server_optimizer,
+      client_weighting=weighting,
+      model_aggregator=diagnosed_mean.diagnosed_mean_factory(
+          clipping=clipping,
+          weighted=weighting is tff.learning.ClientWeighting.NUM_EXAMPLES,
+          initial_clipping_norm=0.05))
+  return fedopt.build_fedopt(model_fn, **kwargs), fused.build_fused_fedopt(
+      model_fn, **kwargs)
+
+
+def _assert_close(a, b):
+  flat_a, flat_b = tf.nest.flatten(a), tf.nest.flatten(b)
+  assert len(flat_a) == len(flat_b)
+  for x, y in zip(flat_a, flat_b):
+    np.testing.assert_allclose(np.asarray(x, np.float64),
+                               np.asarray(y, np.float64), rtol=1e-5,
+                               atol=1e-6)
+
+
+@pytest.mark.parametrize('weighting, clipping, server', [
+    (tff.learning.ClientWeighting.NUM_EXAMPLES, True, 'adam'),
+    (tff.learning.ClientWeighting.NUM_EXAMPLES, False, 'sgd'),
+    (tff.learning.ClientWeighting.UNIFORM, True, 'sgdm'),
+])
+@pytest.mark.parametrize('clients_per_shard', [1, 3, 4, 7])
+def test_a_fused_round_equals_the_per_client_round(weighting, clipping, server,
+                                                   clients_per_shard):
+  server_optimizer = {
+      'adam': tff.learning.optimizers.build_adam(0.05),
+      'sgd': tff.learning.optimizers.build_sgdm(1.0),
+      'sgdm': tff.learning.optimizers.build_sgdm(0.5, momentum=0.9),
+  }[server]
+  per_client, on_shards = _processes(weighting, clipping, server_optimizer)
+  # Uneven sizes (odd ones end in a short batch), an empty client, a NaN one.
+  sizes = [5, 1, 0, 8, 3, 4, 2]
+  datasets = _client_datasets(sizes, nan_client=4)
+  # One initial state for both (each initialize() draws Keras' initializers).
+  state = fused_state = per_client.initialize()
+  for _ in range(2):  # two rounds: the clipping norm and the moments move
+    output = per_client.next(state, datasets)
+    fused_output = on_shards.next(
+        fused_state, fused.shard_datasets(datasets, clients_per_shard))
+    _assert_close(output.state, fused_output.state)
+    _assert_close(output.metrics, fused_output.metrics)
+    assert (tf.nest.map_structure(lambda _: 0, output.metrics) ==
+            tf.nest.map_structure(lambda _: 0, fused_output.metrics))
+    state, fused_state = output.state, fused_output.state
+  aggregator = fused_output.metrics['aggregator']
+  assert aggregator['num_clients'] == len(sizes)
+  assert aggregator['num_zero_updates'] == 2  # the empty and the NaN client
+  train = fused_output.metrics['client_work']['train']
+  assert train['num_examples'] == sum(sizes) - sizes[4]  # NaN's dropped
+
+
+def test_shards_close_every_client_and_split_unevenly():
+  datasets = _client_datasets([3, 0, 2])
+  shards = fused.shard_datasets(datasets, 2)
+  assert len(shards) == 2
+  rows = [[int(tf.shape(b['x'])[0]) for b in shard] for shard in shards]
+  assert rows == [[2, 1, 0, 0], [2, 0]]
+
+
+def test_refuses_an_aggregator_it_cannot_fuse():
+  with pytest.raises(TypeError, match='WeightedDiagnosedMeanFactory'):
+    fused.build_fused_fedopt(
+        tiny_models.linear_model_fn(_NUM_FEATURES),
+        client_optimizer=tff.learning.optimizers.build_sgdm(0.1),
+        server_optimizer=tff.learning.optimizers.build_sgdm(1.0),
+        model_aggregator=tff.aggregators.MeanFactory())
