@@ -18,11 +18,21 @@ Three processes, all FedAvg (client SGD at the workload's rate, server SGD at
   round's while a round computes (`experiment_driver.round_inputs`), each
   call waiting for that build to finish.
 
+* `fused` — the full round on fused shards (`large_cohort.fused`): the
+  same algorithm and aggregator, the cohort's clients grouped into one shard
+  per core (`fused.auto_clients_per_shard`), each trained in one call of one
+  TensorFlow graph, the shards' batches made from the clients' arrays in
+  NumPy each round (`fused.shards_from_arrays`, as the driver makes
+  Synthetic's), the next round's while a round computes.
+
 `tff_reduce` and `fedavg` get the client datasets prebuilt: they measure
 TFF's round alone.
 """
 
+import collections
 from collections.abc import Callable
+
+import numpy as np
 
 import tensorflow as tf
 import tensorflow_federated as tff
@@ -31,9 +41,10 @@ from bench import workloads
 from experiment_driver import round_inputs
 from fl_common import diagnosed_mean
 from large_cohort import fedopt
+from large_cohort import fused
 from large_cohort import optimizers
 
-VARIANTS = ('tff_reduce', 'fedavg', 'package')
+VARIANTS = ('tff_reduce', 'fedavg', 'package', 'fused')
 
 
 def driver_default_aggregator() -> tff.aggregators.WeightedAggregationFactory:
@@ -63,6 +74,11 @@ def build_process(
     return fedopt.build_fedopt(model_fn, client_optimizer=client_optimizer,
                                server_optimizer=server_optimizer,
                                model_aggregator=driver_default_aggregator())
+  if variant == 'fused':
+    return fused.build_fused_fedopt(
+        model_fn, client_optimizer=client_optimizer,
+        server_optimizer=server_optimizer,
+        model_aggregator=driver_default_aggregator())
   raise ValueError(f'Unknown variant {variant!r}; expected one of {VARIANTS}.')
 
 
@@ -100,19 +116,33 @@ def round_for(process: tff.learning.templates.LearningProcess,
               variant: str) -> TffRound:
   """`variant`'s rounds of `process` on `arrays` (module docstring)."""
   return TffRound(process, datasets_fn_for(workload, arrays, variant),
-                  overlap_datasets=variant == 'package')
+                  overlap_datasets=variant in ('package', 'fused'))
 
 
 def datasets_fn_for(workload: workloads.Workload,
                     arrays: workloads.ClientArrays,
                     variant: str) -> Callable[[], list[tf.data.Dataset]]:
   """Where `variant`'s rounds get their client datasets (module docstring)."""
-  if variant == 'package':
+  if variant in ('package', 'fused'):
     client_data = workload.client_data(arrays)
     client_ids = client_data.client_ids
-    return lambda: [
-        workload.preprocess(client_data.create_tf_dataset_for_client(i))
-        for i in client_ids
-    ]
+
+    def datasets_fn():
+      if variant == 'fused':
+        # As the driver batches array-backed clients (Synthetic): in NumPy.
+        flat = collections.OrderedDict(
+            x=arrays.x.reshape((-1,) + arrays.x.shape[2:]),
+            y=arrays.y.reshape((-1,) + arrays.y.shape[2:]))
+        rows = np.arange(len(flat['x'])).reshape(arrays.num_clients, -1)
+        return fused.shards_from_arrays(
+            flat, list(rows),
+            fused.BatchRecipe(batch_size=workload.batch_size, shuffle=False),
+            fused.auto_clients_per_shard(arrays.num_clients),
+            np.random.default_rng(0))
+      return [
+          workload.preprocess(client_data.create_tf_dataset_for_client(i))
+          for i in client_ids]
+
+    return datasets_fn
   datasets = workload.client_datasets(arrays)
   return lambda: datasets

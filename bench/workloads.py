@@ -191,9 +191,29 @@ EMNIST_LINEAR = Workload(
     batch_size=20,
 )
 
+def _synthetic_examples(rng, num_clients, examples_per_client):
+  x = rng.normal(size=(num_clients, examples_per_client, 60)).astype(
+      np.float32)
+  y = rng.integers(0, 5, (num_clients, examples_per_client, 1))
+  return x, y.astype(np.int32)
+
+
+# LEAF Synthetic's shape (GeL's Table 1: 60 features, 5 classes, 305
+# parameters) at GeL's batch size 5, 20 examples per client.
+SYNTHETIC_LR = Workload(
+    name='synthetic_lr',
+    keras_model_fn=lambda: tf.keras.Sequential([
+        tf.keras.layers.Dense(5, activation='softmax', input_shape=(60,))]),
+    loss_fn=tf.keras.losses.SparseCategoricalCrossentropy,
+    make_examples=_synthetic_examples,
+    examples_per_client=20,
+    batch_size=5,
+)
+
 WORKLOADS = {
     w.name: w
-    for w in (EMNIST_CNN, STACKOVERFLOW_LSTM, EMNIST_2NN, EMNIST_LINEAR)
+    for w in (EMNIST_CNN, STACKOVERFLOW_LSTM, EMNIST_2NN, EMNIST_LINEAR,
+              SYNTHETIC_LR)
 }
 
 

@@ -39,6 +39,8 @@ class BuildContext:
   num_train_clients: int  # the population size |S|
   total_rounds: int
   seed: int
+  # Machines running client work: the --worker_addresses, or the local one.
+  num_workers: int = 1
   # Optimizers built from --client_optimizer / --server_optimizer and their
   # hyperparameter flags, with the rates above.
   client_optimizer: Optional[tff.learning.optimizers.Optimizer] = None

@@ -159,6 +159,7 @@ def build_context(
       num_train_clients=num_train_clients,
       total_rounds=f.TOTAL_ROUNDS.value,
       seed=f.SEED.value,
+      num_workers=max(1, len(f.WORKER_ADDRESSES.value)),
       **built,
   )
 

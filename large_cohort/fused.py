@@ -6,10 +6,12 @@ and results as separate values, the aggregator's `accumulate` per client)
 is most of the round. `build_fused_fedopt` builds the same algorithm as
 `build_fedopt` with the driver's aggregator (`fl_common.diagnosed_mean`:
 the mean, adaptive clipping and the paper's diagnostics), in which a TFF
-client stands for a *shard*: several real clients whose batched datasets are
-concatenated, each followed by one empty batch that closes it
-(`shard_datasets`). One call of the shard computation, one TensorFlow
-graph, trains every client of the shard in turn:
+client stands for a *shard*: several real clients' batches, read in the
+driver (`shards_from_client_data`, `shards_from_datasets`) into plain
+tensors, every batch's examples concatenated plus the batch sizes, each
+client closed by an empty batch. No tf.data pipeline runs on the worker.
+One call of the shard computation, one TensorFlow graph, trains every
+client of the shard in turn:
 
 * from the broadcast model, with a fresh client optimizer state, over the
   client's batches (TFF's `DATASET_ITERATOR` loop, as `build_fedopt`);
@@ -35,8 +37,10 @@ and across `--worker_addresses`, each worker taking whole shards.
 """
 
 import collections
-from collections.abc import Callable, Sequence
-from typing import Optional, Union
+import dataclasses
+import os
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Optional, Union
 
 import numpy as np
 import tensorflow as tf
@@ -64,35 +68,156 @@ def closing_batch(element_spec) -> tuple[tf.Tensor, ...]:
   return tf.nest.map_structure(empty, element_spec)
 
 
-def shard_datasets(datasets: Sequence[tf.data.Dataset],
-                   clients_per_shard: int) -> list[tf.data.Dataset]:
-  """Groups batched client datasets into shards of `clients_per_shard`
-  clients (the last one may be shorter), each client followed by its empty
-  closing batch.
+def auto_clients_per_shard(num_clients: int,
+                           num_cores: Optional[int] = None) -> int:
+  """Clients per shard for one shard per core: a worker runs as many client
+  calls at once as it has cores (`num_cores` in all, over every worker;
+  default this machine's)."""
+  cores = num_cores or os.cpu_count() or 1
+  return max(1, -(-num_clients // cores))
+
+
+def _groups(items: Sequence[Any], size: int) -> list[Sequence[Any]]:
+  if size < 1:
+    raise ValueError(f'clients_per_shard must be >= 1, got {size}.')
+  if not items:
+    raise ValueError('a round needs at least one client.')
+  return [items[i:i + size] for i in range(0, len(items), size)]
+
+
+def stack_shard(shard: tf.data.Dataset) -> collections.OrderedDict:
+  """Reads a shard's batches (each client's closed by an empty batch) into
+  the tensors the fused process takes: `OrderedDict(examples=<every batch's
+  examples concatenated, per component>, batch_sizes=int64 [batches])`."""
+  # ragged_batch reads many batches per call, in C++; its row lengths are
+  # the batch sizes, 0 for a closing batch.
+  chunks = list(shard.ragged_batch(_BATCHES_PER_READ))
+  if not chunks:
+    raise ValueError('a shard holds at least its closing batches.')
+  batch_sizes = np.concatenate(
+      [tf.nest.flatten(c)[0].row_lengths().numpy() for c in chunks])
+  examples = tf.nest.map_structure(
+      lambda *parts: np.concatenate([p.values.numpy() for p in parts]),
+      *chunks)
+  return collections.OrderedDict(examples=examples,
+                                 batch_sizes=batch_sizes.astype(np.int64))
+
+
+_BATCHES_PER_READ = 4096
+
+
+@dataclasses.dataclass(frozen=True)
+class BatchRecipe:
+  """A client pipeline that is only shuffle, repeat, take and batch, in
+  TFF's tasks' order (`tasks.synthetic`): what `shards_from_arrays` does in
+  NumPy.
+
+  Attributes:
+    batch_size: Examples per batch (the last one of a client may be short).
+    num_epochs: Passes over the client's examples, each in a new order.
+    shuffle: Whether each pass is a uniform random permutation (a shuffle
+      buffer at least the client's size); else the stored order.
+    max_elements: Examples taken after the passes (None: all).
+  """
+
+  batch_size: int
+  num_epochs: int = 1
+  shuffle: bool = True
+  max_elements: Optional[int] = None
+
+
+def shards_from_arrays(
+    examples: Mapping[str, np.ndarray],
+    client_rows: Sequence[np.ndarray],
+    recipe: BatchRecipe,
+    clients_per_shard: int,
+    rng: np.random.Generator,
+) -> list[collections.OrderedDict]:
+  """The fused process's client data for clients stored as rows of shared
+  arrays (client `k` owns rows `client_rows[k]` of every array), batched by
+  `recipe` in NumPy: microseconds per client, where a tf.data pipeline
+  takes about a millisecond (it is built, then read batch by batch).
 
   Raises:
-    ValueError: If `clients_per_shard` < 1, there are no datasets, or their
-      element specs differ.
+    ValueError: If `clients_per_shard` < 1 or there are no clients.
   """
-  if clients_per_shard < 1:
-    raise ValueError(
-        f'clients_per_shard must be >= 1, got {clients_per_shard}.')
-  if not datasets:
-    raise ValueError('shard_datasets needs at least one client dataset.')
-  spec = datasets[0].element_spec
-  closing = tf.data.Dataset.from_tensors(closing_batch(spec))
   shards = []
-  for start in range(0, len(datasets), clients_per_shard):
-    shard = None
-    for dataset in datasets[start:start + clients_per_shard]:
-      closed = dataset.concatenate(closing)
-      shard = closed if shard is None else shard.concatenate(closed)
-    shards.append(shard)
+  for group in _groups(list(client_rows), clients_per_shard):
+    indices, batch_sizes = [], []
+    for rows in group:
+      rows = np.asarray(rows)
+      passes = [rng.permutation(rows) if recipe.shuffle else rows
+                for _ in range(recipe.num_epochs)]
+      order = np.concatenate(passes) if passes else rows[:0]
+      if recipe.max_elements is not None:
+        order = order[:recipe.max_elements]
+      full, rest = divmod(len(order), recipe.batch_size)
+      batch_sizes += [recipe.batch_size] * full + ([rest] if rest else [])
+      batch_sizes.append(0)
+      indices.append(order)
+    flat = np.concatenate(indices).astype(np.int64)
+    shards.append(collections.OrderedDict(
+        examples=collections.OrderedDict(
+            (name, array[flat]) for name, array in examples.items()),
+        batch_sizes=np.asarray(batch_sizes, np.int64)))
   return shards
 
 
-def num_shards(num_clients: int, clients_per_shard: int) -> int:
-  return -(-num_clients // clients_per_shard)
+def shards_from_datasets(datasets: Sequence[tf.data.Dataset],
+                         clients_per_shard: int
+                         ) -> list[collections.OrderedDict]:
+  """The fused process's client data from batched client datasets, in
+  order: shards of `clients_per_shard` clients (the last may be shorter).
+
+  Each shard is read through one tf.data pipeline over the clients'
+  datasets (`tf.data.experimental.to_variant`), not a chain of
+  concatenations, whose reads grow with the shard's length.
+
+  Raises:
+    ValueError: If `clients_per_shard` < 1 or there are no datasets.
+  """
+  groups = _groups(list(datasets), clients_per_shard)
+  spec = datasets[0].element_spec
+  closing = tf.data.Dataset.from_tensors(closing_batch(spec))
+  shards = []
+  for group in groups:
+    variants = tf.stack([tf.data.experimental.to_variant(d) for d in group])
+    shard = tf.data.Dataset.from_tensor_slices(variants).flat_map(
+        lambda v: tf.data.experimental.from_variant(v, spec).concatenate(
+            closing))
+    shards.append(stack_shard(shard))
+  return shards
+
+
+def shards_from_client_data(
+    client_data: tff.simulation.datasets.ClientData,
+    preprocess_fn: Optional[Callable[[tf.data.Dataset], tf.data.Dataset]],
+    client_ids: Sequence[str],
+    clients_per_shard: int,
+) -> list[collections.OrderedDict]:
+  """The fused process's client data for `client_ids` of `client_data`.
+
+  One pipeline per shard maps the client ids through the ClientData's
+  `serializable_dataset_fn` and `preprocess_fn` (traced once, not once per
+  client as `create_tf_dataset_for_client` is). The pipeline's ops are those
+  of the per-client datasets, with one difference: an unseeded shuffle in
+  `preprocess_fn` is traced once per shard, so the shard's clients of equal
+  size get the same permutation of their own examples (a seeded pipeline,
+  e.g. `tasks.partitioned_task`'s, is unaffected).
+
+  Raises:
+    ValueError: If `clients_per_shard` < 1 or there are no clients.
+  """
+  dataset_fn = client_data.serializable_dataset_fn
+  preprocess_fn = preprocess_fn or (lambda d: d)
+  spec = preprocess_fn(dataset_fn(client_ids[0])).element_spec
+  closing = tf.data.Dataset.from_tensors(closing_batch(spec))
+  shards = []
+  for group in _groups(list(client_ids), clients_per_shard):
+    shard = tf.data.Dataset.from_tensor_slices(list(group)).flat_map(
+        lambda i: preprocess_fn(dataset_fn(i)).concatenate(closing))
+    shards.append(stack_shard(shard))
+  return shards
 
 
 def _shard_work(
@@ -129,7 +254,7 @@ def _shard_work(
           update, weight if weighted else None, clipping_norm)
 
     @tf.function
-    def train_shard(initial_weights, hparams, shard):
+    def train_shard(initial_weights, hparams, examples, batch_sizes):
       tf.nest.map_structure(lambda v, t: v.assign(t), model_weights,
                             initial_weights)
 
@@ -146,8 +271,11 @@ def _shard_work(
       optimizer_state = fresh_optimizer_state()
       num_examples = tf.zeros([], tf.int64)
       snapshot = [v.read_value() for v in metric_variables]
-      for batch in iter(shard):
-        if tf.shape(tf.nest.flatten(batch)[0])[0] > 0:
+      ends = tf.cumsum(batch_sizes)
+      for i in tf.range(tf.size(batch_sizes)):
+        if batch_sizes[i] > 0:
+          batch = tf.nest.map_structure(
+              lambda t: t[ends[i] - batch_sizes[i]:ends[i]], examples)
           with tf.GradientTape() as tape:
             output = model.forward_pass(batch, training=True)
           gradients = tape.gradient(output.loss, model_weights.trainable)
@@ -181,7 +309,8 @@ def _shard_work(
           snapshot = [v.read_value() for v in metric_variables]
       return sums, model.report_local_unfinalized_metrics()
 
-    return train_shard(initial_weights, hparams, shard)
+    return train_shard(initial_weights, hparams, shard['examples'],
+                       shard['batch_sizes'])
 
   return shard_work
 
@@ -211,7 +340,8 @@ def build_fused_fedopt(
   """Builds FedOpt (Algorithm 1) on shards of clients (module docstring).
 
   The process has `build_fedopt`'s state and metrics; its client data are
-  shards (`shard_datasets`), not single clients:
+  shards (`shards_from_client_data`, `shards_from_datasets`), not single
+  clients:
 
       next: (<state@SERVER, {shard}@CLIENTS> -> LearningProcessOutput(
              state@SERVER, metrics@SERVER))
@@ -248,7 +378,11 @@ def build_fused_fedopt(
       model_aggregator=model_aggregator)
   state_type = reference.initialize.type_signature.result.member
   weights_type = state_type.global_model_weights
-  data_type = reference.next.type_signature.parameter[1].member
+  element_type = reference.next.type_signature.parameter[1].member.element
+  data_type = tff.StructWithPythonType(
+      [('examples', element_type),
+       ('batch_sizes', tff.TensorType(np.int64, [None]))],
+      collections.OrderedDict)
   shard_work = _shard_work(model_fn, client_optimizer, not uniform, clipping,
                            weights_type, state_type.client_work, data_type)
   sums_type = shard_work.type_signature.result[0]

@@ -302,7 +302,12 @@ def create_client_data(
       [[0], np.cumsum([len(client_indices[c]) for c in client_ids])]
   )
 
+  # Made once, outside the function (see `tasks.synthetic._ArrayClientData`):
+  # captured by reference, not copied each time the function runs.
+  tensors = None
+
   def serializable_dataset_fn(client_id) -> tf.data.Dataset:
+    nonlocal tensors
     if tf.executing_eagerly():
       if tf.is_tensor(client_id):
         client_id = client_id.numpy().decode()
@@ -311,16 +316,26 @@ def create_client_data(
           (name, array[indices]) for name, array in examples.items()
       )
     else:
+      def make_tensors():
+        return (tf.constant(client_ids), tf.constant(offsets),
+                tf.constant(flat_indices),
+                collections.OrderedDict((name, tf.constant(array))
+                                        for name, array in examples.items()))
+
+      with tf.init_scope():  # Eager tensors can be captured by any graph.
+        if tensors is None and tf.executing_eagerly():
+          tensors = make_tensors()
+      ids_tensor, offsets_tensor, indices_tensor, example_tensors = (
+          tensors if tensors is not None else make_tensors())
       position = tf.argmax(
-          tf.cast(tf.equal(tf.constant(client_ids), client_id), tf.int32)
+          tf.cast(tf.equal(ids_tensor, client_id), tf.int32)
       )
-      offsets_tensor = tf.constant(offsets)
-      indices = tf.constant(flat_indices)[
+      indices = indices_tensor[
           offsets_tensor[position] : offsets_tensor[position + 1]
       ]
       client_examples = collections.OrderedDict(
-          (name, tf.gather(tf.constant(array), indices))
-          for name, array in examples.items()
+          (name, tf.gather(tensor, indices))
+          for name, tensor in example_tensors.items()
       )
     return tf.data.Dataset.from_tensor_slices(client_examples)
 

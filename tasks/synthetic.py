@@ -224,6 +224,18 @@ class _ArrayClientData(tff.simulation.datasets.ClientData):
   def element_type_structure(self) -> collections.OrderedDict:
     return self._element_type_structure
 
+  @property
+  def arrays(self) -> collections.OrderedDict:
+    """Every client's examples: client `c` owns rows `client_rows(c)`."""
+    return collections.OrderedDict(x=self._x, y=self._y)
+
+  def client_rows(self, client_id: str) -> np.ndarray:
+    """The rows of `arrays` that client `client_id` owns."""
+    if client_id not in self._client_id_set:
+      raise ValueError(f'no client {client_id!r} in this ClientData')
+    index = int(client_id)
+    return np.arange(self._offsets[index], self._offsets[index + 1])
+
   def create_tf_dataset_for_client(self, client_id: str) -> tf.data.Dataset:
     if client_id not in self._client_id_set:
       raise ValueError(f'no client {client_id!r} in this ClientData')
@@ -235,16 +247,19 @@ class _ArrayClientData(tff.simulation.datasets.ClientData):
 
   @property
   def serializable_dataset_fn(self) -> Callable[[str], tf.data.Dataset]:
+    # Tensors made once, outside the function: a function traced in a
+    # tf.data pipeline (e.g. `large_cohort.fused.shards_from_client_data`)
+    # captures them by reference, where constants made inside it would copy
+    # every client's examples each time it runs.
+    x, y = tf.constant(self._x), tf.constant(self._y)
+    offsets = tf.constant(self._offsets)
+
     def dataset_fn(client_id: str) -> tf.data.Dataset:
       index = tf.strings.to_number(client_id, out_type=tf.int32)
-      start = tf.gather(self._offsets, index)
-      end = tf.gather(self._offsets, index + 1)
+      start = tf.gather(offsets, index)
+      end = tf.gather(offsets, index + 1)
       return tf.data.Dataset.from_tensor_slices(
-          collections.OrderedDict(
-              x=tf.constant(self._x)[start:end],
-              y=tf.constant(self._y)[start:end],
-          )
-      )
+          collections.OrderedDict(x=x[start:end], y=y[start:end]))
 
     return dataset_fn
 
@@ -276,6 +291,13 @@ def _create_preprocess_fn(
       dataset = dataset.take(client_spec.max_elements)
     return dataset.batch(client_spec.batch_size)
 
+  if shuffle_buffer_size >= MAX_CLIENT_EXAMPLES:
+    # The same pipeline, described for NumPy (the fields of
+    # `large_cohort.fused.BatchRecipe`): a buffer as large as any client is a
+    # uniform permutation per pass.
+    preprocess_fn.batch_recipe = dict(
+        batch_size=client_spec.batch_size, num_epochs=client_spec.num_epochs,
+        shuffle=True, max_elements=client_spec.max_elements)
   return preprocess_fn
 
 

@@ -35,6 +35,7 @@ _BASELINE_DIR = '/tmp/fl_papers_flag_rules_baseline'
 NON_DEFAULT = {
     'data_dir': '/tmp/fl_papers_no_data', 'use_synthetic_data': 'true',
     'offline': 'true', 'progress': 'false', 'synthetic_num_classes': '10',
+    'clients_per_shard': '1',
     'synthetic_alpha': '0.5', 'synthetic_beta': '0.5', 'digits_model': 'cnn',
     'train_batch_size': '7', 'eval_batch_size': '17', 'client_epochs': '2',
     'max_elements_per_client': '9', 'validation_fraction': '0.3',
@@ -183,7 +184,9 @@ def _process_fingerprint(task, tmp_path):
     metrics = outputs.flatten_metrics(output.metrics)
     if setup.round_metrics_fn:
       metrics.update(setup.round_metrics_fn(round_num, ids, metrics))
-    seen.append(sorted((k, round(float(v), 6)) for k, v in metrics.items()))
+    # How many TFF clients the round had (shards or single clients) too.
+    seen.append((len(datasets),
+                 sorted((k, round(float(v), 6)) for k, v in metrics.items())))
   weights = [np.round(np.asarray(w), 6).tolist()
              for w in process.get_model_weights(state).trainable]
   summary = None

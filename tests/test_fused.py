@@ -77,7 +77,7 @@ def test_a_fused_round_equals_the_per_client_round(weighting, clipping, server,
   for _ in range(2):  # two rounds: the clipping norm and the moments move
     output = per_client.next(state, datasets)
     fused_output = on_shards.next(
-        fused_state, fused.shard_datasets(datasets, clients_per_shard))
+        fused_state, fused.shards_from_datasets(datasets, clients_per_shard))
     _assert_close(output.state, fused_output.state)
     _assert_close(output.metrics, fused_output.metrics)
     assert (tf.nest.map_structure(lambda _: 0, output.metrics) ==
@@ -92,10 +92,29 @@ def test_a_fused_round_equals_the_per_client_round(weighting, clipping, server,
 
 def test_shards_close_every_client_and_split_unevenly():
   datasets = _client_datasets([3, 0, 2])
-  shards = fused.shard_datasets(datasets, 2)
-  assert len(shards) == 2
-  rows = [[int(tf.shape(b['x'])[0]) for b in shard] for shard in shards]
-  assert rows == [[2, 1, 0, 0], [2, 0]]
+  shards = fused.shards_from_datasets(datasets, 2)
+  assert [list(s['batch_sizes']) for s in shards] == [[2, 1, 0, 0], [2, 0]]
+  examples = np.concatenate([s['examples']['x'] for s in shards])
+  expected = np.concatenate([np.concatenate([b['x'] for b in d])
+                             for d in datasets if d.cardinality() > 0])
+  np.testing.assert_array_equal(examples, expected)
+
+
+def test_shards_from_client_data_read_each_clients_pipeline():
+  datasets = _client_datasets([3, 4, 1])
+  client_data = tff.simulation.datasets.TestClientData({
+      str(k): tf.nest.map_structure(
+          lambda t: t.numpy(), next(iter(d.unbatch().batch(100))))
+      for k, d in enumerate(datasets)})
+  shards = fused.shards_from_client_data(
+      client_data, lambda d: d.batch(2), ['2', '0', '1'], 2)
+  assert [list(s['batch_sizes']) for s in shards] == [[1, 0, 2, 1, 0],
+                                                       [2, 2, 0]]
+  per_client = fused.shards_from_datasets(
+      [d.unbatch().batch(2) for d in (datasets[2], datasets[0],
+                                      datasets[1])], 2)
+  for a, b in zip(shards, per_client):
+    tf.nest.map_structure(np.testing.assert_array_equal, a, b)
 
 
 def test_refuses_an_aggregator_it_cannot_fuse():
