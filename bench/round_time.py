@@ -7,11 +7,12 @@
 
 Sections, printed as tables in one run:
 
-* `ratios` — round time of the limit (`bench.limit`) and of three TFF
+* `ratios` — round time of the limit (`bench.limit`) and of four TFF
   FedAvg rounds (`bench.tff_rounds`: TFF's stock `build_weighted_fed_avg`,
-  the package's FedAvg, and the package's full round with the driver's
-  aggregator and diagnostics) for each workload (`bench.workloads`: EMNIST
-  CNN, Stack Overflow LSTM) and cohort size, measured side by side in this
+  the package's FedAvg, the package's full round with the driver's
+  aggregator and diagnostics, and that round on fused shards) for each
+  workload (`bench.workloads`: EMNIST CNN, Stack Overflow LSTM, Synthetic's
+  logistic regression) and cohort size, measured side by side in this
   process: the ratio of each TFF round to the limit, in wall time (the
   fastest of `--repeats` calls after a warm-up) and in CPU time of driver
   plus worker (steadier when other jobs share the machine). Then the same
@@ -54,7 +55,7 @@ SECTIONS = ('ratios', 'cores', 'memory')
 _SECTIONS = flags.DEFINE_list(
     'sections', list(SECTIONS), f'Which of {", ".join(SECTIONS)} to run.')
 _WORKLOADS = flags.DEFINE_list(
-    'workloads', ['emnist_cnn', 'stackoverflow_lstm'],
+    'workloads', ['emnist_cnn', 'stackoverflow_lstm', 'synthetic_lr'],
     f'Workloads of the ratios section, from {sorted(workloads.WORKLOADS)}.')
 _COHORTS = flags.DEFINE_list(
     'cohorts', ['10', '50', '200'], 'Clients per round in the ratios section.')

@@ -253,10 +253,15 @@ def _shard_work(
       return diagnosed_mean.client_contribution(
           update, weight if weighted else None, clipping_norm)
 
-    @tf.function
+    # Written with tf.while_loop and tf.cond, not AutoGraph: converting the
+    # model's Python (Keras) for AutoGraph took seconds of every run's
+    # start-up.
+    @tf.function(autograph=False)
     def train_shard(initial_weights, hparams, examples, batch_sizes):
-      tf.nest.map_structure(lambda v, t: v.assign(t), model_weights,
-                            initial_weights)
+
+      def assign(variables, values):
+        return [v.assign(t) for v, t in zip(tf.nest.flatten(variables),
+                                            tf.nest.flatten(values))]
 
       def fresh_optimizer_state():
         state = client_optimizer.initialize(trainable_specs)
@@ -264,55 +269,78 @@ def _shard_work(
           state = client_optimizer.set_hparams(state, hparams)
         return state
 
+      def read_metrics():
+        return [v.read_value() for v in metric_variables]
+
+      assign(model_weights, initial_weights)
       zero_update = tf.nest.map_structure(tf.zeros_like,
                                           initial_weights.trainable)
       sums = tf.nest.map_structure(
           tf.zeros_like, contribution(zero_update, tf.constant(0.0)))
-      optimizer_state = fresh_optimizer_state()
-      num_examples = tf.zeros([], tf.int64)
-      snapshot = [v.read_value() for v in metric_variables]
       ends = tf.cumsum(batch_sizes)
-      for i in tf.range(tf.size(batch_sizes)):
-        if batch_sizes[i] > 0:
-          batch = tf.nest.map_structure(
-              lambda t: t[ends[i] - batch_sizes[i]:ends[i]], examples)
-          with tf.GradientTape() as tape:
-            output = model.forward_pass(batch, training=True)
-          gradients = tape.gradient(output.loss, model_weights.trainable)
-          optimizer_state, updated = client_optimizer.next(
-              optimizer_state,
-              tuple(tf.nest.flatten(model_weights.trainable)),
-              tuple(tf.nest.flatten(gradients)))
-          tf.nest.map_structure(
-              lambda v, t: v.assign(t), model_weights.trainable,
-              tf.nest.pack_sequence_as(model_weights.trainable, updated))
-          if output.num_examples is None:
-            num_examples += tf.shape(output.predictions, out_type=tf.int64)[0]
-          else:
-            num_examples += tf.cast(output.num_examples, tf.int64)
-        else:  # The closing batch: the client's update, then reset.
-          update = tf.nest.map_structure(tf.subtract,
-                                         initial_weights.trainable,
-                                         model_weights.trainable)
-          update, non_finite = _zero_all_if_any_non_finite(update)
-          weight = tf.where(non_finite > 0, 0.0,
-                            tf.cast(num_examples, tf.float32))
-          if non_finite > 0:
-            for variable, value in zip(metric_variables, snapshot):
-              variable.assign(value)
-          sums = tf.nest.map_structure(tf.add, sums,
-                                       contribution(update, weight))
-          tf.nest.map_structure(lambda v, t: v.assign(t), model_weights,
-                                initial_weights)
-          optimizer_state = fresh_optimizer_state()
-          num_examples = tf.zeros([], tf.int64)
-          snapshot = [v.read_value() for v in metric_variables]
+
+      def train_on_batch(i, optimizer_state, num_examples, sums, snapshot):
+        batch = tf.nest.map_structure(
+            lambda t: t[ends[i] - batch_sizes[i]:ends[i]], examples)
+        with tf.GradientTape() as tape:
+          output = model.forward_pass(batch, training=True)
+        gradients = tape.gradient(output.loss, model_weights.trainable)
+        optimizer_state, updated = client_optimizer.next(
+            optimizer_state,
+            tuple(tf.nest.flatten(model_weights.trainable)),
+            tuple(tf.nest.flatten(gradients)))
+        assign(model_weights.trainable, updated)
+        if output.num_examples is None:
+          count = tf.shape(output.predictions, out_type=tf.int64)[0]
+        else:
+          count = tf.cast(output.num_examples, tf.int64)
+        return optimizer_state, num_examples + count, sums, snapshot
+
+      def close_client(i, optimizer_state, num_examples, sums, snapshot):
+        """The closing batch: the client's update, then a reset."""
+        del i, optimizer_state
+        update = tf.nest.map_structure(tf.subtract, initial_weights.trainable,
+                                       model_weights.trainable)
+        update, non_finite = _zero_all_if_any_non_finite(update)
+        weight = tf.where(non_finite > 0, 0.0,
+                          tf.cast(num_examples, tf.float32))
+        sums = tf.nest.map_structure(tf.add, sums,
+                                     contribution(update, weight))
+
+        def restore_metrics():  # As TFF resets a non-finite client's.
+          with tf.control_dependencies(assign(metric_variables, snapshot)):
+            return tf.constant(0)
+
+        with tf.control_dependencies([tf.cond(
+            non_finite > 0, restore_metrics, lambda: tf.constant(0))]):
+          with tf.control_dependencies(assign(model_weights,
+                                              initial_weights)):
+            return (fresh_optimizer_state(), tf.zeros([], tf.int64), sums,
+                    read_metrics())
+
+      def body(i, optimizer_state, num_examples, sums, snapshot):
+        args = (i, optimizer_state, num_examples, sums, snapshot)
+        return (i + 1,) + tuple(tf.cond(
+            batch_sizes[i] > 0, lambda: train_on_batch(*args),
+            lambda: close_client(*args)))
+
+      _, _, _, sums, _ = tf.while_loop(
+          lambda i, *_: i < tf.size(batch_sizes), body,
+          (tf.constant(0), fresh_optimizer_state(), tf.zeros([], tf.int64),
+           sums, read_metrics()))
       return sums, model.report_local_unfinalized_metrics()
 
     return train_shard(initial_weights, hparams, shard['examples'],
                        shard['batch_sizes'])
 
   return shard_work
+
+
+def _batched_spec(input_spec):
+  """The model's input spec as batches: a leading `None` dimension."""
+  return tf.nest.map_structure(
+      lambda spec: tf.TensorSpec([None, *spec.shape[1:]], spec.dtype),
+      input_spec)
 
 
 def _zero_all_if_any_non_finite(structure):
@@ -372,13 +400,55 @@ def build_fused_fedopt(
         f' got {model_aggregator!r}.')
   settings = model_aggregator.settings
   clipping = settings['clipping']
-  reference = fedopt.build_fedopt(
-      model_fn, client_optimizer=client_optimizer,
-      server_optimizer=server_optimizer, client_weighting=client_weighting,
-      model_aggregator=model_aggregator)
-  state_type = reference.initialize.type_signature.result.member
-  weights_type = state_type.global_model_weights
-  element_type = reference.next.type_signature.parameter[1].member.element
+
+  # build_fedopt's state, from the same parts, without tracing its client
+  # work (seconds of AutoGraph conversion): what the per-client process
+  # would start from, so that states and checkpoints carry over.
+  @tff.tensorflow.computation()
+  def initial_model_weights_fn():
+    return tff.learning.models.ModelWeights.from_model(model_fn())
+
+  weights_type = initial_model_weights_fn.type_signature.result
+  trainable_specs = tuple(
+      tf.TensorSpec(t.shape, t.dtype)
+      for t in tff.types.type_to_tf_tensor_specs(weights_type.trainable))
+
+  @tff.tensorflow.computation()
+  def initial_hparams_fn():
+    return client_optimizer.get_hparams(
+        client_optimizer.initialize(trainable_specs))
+
+  distributor = tff.learning.templates.build_broadcast_process(weights_type)
+  if uniform:
+    aggregator = model_aggregator.create(weights_type.trainable)
+  else:
+    aggregator = model_aggregator.create(weights_type.trainable,
+                                         tff.TensorType(np.float32))
+  finalizer = tff.learning.templates.build_apply_optimizer_finalizer(
+      server_optimizer, weights_type)
+
+  @tff.federated_computation()
+  def initialize_fn():
+    return tff.federated_zip(tff.learning.templates.LearningAlgorithmState(
+        tff.federated_eval(initial_model_weights_fn, tff.SERVER),
+        distributor.initialize(),
+        tff.federated_eval(initial_hparams_fn, tff.SERVER),
+        aggregator.initialize(), finalizer.initialize()))
+
+  state_type = initialize_fn.type_signature.result.member
+
+  @tff.tensorflow.computation(state_type)
+  def get_model_weights(state):
+    return state.global_model_weights
+
+  @tff.tensorflow.computation(state_type, weights_type)
+  def set_model_weights(state, model_weights):
+    return tff.learning.templates.LearningAlgorithmState(
+        model_weights, state.distributor, state.client_work, state.aggregator,
+        state.finalizer)
+
+  element_type = tff.types.tensorflow_to_type(
+      _batched_spec(model_fn().input_spec))
   data_type = tff.StructWithPythonType(
       [('examples', element_type),
        ('batch_sizes', tff.TensorType(np.int64, [None]))],
@@ -389,9 +459,6 @@ def build_fused_fedopt(
   server_computation = diagnosed_mean.build_server_computation(
       sums_type, not uniform, clipping, settings['target_quantile'],
       settings['clipping_learning_rate'])
-  distributor = tff.learning.templates.build_broadcast_process(weights_type)
-  finalizer = tff.learning.templates.build_apply_optimizer_finalizer(
-      server_optimizer, weights_type)
   model = model_fn()
   metrics_type = shard_work.type_signature.result[1]
   aggregate_metrics = tff.learning.metrics.sum_then_finalize(
@@ -435,5 +502,4 @@ def build_fused_fedopt(
     return tff.learning.templates.LearningProcessOutput(new_state, metrics)
 
   return tff.learning.templates.LearningProcess(
-      reference.initialize, next_fn, reference.get_model_weights,
-      reference.set_model_weights)
+      initialize_fn, next_fn, get_model_weights, set_model_weights)

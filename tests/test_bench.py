@@ -119,7 +119,7 @@ def test_tff_round_computes_the_limit_client_work(variant):
     np.testing.assert_allclose(np.asarray(g), e, rtol=1e-5, atol=1e-6)
 
 
-@pytest.mark.parametrize('variant', ['fedavg', 'package'])
+@pytest.mark.parametrize('variant', ['fedavg', 'package', 'fused'])
 def test_tff_round_in_cohort_slices_computes_the_limit_client_work(variant):
   # 5 clients in slices of at most 2: three partial aggregates merged.
   with runtime.local_runtime(max_clients_per_call=2):

@@ -18,6 +18,7 @@ import tensorflow_federated as tff
 
 import adabest_tff
 from adabest_tff import stateful_process
+from fl_common import diagnosed_mean
 import gel_tff
 import large_cohort
 from tests import tiny_models
@@ -40,6 +41,10 @@ BUILDERS = {
     'fedopt_uniform': lambda m: large_cohort.build_fedopt(
         m, client_optimizer=_sgd(0.1), server_optimizer=_sgd(1.0),
         client_weighting=tff.learning.ClientWeighting.UNIFORM),
+    # Its client data are shards of clients (`_Run.round` makes them).
+    'fused_fedopt': lambda m: large_cohort.build_fused_fedopt(
+        m, client_optimizer=_sgd(0.1), server_optimizer=_sgd(1.0),
+        model_aggregator=diagnosed_mean.diagnosed_mean_factory()),
     'fedsgd': lambda m: large_cohort.build_fedsgd(
         m, server_optimizer=_sgd(0.1)),
     'normalized_fed_avg': lambda m: large_cohort.build_normalized_fed_avg(
@@ -73,6 +78,7 @@ class _Run:
 
   def __init__(self, name, tmp_path, seed=0):
     tf.keras.utils.set_random_seed(seed)
+    self.name = name
     self.process = BUILDERS[name](tiny_models.linear_model_fn(NUM_FEATURES))
     self.runner = None
     if isinstance(self.process, stateful_process.StatefulClientLearningProcess):
@@ -84,6 +90,8 @@ class _Run:
 
   def round(self, client_ids, nan_client=None, round_num=None):
     datasets = [_dataset(c, nan=c == nan_client) for c in client_ids]
+    if self.name.startswith('fused_'):
+      datasets = large_cohort.shards_from_datasets(datasets, 2)
     if self.runner is None:
       output = self.process.next(self.state, datasets)
     else:

@@ -72,6 +72,11 @@ def test_a_fused_round_equals_the_per_client_round(weighting, clipping, server,
   # Uneven sizes (odd ones end in a short batch), an empty client, a NaN one.
   sizes = [5, 1, 0, 8, 3, 4, 2]
   datasets = _client_datasets(sizes, nan_client=4)
+  # The same state: checkpoints and weights carry over between the two.
+  assert (on_shards.initialize.type_signature ==
+          per_client.initialize.type_signature)
+  assert (on_shards.get_model_weights.type_signature ==
+          per_client.get_model_weights.type_signature)
   # One initial state for both (each initialize() draws Keras' initializers).
   state = fused_state = per_client.initialize()
   for _ in range(2):  # two rounds: the clipping norm and the moments move
