@@ -20,9 +20,9 @@ Three processes, all FedAvg (client SGD at the workload's rate, server SGD at
 
 * `fused` — the full round on fused shards (`large_cohort.fused`): the
   same algorithm and aggregator, the cohort's clients grouped into one shard
-  per core (`fused.auto_clients_per_shard`), each trained in one call of one
+  per core (`shards.auto_clients_per_shard`), each trained in one call of one
   TensorFlow graph, the shards' batches made from the clients' arrays in
-  NumPy each round (`fused.shards_from_arrays`, as the driver makes
+  NumPy each round (`shards.shards_from_arrays`, as the driver makes
   Synthetic's), the next round's while a round computes.
 
 `tff_reduce` and `fedavg` get the client datasets prebuilt: they measure
@@ -40,6 +40,7 @@ import tensorflow_federated as tff
 from bench import workloads
 from experiment_driver import round_inputs
 from fl_common import diagnosed_mean
+from fl_common import shards
 from large_cohort import fedopt
 from large_cohort import fused
 from large_cohort import optimizers
@@ -134,10 +135,10 @@ def datasets_fn_for(workload: workloads.Workload,
             x=arrays.x.reshape((-1,) + arrays.x.shape[2:]),
             y=arrays.y.reshape((-1,) + arrays.y.shape[2:]))
         rows = np.arange(len(flat['x'])).reshape(arrays.num_clients, -1)
-        return fused.shards_from_arrays(
+        return shards.shards_from_arrays(
             flat, list(rows),
-            fused.BatchRecipe(batch_size=workload.batch_size, shuffle=False),
-            fused.auto_clients_per_shard(arrays.num_clients),
+            shards.BatchRecipe(batch_size=workload.batch_size, shuffle=False),
+            shards.auto_clients_per_shard(arrays.num_clients),
             np.random.default_rng(0))
       return [
           workload.preprocess(client_data.create_tf_dataset_for_client(i))

@@ -19,6 +19,7 @@ from experiment_driver import algorithm_setup
 from experiment_driver import flag_groups as f
 from experiment_driver import tuned_defaults
 from fl_common import diagnosed_mean
+from fl_common import shards
 from large_cohort import fedopt
 from large_cohort import fused
 
@@ -104,13 +105,13 @@ def _build_fused_fedopt(
 
   def client_datasets_fn(round_num, client_ids):
     clients_per_shard = (CLIENTS_PER_SHARD.value or
-                         fused.auto_clients_per_shard(len(client_ids), cores))
+                         shards.auto_clients_per_shard(len(client_ids), cores))
     if recipe is not None and client_rows is not None:
-      return fused.shards_from_arrays(
+      return shards.shards_from_arrays(
           train_data.arrays, [client_rows(i) for i in client_ids],
-          fused.BatchRecipe(**recipe), clients_per_shard,
+          shards.BatchRecipe(**recipe), clients_per_shard,
           np.random.default_rng([ctx.seed, round_num]))
-    return fused.shards_from_client_data(train_data, preprocess, client_ids,
+    return shards.shards_from_client_data(train_data, preprocess, client_ids,
                                          clients_per_shard)
 
   return algorithm_setup.AlgorithmSetup(

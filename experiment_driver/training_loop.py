@@ -28,10 +28,10 @@ from adabest_tff import stateful_process
 from experiment_driver import algorithm_setup
 from experiment_driver import outputs
 from experiment_driver import round_inputs
-from experiment_driver import value_transfer
 from experiment_driver import worker_state
 from fl_common import diagnostics
 from fl_common import per_client_evaluation
+from fl_common import shards
 
 # Per-round metrics whose running totals are kept (as `cumulative_<name>`).
 CUMULATIVE_METRICS = ('examples_processed', 'gradient_computations',
@@ -128,7 +128,9 @@ class Evaluator:
 
   def __init__(self, task: tff.simulation.baselines.BaselineTask,
                accuracy_name: str, max_clients: int, sample_seed: int):
-    self._evaluate = per_client_evaluation.build_per_client_evaluation(
+    # Every split's clients in shards, one per core, each evaluated in one
+    # call (`per_client_evaluation.build_fused_per_client_evaluation`).
+    self._evaluate = per_client_evaluation.build_fused_per_client_evaluation(
         task.model_fn)
     self._finalize = per_client_evaluation.MetricsFinalizer(task.model_fn)
     if accuracy_name not in self._finalize.metric_names:
@@ -138,28 +140,35 @@ class Evaluator:
     self._accuracy_name = accuracy_name
     self._splits = {}
     datasets = task.datasets
+    preprocess = datasets.eval_preprocess_fn
     rng = np.random.default_rng(sample_seed)
     for name, data in (('validation', datasets.validation_data),
                        ('test', datasets.test_data)):
       if data is None:
         continue
       if isinstance(data, tf.data.Dataset):
-        self._splits[name] = [datasets.eval_preprocess_fn(data)
-                              if datasets.eval_preprocess_fn else data]
+        self._splits[name] = shards.shards_from_datasets(
+            [preprocess(data) if preprocess else data], 1)
         continue
       ids = list(data.client_ids)
       if max_clients and len(ids) > max_clients:
         ids = sorted(rng.choice(ids, size=max_clients, replace=False))
-      self._splits[name] = _preprocessed(data, datasets.eval_preprocess_fn,
-                                         ids)
-    # The splits are the same datasets at every evaluation: serialized for
-    # the worker once here, not again at each evaluation.
-    value_transfer.prepare_datasets(self._splits)
+      per_shard = shards.auto_clients_per_shard(len(ids))
+      recipe = getattr(preprocess, 'batch_recipe', None)
+      if (recipe is not None and not recipe['shuffle'] and
+          hasattr(data, 'client_rows')):
+        self._splits[name] = shards.shards_from_arrays(
+            data.arrays, [data.client_rows(i) for i in ids],
+            shards.BatchRecipe(**recipe), per_shard, rng)
+      else:
+        self._splits[name] = shards.shards_from_datasets(
+            _preprocessed(data, preprocess, ids), per_shard)
 
   def __call__(self, model_weights) -> dict[str, float]:
     metrics = {}
-    for name, client_datasets in self._splits.items():
-      per_client = self._evaluate(model_weights, client_datasets)
+    for name, split_shards in self._splits.items():
+      per_client = per_client_evaluation.split_clients(
+          self._evaluate(model_weights, split_shards))
       totals = self._finalize(per_client_evaluation.sum_over_clients(
           [client['unfinalized'] for client in per_client]))
       for key, value in totals.items():

@@ -95,6 +95,113 @@ def build_per_client_evaluation(model_fn: ModelFn) -> tff.Computation:
   return per_client_evaluation
 
 
+def build_fused_per_client_evaluation(model_fn: ModelFn) -> tff.Computation:
+  """`build_per_client_evaluation` for shards of clients (`fl_common.shards`):
+  one call evaluates every client of a shard, in one TensorFlow graph.
+
+  Returns:
+    A `tff.Computation` of type `(<M@SERVER, {shard}@CLIENTS> ->
+    {<finalized=F, unfinalized=U>}@CLIENTS)` whose every tensor has a
+    leading dimension over the shard's clients, in order (`split_clients`
+    turns a call's result into `build_per_client_evaluation`'s list).
+
+  Raises:
+    ValueError: If `model_fn` does not return a `VariableModel`.
+  """
+  with tf.Graph().as_default():
+    model = _check_model(model_fn())
+    weights_type = tff.learning.models.weights_type_from_model(model)
+    batch_type = tff.types.tensorflow_to_type(tf.nest.map_structure(
+        lambda spec: tf.TensorSpec([None, *spec.shape[1:]], spec.dtype),
+        model.input_spec))
+  shard_type = tff.StructWithPythonType(
+      [('examples', batch_type),
+       ('batch_sizes', tff.TensorType(np.int64, [None]))],
+      collections.OrderedDict)
+
+  @tff.tensorflow.computation(weights_type, shard_type)
+  def evaluate_shard(incoming_weights, shard):
+    client_model = model_fn()
+    metric_variables = list(client_model.local_variables)
+    finalizers = client_model.metric_finalizers()
+
+    # tf.while_loop and tf.cond rather than AutoGraph (as in
+    # `large_cohort.fused`): converting the model's Python costs seconds.
+    @tf.function(autograph=False)
+    def evaluate(incoming_weights, examples, batch_sizes):
+      tf.nest.map_structure(
+          lambda variable, value: variable.assign(value),
+          tff.learning.models.ModelWeights.from_model(client_model),
+          incoming_weights)
+      ends = tf.cumsum(batch_sizes)
+      num_clients = tf.reduce_sum(tf.cast(tf.equal(batch_sizes, 0),
+                                          tf.int32))
+
+      def client_metrics():
+        unfinalized = client_model.report_local_unfinalized_metrics()
+        finalized = collections.OrderedDict(
+            (name, finalizer(unfinalized[name]))
+            for name, finalizer in finalizers.items())
+        return collections.OrderedDict(finalized=finalized,
+                                       unfinalized=unfinalized)
+
+      # One TensorArray per metric tensor, written at each closing batch.
+      specs = tf.nest.map_structure(tf.TensorSpec.from_tensor,
+                                    client_metrics())
+      arrays = tf.nest.map_structure(
+          lambda spec: tf.TensorArray(spec.dtype, size=num_clients,
+                                      element_shape=spec.shape), specs)
+
+      def forward(i, client, arrays):
+        batch = tf.nest.map_structure(
+            lambda t: t[ends[i] - batch_sizes[i]:ends[i]], examples)
+        output = client_model.forward_pass(batch, training=False)
+        with tf.control_dependencies(tf.nest.flatten(output.loss)):
+          return client + 0, arrays
+
+      def close(i, client, arrays):
+        del i
+        values = client_metrics()
+        arrays = tf.nest.map_structure(lambda array, value: array.write(
+            client, value), arrays, values)
+        with tf.control_dependencies(tf.nest.flatten(values)):
+          resets = [v.assign(tf.zeros_like(v)) for v in metric_variables]
+        with tf.control_dependencies(resets):
+          return client + 1, arrays
+
+      def body(i, client, arrays):
+        return (i + 1,) + tuple(tf.cond(
+            batch_sizes[i] > 0, lambda: forward(i, client, arrays),
+            lambda: close(i, client, arrays)))
+
+      _, _, arrays = tf.while_loop(
+          lambda i, *_: i < tf.size(batch_sizes), body,
+          (tf.constant(0), tf.constant(0), arrays))
+      return tf.nest.map_structure(lambda array: array.stack(), arrays)
+
+    return evaluate(incoming_weights, shard['examples'], shard['batch_sizes'])
+
+  @tff.federated_computation(
+      tff.FederatedType(weights_type, tff.SERVER),
+      tff.FederatedType(shard_type, tff.CLIENTS))
+  def fused_per_client_evaluation(model_weights, shards):
+    return tff.federated_map(
+        evaluate_shard, (tff.federated_broadcast(model_weights), shards))
+
+  return fused_per_client_evaluation
+
+
+def split_clients(per_shard: Sequence[Any]) -> list[Any]:
+  """A fused evaluation's result (one structure per shard, each tensor with
+  a leading client dimension) as one structure per client, in order."""
+  clients = []
+  for shard in per_shard:
+    flat = [np.asarray(t) for t in tf.nest.flatten(shard)]
+    for k in range(len(flat[0]) if flat else 0):
+      clients.append(tf.nest.pack_sequence_as(shard, [t[k] for t in flat]))
+  return clients
+
+
 def sum_over_clients(
     per_client: Sequence[Mapping[str, Any]]) -> Mapping[str, Any]:
   """Sums the clients' unfinalized metrics, tensor by tensor (TFF's

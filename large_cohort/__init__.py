@@ -2,8 +2,8 @@
 
 `build_fedopt` (FedAvg, FedAvgM, FedAdagrad, FedAdam, FedYogi, FedLARS,
 FedLamb by its server optimizer), `build_fused_fedopt` (the same on shards
-of clients, for large cohorts of small models: `shards_from_client_data`,
-`shards_from_arrays`), `build_fedsgd`, `build_normalized_fed_avg`;
+of clients, `fl_common.shards`, for large cohorts of small models),
+`build_fedsgd`, `build_normalized_fed_avg`;
 the optimizers by name (`build_optimizer`) and LARS/LAMB as
 `tff.learning.optimizers`; `build_server_lr_schedule` (sqrt/linear scaling
 with warmup).
@@ -12,9 +12,6 @@ with warmup).
 from large_cohort.fedopt import build_fedopt
 from large_cohort.fedopt import build_fedsgd
 from large_cohort.fused import build_fused_fedopt
-from large_cohort.fused import shards_from_arrays
-from large_cohort.fused import shards_from_client_data
-from large_cohort.fused import shards_from_datasets
 from large_cohort.lamb import build_lamb
 from large_cohort.lars import build_lars
 from large_cohort.lr_schedules import build_server_lr_schedule
@@ -32,7 +29,4 @@ __all__ = [
     'build_normalized_fed_avg',
     'build_optimizer',
     'build_server_lr_schedule',
-    'shards_from_arrays',
-    'shards_from_client_data',
-    'shards_from_datasets',
 ]

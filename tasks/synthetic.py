@@ -248,7 +248,7 @@ class _ArrayClientData(tff.simulation.datasets.ClientData):
   @property
   def serializable_dataset_fn(self) -> Callable[[str], tf.data.Dataset]:
     # Tensors made once, outside the function: a function traced in a
-    # tf.data pipeline (e.g. `large_cohort.fused.shards_from_client_data`)
+    # tf.data pipeline (e.g. `fl_common.shards.shards_from_client_data`)
     # captures them by reference, where constants made inside it would copy
     # every client's examples each time it runs.
     x, y = tf.constant(self._x), tf.constant(self._y)
@@ -291,13 +291,14 @@ def _create_preprocess_fn(
       dataset = dataset.take(client_spec.max_elements)
     return dataset.batch(client_spec.batch_size)
 
-  if shuffle_buffer_size >= MAX_CLIENT_EXAMPLES:
+  if shuffle_buffer_size <= 1 or shuffle_buffer_size >= MAX_CLIENT_EXAMPLES:
     # The same pipeline, described for NumPy (the fields of
-    # `large_cohort.fused.BatchRecipe`): a buffer as large as any client is a
+    # `fl_common.shards.BatchRecipe`): a buffer as large as any client is a
     # uniform permutation per pass.
     preprocess_fn.batch_recipe = dict(
         batch_size=client_spec.batch_size, num_epochs=client_spec.num_epochs,
-        shuffle=True, max_elements=client_spec.max_elements)
+        shuffle=shuffle_buffer_size > 1,
+        max_elements=client_spec.max_elements)
   return preprocess_fn
 
 

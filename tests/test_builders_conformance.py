@@ -19,6 +19,7 @@ import tensorflow_federated as tff
 import adabest_tff
 from adabest_tff import stateful_process
 from fl_common import diagnosed_mean
+from fl_common import shards
 import gel_tff
 import large_cohort
 from tests import tiny_models
@@ -91,7 +92,7 @@ class _Run:
   def round(self, client_ids, nan_client=None, round_num=None):
     datasets = [_dataset(c, nan=c == nan_client) for c in client_ids]
     if self.name.startswith('fused_'):
-      datasets = large_cohort.shards_from_datasets(datasets, 2)
+      datasets = shards.shards_from_datasets(datasets, 2)
     if self.runner is None:
       output = self.process.next(self.state, datasets)
     else:

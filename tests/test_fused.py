@@ -12,6 +12,7 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from fl_common import diagnosed_mean
+from fl_common import shards
 from large_cohort import fedopt
 from large_cohort import fused
 from tests import tiny_models
@@ -82,7 +83,7 @@ def test_a_fused_round_equals_the_per_client_round(weighting, clipping, server,
   for _ in range(2):  # two rounds: the clipping norm and the moments move
     output = per_client.next(state, datasets)
     fused_output = on_shards.next(
-        fused_state, fused.shards_from_datasets(datasets, clients_per_shard))
+        fused_state, shards.shards_from_datasets(datasets, clients_per_shard))
     _assert_close(output.state, fused_output.state)
     _assert_close(output.metrics, fused_output.metrics)
     assert (tf.nest.map_structure(lambda _: 0, output.metrics) ==
@@ -97,9 +98,9 @@ def test_a_fused_round_equals_the_per_client_round(weighting, clipping, server,
 
 def test_shards_close_every_client_and_split_unevenly():
   datasets = _client_datasets([3, 0, 2])
-  shards = fused.shards_from_datasets(datasets, 2)
-  assert [list(s['batch_sizes']) for s in shards] == [[2, 1, 0, 0], [2, 0]]
-  examples = np.concatenate([s['examples']['x'] for s in shards])
+  made = shards.shards_from_datasets(datasets, 2)
+  assert [list(s['batch_sizes']) for s in made] == [[2, 1, 0, 0], [2, 0]]
+  examples = np.concatenate([s['examples']['x'] for s in made])
   expected = np.concatenate([np.concatenate([b['x'] for b in d])
                              for d in datasets if d.cardinality() > 0])
   np.testing.assert_array_equal(examples, expected)
@@ -111,15 +112,33 @@ def test_shards_from_client_data_read_each_clients_pipeline():
       str(k): tf.nest.map_structure(
           lambda t: t.numpy(), next(iter(d.unbatch().batch(100))))
       for k, d in enumerate(datasets)})
-  shards = fused.shards_from_client_data(
+  made = shards.shards_from_client_data(
       client_data, lambda d: d.batch(2), ['2', '0', '1'], 2)
-  assert [list(s['batch_sizes']) for s in shards] == [[1, 0, 2, 1, 0],
-                                                       [2, 2, 0]]
-  per_client = fused.shards_from_datasets(
+  assert [list(s['batch_sizes']) for s in made] == [[1, 0, 2, 1, 0],
+                                                     [2, 2, 0]]
+  per_client = shards.shards_from_datasets(
       [d.unbatch().batch(2) for d in (datasets[2], datasets[0],
                                       datasets[1])], 2)
-  for a, b in zip(shards, per_client):
+  for a, b in zip(made, per_client):
     tf.nest.map_structure(np.testing.assert_array_equal, a, b)
+
+
+def test_shards_from_arrays_batch_each_clients_rows():
+  examples = collections.OrderedDict(x=np.arange(10.0)[:, None],
+                                     y=np.arange(10))
+  rows = [np.arange(0, 5), np.arange(5, 5), np.arange(5, 10)]
+  recipe = shards.BatchRecipe(batch_size=2, num_epochs=2, max_elements=7)
+  made = shards.shards_from_arrays(examples, rows, recipe, 2,
+                                   np.random.default_rng(0))
+  # 7 of 10 (two passes of 5), then nothing, then 7 of the third client's.
+  assert [list(s['batch_sizes']) for s in made] == [[2, 2, 2, 1, 0, 0],
+                                                    [2, 2, 2, 1, 0]]
+  first = made[0]['examples']['y']
+  # Each pass is a permutation of the client's own rows.
+  assert sorted(first[:5]) == [0, 1, 2, 3, 4] and set(first[5:]) <= set(
+      range(5))
+  assert sorted(made[1]['examples']['y'][:5]) == [5, 6, 7, 8, 9]
+  np.testing.assert_array_equal(made[0]['examples']['x'][:, 0], first)
 
 
 def test_refuses_an_aggregator_it_cannot_fuse():

@@ -9,6 +9,7 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from fl_common import per_client_evaluation
+from fl_common import shards
 
 
 def _model_fn():
@@ -52,6 +53,24 @@ def test_each_client_gets_its_own_accuracy():
   np.testing.assert_allclose(accuracies, expected, rtol=1e-6)
   assert len(set(expected)) > 1  # the clients really differ
   assert [c['finalized']['num_examples'] for c in per_client] == [5, 1, 8]
+
+
+@pytest.mark.parametrize('clients_per_shard', [1, 2, 3])
+def test_fused_evaluation_equals_the_per_client_evaluation(clients_per_shard):
+  weights, datasets, _ = _weights_and_clients()
+  # An empty client too: its metrics are the model's initial (zero) ones.
+  datasets.insert(1, datasets[0].take(0))
+  per_client = per_client_evaluation.build_per_client_evaluation(_model_fn)(
+      weights, datasets)
+  fused = per_client_evaluation.build_fused_per_client_evaluation(_model_fn)
+  per_shard = fused(weights,
+                    shards.shards_from_datasets(datasets, clients_per_shard))
+  got = per_client_evaluation.split_clients(per_shard)
+  assert len(got) == len(per_client) == 4
+  for a, b in zip(per_client, got):
+    tf.nest.map_structure(
+        lambda x, y: np.testing.assert_allclose(np.asarray(x), y, rtol=1e-6),
+        a, b)
 
 
 def test_summed_then_finalized_metrics_equal_tff_federated_evaluation():

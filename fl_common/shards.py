@@ -1,0 +1,193 @@
+"""A round's clients as shards: plain tensors that one TFF client call reads.
+
+A shard is several clients' batches, every batch's examples concatenated
+per component, plus the batch sizes; each client is closed by an empty
+batch (size 0):
+
+    OrderedDict(examples=<structure of [examples, ...] arrays>,
+                batch_sizes=int64 [batches])
+
+`large_cohort.fused` trains a shard's clients one after the other in one
+TensorFlow graph; `fl_common.per_client_evaluation` evaluates them. The
+shards are made in the driver, from the clients' tf.data pipelines
+(`shards_from_datasets`, `shards_from_client_data`) or, for clients stored
+as rows of shared arrays with a shuffle-and-batch pipeline, in NumPy
+(`shards_from_arrays`). No tf.data pipeline then runs on the worker, and a
+shard costs one call and one value, not one per client.
+"""
+
+import collections
+import dataclasses
+import os
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Optional
+
+import numpy as np
+import tensorflow as tf
+import tensorflow_federated as tff
+
+
+def closing_batch(element_spec) -> tuple[tf.Tensor, ...]:
+  """The empty batch that closes a client in a shard: every tensor of the
+  batched `element_spec` with 0 rows."""
+
+  def empty(spec: tf.TensorSpec) -> tf.Tensor:
+    if spec.shape.rank is None or not spec.shape[1:].is_fully_defined():
+      raise ValueError(
+          'fused shards need batches whose shape is known but for the batch'
+          f' dimension, got {spec}.')
+    return tf.zeros([0, *spec.shape[1:]], spec.dtype)
+
+  return tf.nest.map_structure(empty, element_spec)
+
+
+def auto_clients_per_shard(num_clients: int,
+                           num_cores: Optional[int] = None) -> int:
+  """Clients per shard for one shard per core: a worker runs as many client
+  calls at once as it has cores (`num_cores` in all, over every worker;
+  default this machine's)."""
+  cores = num_cores or os.cpu_count() or 1
+  return max(1, -(-num_clients // cores))
+
+
+def _groups(items: Sequence[Any], size: int) -> list[Sequence[Any]]:
+  if size < 1:
+    raise ValueError(f'clients_per_shard must be >= 1, got {size}.')
+  if not items:
+    raise ValueError('a round needs at least one client.')
+  return [items[i:i + size] for i in range(0, len(items), size)]
+
+
+def stack_shard(shard: tf.data.Dataset) -> collections.OrderedDict:
+  """Reads a shard's batches (each client's closed by an empty batch) into
+  the tensors the fused process takes: `OrderedDict(examples=<every batch's
+  examples concatenated, per component>, batch_sizes=int64 [batches])`."""
+  # ragged_batch reads many batches per call, in C++; its row lengths are
+  # the batch sizes, 0 for a closing batch.
+  chunks = list(shard.ragged_batch(_BATCHES_PER_READ))
+  if not chunks:
+    raise ValueError('a shard holds at least its closing batches.')
+  batch_sizes = np.concatenate(
+      [tf.nest.flatten(c)[0].row_lengths().numpy() for c in chunks])
+  examples = tf.nest.map_structure(
+      lambda *parts: np.concatenate([p.values.numpy() for p in parts]),
+      *chunks)
+  return collections.OrderedDict(examples=examples,
+                                 batch_sizes=batch_sizes.astype(np.int64))
+
+
+_BATCHES_PER_READ = 4096
+
+
+@dataclasses.dataclass(frozen=True)
+class BatchRecipe:
+  """A client pipeline that is only shuffle, repeat, take and batch, in
+  TFF's tasks' order (`tasks.synthetic`): what `shards_from_arrays` does in
+  NumPy.
+
+  Attributes:
+    batch_size: Examples per batch (the last one of a client may be short).
+    num_epochs: Passes over the client's examples, each in a new order.
+    shuffle: Whether each pass is a uniform random permutation (a shuffle
+      buffer at least the client's size); else the stored order.
+    max_elements: Examples taken after the passes (None: all).
+  """
+
+  batch_size: int
+  num_epochs: int = 1
+  shuffle: bool = True
+  max_elements: Optional[int] = None
+
+
+def shards_from_arrays(
+    examples: Mapping[str, np.ndarray],
+    client_rows: Sequence[np.ndarray],
+    recipe: BatchRecipe,
+    clients_per_shard: int,
+    rng: np.random.Generator,
+) -> list[collections.OrderedDict]:
+  """The fused process's client data for clients stored as rows of shared
+  arrays (client `k` owns rows `client_rows[k]` of every array), batched by
+  `recipe` in NumPy: microseconds per client, where a tf.data pipeline
+  takes about a millisecond (it is built, then read batch by batch).
+
+  Raises:
+    ValueError: If `clients_per_shard` < 1 or there are no clients.
+  """
+  shards = []
+  for group in _groups(list(client_rows), clients_per_shard):
+    indices, batch_sizes = [], []
+    for rows in group:
+      rows = np.asarray(rows)
+      passes = [rng.permutation(rows) if recipe.shuffle else rows
+                for _ in range(recipe.num_epochs)]
+      order = np.concatenate(passes) if passes else rows[:0]
+      if recipe.max_elements is not None:
+        order = order[:recipe.max_elements]
+      full, rest = divmod(len(order), recipe.batch_size)
+      batch_sizes += [recipe.batch_size] * full + ([rest] if rest else [])
+      batch_sizes.append(0)
+      indices.append(order)
+    flat = np.concatenate(indices).astype(np.int64)
+    shards.append(collections.OrderedDict(
+        examples=collections.OrderedDict(
+            (name, array[flat]) for name, array in examples.items()),
+        batch_sizes=np.asarray(batch_sizes, np.int64)))
+  return shards
+
+
+def shards_from_datasets(datasets: Sequence[tf.data.Dataset],
+                         clients_per_shard: int
+                         ) -> list[collections.OrderedDict]:
+  """The fused process's client data from batched client datasets, in
+  order: shards of `clients_per_shard` clients (the last may be shorter).
+
+  Each shard is read through one tf.data pipeline over the clients'
+  datasets (`tf.data.experimental.to_variant`), not a chain of
+  concatenations, whose reads grow with the shard's length.
+
+  Raises:
+    ValueError: If `clients_per_shard` < 1 or there are no datasets.
+  """
+  groups = _groups(list(datasets), clients_per_shard)
+  spec = datasets[0].element_spec
+  closing = tf.data.Dataset.from_tensors(closing_batch(spec))
+  shards = []
+  for group in groups:
+    variants = tf.stack([tf.data.experimental.to_variant(d) for d in group])
+    shard = tf.data.Dataset.from_tensor_slices(variants).flat_map(
+        lambda v: tf.data.experimental.from_variant(v, spec).concatenate(
+            closing))
+    shards.append(stack_shard(shard))
+  return shards
+
+
+def shards_from_client_data(
+    client_data: tff.simulation.datasets.ClientData,
+    preprocess_fn: Optional[Callable[[tf.data.Dataset], tf.data.Dataset]],
+    client_ids: Sequence[str],
+    clients_per_shard: int,
+) -> list[collections.OrderedDict]:
+  """The fused process's client data for `client_ids` of `client_data`.
+
+  One pipeline per shard maps the client ids through the ClientData's
+  `serializable_dataset_fn` and `preprocess_fn` (traced once, not once per
+  client as `create_tf_dataset_for_client` is). The pipeline's ops are those
+  of the per-client datasets, with one difference: an unseeded shuffle in
+  `preprocess_fn` is traced once per shard, so the shard's clients of equal
+  size get the same permutation of their own examples (a seeded pipeline,
+  e.g. `tasks.partitioned_task`'s, is unaffected).
+
+  Raises:
+    ValueError: If `clients_per_shard` < 1 or there are no clients.
+  """
+  dataset_fn = client_data.serializable_dataset_fn
+  preprocess_fn = preprocess_fn or (lambda d: d)
+  spec = preprocess_fn(dataset_fn(client_ids[0])).element_spec
+  closing = tf.data.Dataset.from_tensors(closing_batch(spec))
+  shards = []
+  for group in _groups(list(client_ids), clients_per_shard):
+    shard = tf.data.Dataset.from_tensor_slices(list(group)).flat_map(
+        lambda i: preprocess_fn(dataset_fn(i)).concatenate(closing))
+    shards.append(stack_shard(shard))
+  return shards
