@@ -27,6 +27,10 @@ archives by file name (`source_url`, `tasks.centralized_images`).
 uses the network. `python -m tasks.prepare_data` fetches a task's files
 without training.
 
+Why one module: downloading, resuming, checking and naming the cached files
+are one protocol (a `.part` file, its digest or SQLite check, the rename);
+the TFDS datasets' preparation, which uses it, is in `centralized_images`.
+
 Paths mirror TFF 0.87 and Keras 2.14:
 * `download.get_compressed_file(origin, cache_dir)` keeps `<cache_dir>/<f>`
   for an origin `.../<f>.lzma` (`cache_dir` defaults to `~/.tff`);
