@@ -21,6 +21,10 @@ Sections, printed as tables in one run:
 * `cores` — the speed-up of the limit and of the full round from one core
   to all cores (`bench.cores`: a process pinned to one core vs one with every
   core).
+* `e2e` — a Synthetic driver run at `--e2e_clients` per round from the
+  command line (`bench.e2e`): wall time, start-up, mean round, the
+  projection to 1,500 rounds, and the mean round over the limit's time for
+  the same clients' work.
 * `memory` — peak resident memory of the driver and its worker for FedAvg
   (stateless) and AdaBest (stateful clients, states in
   `adabest_tff.client_state_store`) through the package's training loop, at
@@ -43,6 +47,7 @@ from absl import flags
 from absl import logging
 
 from bench import cores
+from bench import e2e
 from bench import memory
 from bench import ratios
 from bench import report
@@ -50,7 +55,7 @@ from bench import tff_rounds
 from bench import workloads
 from experiment_driver import runtime
 
-SECTIONS = ('ratios', 'cores', 'memory')
+SECTIONS = ('ratios', 'cores', 'memory', 'e2e')
 
 _SECTIONS = flags.DEFINE_list(
     'sections', list(SECTIONS), f'Which of {", ".join(SECTIONS)} to run.')
@@ -80,6 +85,12 @@ _MAX_CLIENTS_PER_CALL = flags.DEFINE_integer(
     'model-sized values per client of a call, ~23 GB for 200 clients of the '
     'Stack Overflow LSTM. The memory section measures with and without '
     'slices.', lower_bound=1)
+_E2E_CLIENTS = flags.DEFINE_integer(
+    'e2e_clients', 800, 'Clients per round of the e2e section.',
+    lower_bound=1)
+_E2E_ROUNDS = flags.DEFINE_integer(
+    'e2e_rounds', 100, 'Rounds of the e2e section\'s driver run (projected '
+    f'to {e2e.PROJECTED_ROUNDS}).', lower_bound=1)
 _QUICK = flags.DEFINE_bool(
     'quick', False, 'Quicker settings: cohorts 10,50, 2 repeats, speed-up at '
     '10 clients, memory at 100 clients (overrides those flags).')
@@ -101,6 +112,12 @@ _SPEEDUP_COLUMNS = [('workload', 'workload', 's'), ('clients', 'clients', 'd'),
                     ('kind', 'round', 's'), ('one_core_s', '1 core s', '.3f'),
                     ('all_cores_s', 'all cores s', '.3f'),
                     ('cores', 'cores', 'd'), ('speedup', 'speed-up', '.2f')]
+_E2E_COLUMNS = [('clients', 'clients', 'd'), ('rounds', 'rounds', 'd'),
+                ('wall_s', 'wall s', '.1f'), ('startup_s', 'start-up s', '.1f'),
+                ('round_s', 'round s', '.3f'),
+                ('projected_s', f'{e2e.PROJECTED_ROUNDS} rounds s', '.0f'),
+                ('limit_round_s', 'limit round s', '.3f'),
+                ('ratio', 'x limit', '.2f')]
 _MEMORY_COLUMNS = [('algorithm', 'algorithm', 's'),
                    ('workload', 'workload', 's'), ('clients', 'clients', 'd'),
                    ('clients_per_call', 'clients/call', 's'),
@@ -181,6 +198,16 @@ def main(argv: Sequence[str]) -> None:
         'Peak resident memory (2 rounds, every client in each round; '
         'clients/call: the runtime\'s cohort slices)', tables['memory'],
         _MEMORY_COLUMNS), flush=True)
+  if 'e2e' in _SECTIONS.value:
+    rounds = 20 if quick else _E2E_ROUNDS.value
+    tables['e2e'] = [e2e.measure_e2e(_E2E_CLIENTS.value, rounds,
+                                     rounds_per_eval=50)]
+    print(report.format_table(
+        'End to end: python run_experiment.py --task=synthetic '
+        f'--clients_per_round={_E2E_CLIENTS.value} --total_rounds={rounds} '
+        '--rounds_per_eval=50 (fused shards), against the limit (plain TF, '
+        'one thread) on the same clients\' work', tables['e2e'],
+        _E2E_COLUMNS), flush=True)
   if _OUTPUT.value:
     report.write_tables(_OUTPUT.value, tables)
     print(f'\nwrote {_OUTPUT.value}')

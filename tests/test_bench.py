@@ -8,6 +8,7 @@ measurement, table and file code runs on a tiny configuration; nothing here
 asserts a speed.
 """
 
+import collections
 import csv
 import json
 import os
@@ -18,6 +19,7 @@ import pytest
 import tensorflow as tf
 
 from bench import cores
+from bench import e2e
 from bench import limit
 from bench import memory
 from bench import probe
@@ -27,6 +29,7 @@ from bench import tff_rounds
 from bench import timing
 from bench import workloads
 from experiment_driver import runtime
+from fl_common import shards
 
 _FEATURES = 4
 _CLASSES = 3
@@ -127,6 +130,39 @@ def test_tff_round_in_cohort_slices_computes_the_limit_client_work(variant):
         variant, TINY.client_arrays(5, seed=7))
   for g, e in zip(got, expected):
     np.testing.assert_allclose(np.asarray(g), e, rtol=1e-5, atol=1e-6)
+
+
+def test_the_shard_limit_does_the_limits_client_work():
+  arrays = TINY.client_arrays(3, seed=4)
+  limit_round = limit.LimitRound(TINY, arrays)
+  flat = collections.OrderedDict(
+      x=arrays.x.reshape((-1,) + arrays.x.shape[2:]),
+      y=arrays.y.reshape((-1,) + arrays.y.shape[2:]))
+  [shard] = shards.shards_from_arrays(
+      flat, list(np.arange(len(flat['x'])).reshape(3, -1)),
+      shards.BatchRecipe(batch_size=TINY.batch_size, shuffle=False), 3,
+      np.random.default_rng(0))
+  shard_round = limit.ShardLimitRound(TINY.keras_model_fn, TINY.loss_fn,
+                                      TINY.learning_rate, shard)
+  start = [np.full(v.shape, 0.1, np.float32)
+           for v in TINY.keras_model_fn().trainable_variables]
+  for round_fn in (limit_round, shard_round):
+    round_fn.set_start_weights(start)
+    round_fn()
+  for a, b in zip(limit_round.mean_client_weights(),
+                  shard_round.mean_client_weights()):
+    np.testing.assert_allclose(a, b, rtol=1e-6)
+  assert not np.allclose(shard_round.mean_client_weights()[0], start[0])
+
+
+def test_e2e_row_runs_the_driver_and_projects(monkeypatch):
+  monkeypatch.setattr(e2e, '_LIMIT_ROUNDS', 1)
+  row = e2e.measure_e2e(clients_per_round=5, rounds=2, rounds_per_eval=2)
+  assert row['clients'] == 5 and row['rounds'] == 2
+  assert 0 < row['startup_s'] < row['wall_s']
+  assert row['projected_s'] == pytest.approx(
+      row['wall_s'] + (e2e.PROJECTED_ROUNDS - 2) * row['round_s'])
+  assert row['ratio'] == pytest.approx(row['round_s'] / row['limit_round_s'])
 
 
 def test_limit_rejects_partial_batches():

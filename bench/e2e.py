@@ -1,0 +1,92 @@
+"""End to end: a driver run of Synthetic at a large cohort, from the
+command line, against the limit's time for the same client work.
+
+`measure_e2e` runs `run_experiment.py --task=synthetic
+--clients_per_round=M --total_rounds=R --rounds_per_eval=E` as a user would
+(start-up, fused rounds, evaluation, checkpoints, outputs), then times the
+limit (`bench.limit.ShardLimitRound`: plain TensorFlow, one thread) on the
+client work of the run's first rounds: the same sampled clients (the
+driver's sampler and seed), batched by the task's own recipe. The row holds
+the run's wall time, its start-up and evaluations (wall time not spent in
+rounds), the mean round, the projection to `PROJECTED_ROUNDS` rounds (the
+run's wall time plus the remaining rounds at the mean round: further
+evaluations are not projected), and the ratio of the mean round to the
+limit's.
+"""
+
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import tensorflow as tf
+import tensorflow_federated as tff
+
+from bench import limit
+import tasks
+from fl_common import shards
+
+PROJECTED_ROUNDS = 1_500
+_REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_LIMIT_ROUNDS = 3
+
+
+def measure_e2e(clients_per_round: int = 800, rounds: int = 100,
+                rounds_per_eval: int = 50, seed: int = 0) -> dict[str, Any]:
+  """One end-to-end row (module docstring).
+
+  Raises:
+    RuntimeError: If the driver run fails (its last lines of stderr).
+  """
+  with tempfile.TemporaryDirectory() as root:
+    command = [sys.executable, os.path.join(_REPO, 'run_experiment.py'),
+               '--task=synthetic', f'--clients_per_round={clients_per_round}',
+               f'--total_rounds={rounds}',
+               f'--rounds_per_eval={rounds_per_eval}', f'--seed={seed}',
+               f'--root_output_dir={root}', '--experiment_name=e2e']
+    started = time.perf_counter()
+    result = subprocess.run(command, capture_output=True, text=True,
+                            cwd=_REPO, stdin=subprocess.DEVNULL)
+    wall = time.perf_counter() - started
+    if result.returncode != 0:
+      raise RuntimeError(f'the driver run failed: {result.stderr[-2000:]}')
+    metrics = pd.read_csv(os.path.join(root, 'e2e', 'metrics.csv'))
+  round_seconds = metrics['round_time_sec'].to_numpy()
+  limit_seconds = limit_round_seconds(clients_per_round, seed)
+  mean_round = float(np.mean(round_seconds))
+  return {
+      'clients': clients_per_round, 'rounds': rounds,
+      'wall_s': wall, 'startup_s': wall - float(np.sum(round_seconds)),
+      'round_s': mean_round,
+      'projected_s': wall + (PROJECTED_ROUNDS - rounds) * mean_round,
+      'limit_round_s': limit_seconds,
+      'ratio': mean_round / limit_seconds,
+  }
+
+
+def limit_round_seconds(clients_per_round: int, seed: int) -> float:
+  """The limit's mean time for the client work of the run's first rounds."""
+  task = tasks.create_task('synthetic')
+  train = task.datasets.train_data
+  recipe = shards.BatchRecipe(**task.datasets.train_preprocess_fn.batch_recipe)
+  sample = tff.simulation.build_uniform_sampling_fn(
+      train.client_ids, replace=False, random_seed=seed)
+  model_fn = lambda: tf.keras.Sequential([  # pylint: disable=g-long-lambda
+      tf.keras.layers.Dense(5, activation='softmax', input_shape=(60,))])
+  times = []
+  for round_num in range(1, _LIMIT_ROUNDS + 1):
+    ids = sample(round_num, clients_per_round)
+    [shard] = shards.shards_from_arrays(
+        train.arrays, [train.client_rows(i) for i in ids], recipe,
+        len(ids), np.random.default_rng([seed, round_num]))
+    round_fn = limit.ShardLimitRound(
+        model_fn, tf.keras.losses.SparseCategoricalCrossentropy, 0.1, shard)
+    round_fn()  # warm-up: tracing
+    started = time.perf_counter()
+    round_fn()
+    times.append(time.perf_counter() - started)
+  return float(np.mean(times))
