@@ -85,7 +85,7 @@ class LimitRound:
     return round_fn
 
 
-class ShardLimitRound:
+class ShardLimitRound(LimitRound):
   """The limit for clients of any sizes: their batches as one shard.
 
   `shard` is `fl_common.shards`' format (every batch's examples
@@ -96,9 +96,11 @@ class ShardLimitRound:
   plain-TensorFlow time of the client work of a fused round, on one thread.
   """
 
+  # pylint: disable-next=super-init-not-called
   def __init__(self, keras_model_fn: Callable[[], tf.keras.Model],
                loss_fn: Callable[[], tf.keras.losses.Loss],
                learning_rate: float, shard):
+    # LimitRound's weights and sums, its own data and round function.
     examples = shard['examples']
     self._x = tf.constant(examples['x'])
     self._y = tf.constant(examples['y'])
@@ -111,16 +113,6 @@ class ShardLimitRound:
     self._start_weights = [tf.Variable(v) for v in variables]
     self._weight_sums = [tf.Variable(tf.zeros_like(v)) for v in variables]
     self._round = tf.function(self._round_fn)
-
-  def set_start_weights(self, weights: Sequence[np.ndarray]) -> None:
-    for variable, value in zip(self._start_weights, weights, strict=True):
-      variable.assign(value)
-
-  def mean_client_weights(self) -> list[np.ndarray]:
-    return [s.numpy() / self._num_clients for s in self._weight_sums]
-
-  def __call__(self) -> None:
-    self._round()
 
   def _round_fn(self) -> None:
     variables = self._model.trainable_variables
