@@ -7,14 +7,15 @@ is most of the round. `build_fused_fedopt` builds the same algorithm as
 `build_fedopt` with the driver's aggregator (`fl_common.diagnosed_mean`:
 the mean, adaptive clipping and the paper's diagnostics), in which a TFF
 client stands for a *shard*: several real clients' batches, read in the
-driver (`fl_common.shards`) into plain
-tensors, every batch's examples concatenated plus the batch sizes, each
-client closed by an empty batch. No tf.data pipeline runs on the worker.
-One call of the shard computation, one TensorFlow graph, trains every
-client of the shard in turn:
+driver into plain tensors (`fl_common.shards`: every batch's examples
+concatenated plus the batch sizes, each client closed by an empty batch).
+No tf.data pipeline runs on the worker. One call of the shard computation,
+one TensorFlow graph (`tf.while_loop` over the batches, `tf.cond` between
+a step and a client's close; no AutoGraph, whose conversion of the model
+took seconds of start-up), trains every client of the shard in turn:
 
-* from the broadcast model, with a fresh client optimizer state, over the
-  client's batches (TFF's `DATASET_ITERATOR` loop, as `build_fedopt`);
+* from the broadcast model, with a fresh client optimizer state, one local
+  step per batch, as `build_fedopt`'s client work;
 * at its closing batch: its update `Δ_k = x − x_k` with TFF's screening
   (a non-finite update becomes zeros with weight 0, and that client's local
   metrics are dropped, as TFF's `build_model_delta_client_work` resets them),
