@@ -70,6 +70,11 @@ def _sync_context(stub):
 
 
 
+def _is_at_clients(type_spec: tff.Type) -> bool:
+  return (isinstance(type_spec, tff.FederatedType) and
+          type_spec.placement is tff.CLIENTS)
+
+
 class _WorkerContext(context_base.AsyncContext):
   """One worker's `AsyncExecutionContext`, run on a thread of its own.
 
@@ -169,7 +174,10 @@ class _CohortSplittingContext(context_base.SyncContext):
   def _num_slices(self, arg: Any, arg_type: tff.Type) -> int:
     """One slice per worker, more if a slice would exceed the client cap."""
     num_slices = len(self._workers)
-    if arg is not None and self._max_clients_per_slice is not None:
+    # Only clients are sliced: an argument without any (e.g. a state kept on
+    # the worker, for `get_model_weights`) is not inspected.
+    if (arg is not None and self._max_clients_per_slice is not None and
+        type_analysis.contains(arg_type, _is_at_clients)):
       num_clients = cardinalities_utils.infer_cardinalities(
           arg, arg_type).get(tff.CLIENTS, 0)
       num_slices = max(num_slices,
