@@ -141,9 +141,9 @@ def test_remote_run_matches_local_run(runs):
   remote = _metrics(root / 'remote')
   local = _metrics(root / 'local')
 
-  # Both workers trained: ~150 CPU ticks each (1/100 s), an idle one ~1 a
-  # minute.
-  assert all(ticks > 20 for ticks in worker_cpu_ticks.values()), (
+  # Both workers trained: 20-35 CPU ticks each (1/100 s) with fused shards
+  # (~150 one call per client), an idle one ~1 a minute.
+  assert all(ticks > 8 for ticks in worker_cpu_ticks.values()), (
       worker_cpu_ticks)
   assert list(remote.columns) == list(local.columns)
   assert list(remote['round']) == [1, 2, 3, 4]
