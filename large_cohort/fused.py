@@ -151,16 +151,29 @@ def _shard_work(
             return (fresh_optimizer_state(), tf.zeros([], tf.int64), sums,
                     read_metrics())
 
-      def body(i, optimizer_state, num_examples, sums, snapshot):
-        args = (i, optimizer_state, num_examples, sums, snapshot)
-        return (i + 1,) + tuple(tf.cond(
-            batch_sizes[i] > 0, lambda: train_on_batch(*args),
-            lambda: close_client(*args)))
+      # An outer loop over the clients, an inner one over a client's
+      # batches: no branch per step. `markers` are the closing batches.
+      markers = tf.cast(tf.reshape(tf.where(tf.equal(batch_sizes, 0)), [-1]),
+                        tf.int32)
 
-      _, _, _, sums, _ = tf.while_loop(
-          lambda i, *_: i < tf.size(batch_sizes), body,
-          (tf.constant(0), fresh_optimizer_state(), tf.zeros([], tf.int64),
-           sums, read_metrics()))
+      def client_body(c, optimizer_state, sums, snapshot):
+        first = tf.where(c > 0, markers[tf.maximum(c - 1, 0)] + 1, 0)
+
+        def step(i, optimizer_state, num_examples):
+          optimizer_state, num_examples, _, _ = train_on_batch(
+              i, optimizer_state, num_examples, None, None)
+          return i + 1, optimizer_state, num_examples
+
+        _, optimizer_state, num_examples = tf.while_loop(
+            lambda i, *_: i < markers[c], step,
+            (first, optimizer_state, tf.zeros([], tf.int64)))
+        optimizer_state, _, sums, snapshot = close_client(
+            None, optimizer_state, num_examples, sums, snapshot)
+        return c + 1, optimizer_state, sums, snapshot
+
+      _, _, sums, _ = tf.while_loop(
+          lambda c, *_: c < tf.size(markers), client_body,
+          (tf.constant(0), fresh_optimizer_state(), sums, read_metrics()))
       return sums, model.report_local_unfinalized_metrics()
 
     return train_shard(initial_weights, hparams, shard['examples'],
