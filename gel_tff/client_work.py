@@ -43,6 +43,7 @@ a client that only receives its `tau_i` batches. `UNIFORM` gives `p_i = 1/C`.
 """
 
 import collections
+import functools
 from collections.abc import Callable
 from typing import Optional, Union
 
@@ -50,6 +51,7 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
+from fl_common import fused
 from gel_tff import fednova
 
 REMAINING = 'remaining'
@@ -124,6 +126,92 @@ def client_update_type(model_delta_type: tff.Type, *,
   return model_delta_type
 
 
+def initial_client_state(optimizer: tff.learning.optimizers.Optimizer,
+                         optimizer_hparams, trainable_specs):
+  """`(examples, steps taken, SGDM state)`, momentum zero (lines 12-13)."""
+  optimizer_state = optimizer.set_hparams(optimizer.initialize(
+      trainable_specs), optimizer_hparams)
+  return (tf.constant(0, tf.int64), tf.constant(0, tf.int32),
+          optimizer_state)
+
+
+def local_step(model: tff.learning.models.VariableModel,
+               optimizer: tff.learning.optimizers.Optimizer,
+               proximal_strength: float,
+               initial_trainable, state, batch):
+  """Eq. (1)-(2) on one batch (lines 14-18): one gradient computation, the
+  model's trainable variables updated; FedProx's `mu (x - x^(t,0))` added to
+  the gradient. Returns the loop state after the step."""
+  num_examples, steps_taken, optimizer_state = state
+  trainable = tff.learning.models.ModelWeights.from_model(model).trainable
+  with tf.GradientTape() as tape:
+    output = model.forward_pass(batch, training=True)
+  gradients = tape.gradient(output.loss, trainable)
+  if proximal_strength > 0.0:
+    gradients = tf.nest.map_structure(
+        lambda g, x, x0: g + proximal_strength * (x - x0), gradients,
+        trainable, initial_trainable)
+  optimizer_state, updated = optimizer.next(
+      optimizer_state, tuple(tf.nest.flatten(trainable)),
+      tuple(tf.nest.flatten(gradients)))
+  with tf.control_dependencies([
+      v.assign(t) for v, t in zip(tf.nest.flatten(trainable), updated)]):
+    return (num_examples + fused.count_examples(output), steps_taken + 1,
+            tf.nest.map_structure(tf.identity, optimizer_state))
+
+
+def guessed_update(
+    optimizer: tff.learning.optimizers.Optimizer,
+    optimizer_hparams,
+    state,
+    initial_trainable,
+    trainable,
+    *,
+    expected_steps: int,
+    guessed_steps: GuessedSteps,
+    client_weighting: tff.learning.ClientWeighting,
+    report_normalizer: bool,
+):
+  """Lines 19-21: the guessed steps, the upload and its weight, from
+  `trainable` (the model after its `tau_i` steps), which it does not change.
+
+  Returns:
+    `(update, weight, non_finite)`: the screened model delta (or
+    `FedNovaClientUpdate` with Lemma 1's `||a_i||_1`), the client's weight
+    (0 if the delta had a NaN or Inf) and that flag (int32).
+  """
+  num_examples, steps_taken, optimizer_state = state
+  # Eq. (5): tau' zero-gradient SGDM steps as one step whose learning rate
+  # is scaled by sum_{k<tau'} alpha^k.
+  momentum = _momentum_of(optimizer_hparams)
+  guessed = num_guessed_steps(guessed_steps, expected_steps, steps_taken)
+  guess_hparams = collections.OrderedDict(optimizer_hparams)
+  guess_hparams[_LEARNING_RATE_KEY] = (
+      optimizer_hparams[_LEARNING_RATE_KEY] * geometric_sum(momentum, guessed))
+  flat_trainable = tuple(tf.nest.flatten(trainable))
+  _, guessed_weights = optimizer.next(
+      optimizer.set_hparams(optimizer_state, guess_hparams), flat_trainable,
+      tuple(tf.zeros_like(v) for v in flat_trainable))
+  model_delta = tf.nest.map_structure(
+      tf.subtract, initial_trainable,
+      tf.nest.pack_sequence_as(initial_trainable, list(guessed_weights)))
+  model_delta, non_finite = (
+      tff.learning.tensor_utils.zero_all_if_any_non_finite(model_delta))
+  if client_weighting == tff.learning.ClientWeighting.NUM_EXAMPLES:
+    weight = tf.cast(num_examples, tf.float32)
+  else:
+    weight = tf.constant(1.0, tf.float32)
+  weight = tf.where(non_finite > 0, 0.0, weight)
+  if report_normalizer:
+    update = fednova.FedNovaClientUpdate(
+        model_delta=model_delta,
+        normalizer=tf.reduce_sum(
+            lemma1_coefficients(momentum, steps_taken, guessed)))
+  else:
+    update = model_delta
+  return update, weight, non_finite
+
+
 def _build_client_update_fn(
     model_fn: Callable[[], tff.learning.models.VariableModel],
     optimizer: tff.learning.optimizers.Optimizer,
@@ -147,81 +235,62 @@ def _build_client_update_fn(
     tf.nest.map_structure(lambda v, t: v.assign(t), model_weights,
                           initial_weights)
     trainable = model_weights.trainable
-
-    def sgdm_step(state, batch):
-      """Eq. (1)-(2) on one batch: one gradient computation."""
-      num_examples, steps_taken, optimizer_state = state
-      with tf.GradientTape() as tape:
-        output = model.forward_pass(batch, training=True)
-      gradients = tape.gradient(output.loss, trainable)
-      if proximal_strength > 0.0:
-        gradients = tf.nest.map_structure(
-            lambda g, x, x0: g + proximal_strength * (x - x0), gradients,
-            trainable, initial_weights.trainable)
-      optimizer_state, updated = optimizer.next(
-          optimizer_state, tuple(tf.nest.flatten(trainable)),
-          tuple(tf.nest.flatten(gradients)))
-      tf.nest.map_structure(lambda v, t: v.assign(t),
-                            tf.nest.flatten(trainable), list(updated))
-      if output.num_examples is None:
-        batch_examples = tf.shape(output.predictions, out_type=tf.int64)[0]
-      else:
-        batch_examples = tf.cast(output.num_examples, tf.int64)
-      return num_examples + batch_examples, steps_taken + 1, optimizer_state
-
-    def initial_loop_state():
-      specs = tuple(tf.TensorSpec(v.shape, v.dtype)
-                    for v in tf.nest.flatten(trainable))
-      optimizer_state = optimizer.set_hparams(optimizer.initialize(specs),
-                                              optimizer_hparams)
-      return (tf.constant(0, tf.int64), tf.constant(0, tf.int32),
-              optimizer_state)
-
-    num_examples, steps_taken, optimizer_state = training_loop(
-        sgdm_step, dataset, initial_loop_state)
-
-    # Eq. (5): tau' zero-gradient SGDM steps as one step whose learning rate
-    # is scaled by sum_{k<tau'} alpha^k.
-    momentum = _momentum_of(optimizer_hparams)
-    guessed = num_guessed_steps(guessed_steps, expected_steps, steps_taken)
-    guess_hparams = collections.OrderedDict(optimizer_hparams)
-    guess_hparams[_LEARNING_RATE_KEY] = (
-        optimizer_hparams[_LEARNING_RATE_KEY] *
-        geometric_sum(momentum, guessed))
-    flat_trainable = tuple(tf.nest.flatten(trainable))
-    _, guessed_weights = optimizer.next(
-        optimizer.set_hparams(optimizer_state, guess_hparams), flat_trainable,
-        tuple(tf.zeros_like(v) for v in flat_trainable))
-    tf.nest.map_structure(lambda v, t: v.assign(t), list(flat_trainable),
-                          list(guessed_weights))
-
-    model_delta = tf.nest.map_structure(tf.subtract, initial_weights.trainable,
-                                        trainable)
-    model_delta, has_non_finite_delta = (
-        tff.learning.tensor_utils.zero_all_if_any_non_finite(model_delta))
-    if has_non_finite_delta > 0:
-      client_weight = tf.constant(0.0, tf.float32)
+    specs = tuple(tf.TensorSpec(v.shape, v.dtype)
+                  for v in tf.nest.flatten(trainable))
+    state = training_loop(
+        functools.partial(local_step, model, optimizer, proximal_strength,
+                          initial_weights.trainable),
+        dataset,
+        lambda: initial_client_state(optimizer, optimizer_hparams, specs))
+    update, client_weight, non_finite = guessed_update(
+        optimizer, optimizer_hparams, state, initial_weights.trainable,
+        trainable, expected_steps=expected_steps, guessed_steps=guessed_steps,
+        client_weighting=client_weighting,
+        report_normalizer=report_normalizer)
+    if non_finite > 0:
       model.reset_metrics()
-    elif client_weighting == tff.learning.ClientWeighting.NUM_EXAMPLES:
-      client_weight = tf.cast(num_examples, tf.float32)
-    else:
-      client_weight = tf.constant(1.0, tf.float32)
-
-    if report_normalizer:
-      update = fednova.FedNovaClientUpdate(
-          model_delta=model_delta,
-          normalizer=tf.reduce_sum(
-              lemma1_coefficients(momentum, steps_taken, guessed)))
-    else:
-      update = model_delta
     return (
         tff.learning.templates.ClientResult(
             update=update, update_weight=client_weight),
         model.report_local_unfinalized_metrics(),
-        steps_taken,
+        state[1],
     )
 
   return client_update
+
+
+def validate_client_work_args(
+    *, learning_rate: float, momentum: float, expected_steps: int,
+    guessed_steps: GuessedSteps, proximal_strength: float,
+    client_weighting: tff.learning.ClientWeighting) -> None:
+  """Raises ValueError if an argument of `build_gel_client_work` is out of
+  range."""
+  if not learning_rate > 0.0:
+    raise ValueError(f'learning_rate must be positive, got {learning_rate}.')
+  if not 0.0 <= momentum < 1.0:
+    raise ValueError(f'momentum must be in [0, 1), got {momentum}.')
+  if not (isinstance(expected_steps, (int, np.integer)) and
+          expected_steps >= 1):
+    raise ValueError(
+        f'expected_steps must be a positive int, got {expected_steps!r}.')
+  validate_guessed_steps(guessed_steps)
+  if momentum == 0.0 and guessed_steps != 0:
+    raise ValueError(
+        f'guessed_steps={guessed_steps!r} needs client momentum: GeL guesses'
+        ' along the momentum, and momentum is 0.')
+  if not proximal_strength >= 0.0:
+    raise ValueError(
+        f'proximal_strength must be nonnegative, got {proximal_strength}.')
+  if client_weighting not in (tff.learning.ClientWeighting.NUM_EXAMPLES,
+                              tff.learning.ClientWeighting.UNIFORM):
+    raise ValueError(f'Unknown client_weighting {client_weighting!r}.')
+
+
+def client_optimizer(learning_rate: float,
+                     momentum: float) -> tff.learning.optimizers.Optimizer:
+  """The clients' SGDM (plain SGD for momentum 0), TFF's `build_sgdm`."""
+  return tff.learning.optimizers.build_sgdm(
+      learning_rate=learning_rate, momentum=momentum or None)
 
 
 def build_gel_client_work(
@@ -270,30 +339,14 @@ def build_gel_client_work(
   Raises:
     ValueError: If an argument is out of range.
   """
-  if not learning_rate > 0.0:
-    raise ValueError(f'learning_rate must be positive, got {learning_rate}.')
-  if not 0.0 <= momentum < 1.0:
-    raise ValueError(f'momentum must be in [0, 1), got {momentum}.')
-  if not (isinstance(expected_steps, (int, np.integer)) and
-          expected_steps >= 1):
-    raise ValueError(
-        f'expected_steps must be a positive int, got {expected_steps!r}.')
-  validate_guessed_steps(guessed_steps)
-  if momentum == 0.0 and guessed_steps != 0:
-    raise ValueError(
-        f'guessed_steps={guessed_steps!r} needs client momentum: GeL guesses'
-        ' along the momentum, and momentum is 0.')
-  if not proximal_strength >= 0.0:
-    raise ValueError(
-        f'proximal_strength must be nonnegative, got {proximal_strength}.')
-  if client_weighting not in (tff.learning.ClientWeighting.NUM_EXAMPLES,
-                              tff.learning.ClientWeighting.UNIFORM):
-    raise ValueError(f'Unknown client_weighting {client_weighting!r}.')
+  validate_client_work_args(
+      learning_rate=learning_rate, momentum=momentum,
+      expected_steps=expected_steps, guessed_steps=guessed_steps,
+      proximal_strength=proximal_strength, client_weighting=client_weighting)
   if metrics_aggregator is None:
     metrics_aggregator = tff.learning.metrics.sum_then_finalize
 
-  optimizer = tff.learning.optimizers.build_sgdm(
-      learning_rate=learning_rate, momentum=momentum or None)
+  optimizer = client_optimizer(learning_rate, momentum)
   with tf.Graph().as_default():
     model = model_fn()
     metrics_aggregation_fn = metrics_aggregator(model.metric_finalizers())

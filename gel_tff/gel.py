@@ -16,7 +16,10 @@ beta_1 = 0.9, beta_2 = 0.99, epsilon = 1e-3 (Appendix E.1) and rate 10^-2
 
 Each builder returns a `tff.learning.templates.LearningProcess` composed from
 TFF's broadcast distributor, the GeL client work (`gel_tff.client_work`), a
-TFF aggregator (or FedNova's) and TFF's apply-optimizer finalizer. Client step
+TFF aggregator (or FedNova's) and TFF's apply-optimizer finalizer.
+`build_fused_gel` and `build_fused_budgeted_baseline` build the same
+processes on shards of clients (`gel_tff.fused`: one TFF client trains many
+real clients in one graph), with the driver's aggregator. Client step
 budgets come with the data (`gel_tff.budgets`): the process trains on every
 batch it is given.
 """
@@ -29,6 +32,7 @@ import tensorflow_federated as tff
 
 from gel_tff import client_work as client_work_lib
 from gel_tff import fednova
+from gel_tff import fused
 
 ModelFn = Callable[[], tff.learning.models.VariableModel]
 
@@ -86,24 +90,35 @@ def _build(
     client_weighting: tff.learning.ClientWeighting,
     model_aggregator: Optional[tff.aggregators.WeightedAggregationFactory],
     metrics_aggregator: Optional[tff.learning.metrics.MetricsAggregatorType],
+    on_shards: bool = False,
 ) -> tff.learning.templates.LearningProcess:
-  """Composes the four slots for one row of Table 3."""
+  """Composes the four slots for one row of Table 3 (on shards of clients,
+  `gel_tff.fused`, if `on_shards`)."""
   _check_base(base)
+  if server_optimizer is None:
+    server_optimizer = build_server_optimizer(base)
+  is_fednova = base == 'fednova'
+  if on_shards:
+    return fused.compose_fused(
+        model_fn, client_learning_rate=client_learning_rate,
+        client_momentum=client_momentum, expected_steps=expected_steps,
+        guessed_steps=guessed_steps, server_optimizer=server_optimizer,
+        proximal_strength=proximal_strength if base == 'fedprox' else 0.0,
+        client_weighting=client_weighting, report_normalizer=is_fednova,
+        model_aggregator=model_aggregator,
+        metrics_aggregator=metrics_aggregator)
   if (model_aggregator is not None and not isinstance(
       model_aggregator, tff.aggregators.WeightedAggregationFactory)):
     raise TypeError(
         'model_aggregator must be a tff.aggregators.WeightedAggregationFactory'
         f' (wrap unweighted ones with tff.aggregators.as_weighted_aggregator),'
         f' got {type(model_aggregator).__name__}.')
-  if server_optimizer is None:
-    server_optimizer = build_server_optimizer(base)
 
   @tff.tensorflow.computation()
   def initial_model_weights_fn():
     return tff.learning.models.ModelWeights.from_model(model_fn())
 
   model_weights_type = initial_model_weights_fn.type_signature.result
-  is_fednova = base == 'fednova'
   client_work = client_work_lib.build_gel_client_work(
       model_fn,
       learning_rate=client_learning_rate,
@@ -235,3 +250,76 @@ def build_budgeted_baseline(
       proximal_strength=proximal_strength, client_weighting=client_weighting,
       model_aggregator=model_aggregator,
       metrics_aggregator=metrics_aggregator)
+
+
+def build_fused_gel(
+    model_fn: ModelFn,
+    *,
+    base: str = 'fedavgcm',
+    client_learning_rate: float = DEFAULT_CLIENT_LEARNING_RATE,
+    momentum: float = DEFAULT_MOMENTUM,
+    expected_steps: int = DEFAULT_EXPECTED_STEPS,
+    guessed_steps: client_work_lib.GuessedSteps = client_work_lib.REMAINING,
+    server_optimizer: Optional[tff.learning.optimizers.Optimizer] = None,
+    proximal_strength: float = DEFAULT_PROXIMAL_STRENGTH,
+    client_weighting: tff.learning.ClientWeighting = (
+        tff.learning.ClientWeighting.NUM_EXAMPLES),
+    model_aggregator: Optional[fused.DiagnosedMeanFactory] = None,
+    metrics_aggregator: Optional[
+        tff.learning.metrics.MetricsAggregatorType] = None,
+) -> tff.learning.templates.LearningProcess:
+  """`build_gel` on shards of clients (`gel_tff.fused`).
+
+  The process has `build_gel`'s state and metrics (with the same
+  aggregator); its client data are shards (`fl_common.shards`, each client
+  with its `tau_i` batches):
+
+      next: (<state@SERVER, {shard}@CLIENTS> -> LearningProcessOutput(
+             state@SERVER, metrics@SERVER))
+
+  Args:
+    model_fn: As in `build_gel`; and the other arguments, but:
+    model_aggregator: A `fl_common.diagnosed_mean.diagnosed_mean_factory`
+      (weighted, or unweighted with `UNIFORM` weighting); `None` is the
+      weighted mean without clipping, `build_gel`'s default.
+
+  Raises:
+    TypeError: If `model_aggregator` is not a diagnosed mean.
+    ValueError: If an argument is out of range (e.g. `momentum=0`).
+  """
+  if not 0.0 < momentum < 1.0:
+    raise ValueError(f'GeL needs momentum in (0, 1), got {momentum}.')
+  return _build(
+      model_fn, base=base, client_learning_rate=client_learning_rate,
+      client_momentum=momentum, expected_steps=expected_steps,
+      guessed_steps=guessed_steps, server_optimizer=server_optimizer,
+      proximal_strength=proximal_strength, client_weighting=client_weighting,
+      model_aggregator=model_aggregator,
+      metrics_aggregator=metrics_aggregator, on_shards=True)
+
+
+def build_fused_budgeted_baseline(
+    model_fn: ModelFn,
+    *,
+    base: str = 'fedavgcm',
+    client_learning_rate: float = DEFAULT_CLIENT_LEARNING_RATE,
+    momentum: float = DEFAULT_MOMENTUM,
+    server_optimizer: Optional[tff.learning.optimizers.Optimizer] = None,
+    proximal_strength: float = DEFAULT_PROXIMAL_STRENGTH,
+    client_weighting: tff.learning.ClientWeighting = (
+        tff.learning.ClientWeighting.NUM_EXAMPLES),
+    model_aggregator: Optional[fused.DiagnosedMeanFactory] = None,
+    metrics_aggregator: Optional[
+        tff.learning.metrics.MetricsAggregatorType] = None,
+) -> tff.learning.templates.LearningProcess:
+  """`build_budgeted_baseline` on shards of clients (`gel_tff.fused`);
+  arguments as in `build_fused_gel`."""
+  _check_base(base)
+  return _build(
+      model_fn, base=base, client_learning_rate=client_learning_rate,
+      client_momentum=0.0 if base in _SGD_CLIENT_BASES else momentum,
+      expected_steps=DEFAULT_EXPECTED_STEPS, guessed_steps=0,
+      server_optimizer=server_optimizer,
+      proximal_strength=proximal_strength, client_weighting=client_weighting,
+      model_aggregator=model_aggregator,
+      metrics_aggregator=metrics_aggregator, on_shards=True)

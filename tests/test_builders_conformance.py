@@ -60,6 +60,12 @@ BUILDERS = {
        for base in gel_tff.BASES},
     **{f'{base}_budgeted': (lambda m, base=base: gel_tff.build_budgeted_baseline(
         m, base=base, client_learning_rate=0.05)) for base in gel_tff.BASES},
+    'fused_fednova_gel': lambda m: gel_tff.build_fused_gel(
+        m, base='fednova', client_learning_rate=0.05, expected_steps=6,
+        model_aggregator=diagnosed_mean.diagnosed_mean_factory()),
+    'fused_fedprox_budgeted': lambda m: gel_tff.build_fused_budgeted_baseline(
+        m, base='fedprox', client_learning_rate=0.05,
+        model_aggregator=diagnosed_mean.diagnosed_mean_factory()),
 }
 
 

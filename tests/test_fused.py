@@ -15,22 +15,10 @@ from fl_common import diagnosed_mean
 from fl_common import shards
 from large_cohort import fedopt
 from large_cohort import fused
+from tests import fused_checks
 from tests import tiny_models
 
-_NUM_FEATURES = 3
-
-
-def _client_datasets(sizes, nan_client=None, batch_size=2, seed=0):
-  rng = np.random.default_rng(seed)
-  datasets = []
-  for k, size in enumerate(sizes):
-    x = rng.normal(size=(size, _NUM_FEATURES)).astype(np.float32)
-    y = rng.normal(size=(size, 1)).astype(np.float32)
-    if k == nan_client:
-      x[0, 0] = np.nan
-    datasets.append(tf.data.Dataset.from_tensor_slices(
-        collections.OrderedDict(x=x, y=y)).batch(batch_size))
-  return datasets
+_NUM_FEATURES = fused_checks.NUM_FEATURES
 
 
 def _processes(weighting, clipping, server_optimizer):
@@ -45,15 +33,6 @@ def _processes(weighting, clipping, server_optimizer):
           initial_clipping_norm=0.05))
   return fedopt.build_fedopt(model_fn, **kwargs), fused.build_fused_fedopt(
       model_fn, **kwargs)
-
-
-def _assert_close(a, b):
-  flat_a, flat_b = tf.nest.flatten(a), tf.nest.flatten(b)
-  assert len(flat_a) == len(flat_b)
-  for x, y in zip(flat_a, flat_b):
-    np.testing.assert_allclose(np.asarray(x, np.float64),
-                               np.asarray(y, np.float64), rtol=1e-5,
-                               atol=1e-6)
 
 
 @pytest.mark.parametrize('weighting, clipping, server', [
@@ -72,7 +51,7 @@ def test_a_fused_round_equals_the_per_client_round(weighting, clipping, server,
   per_client, on_shards = _processes(weighting, clipping, server_optimizer)
   # Uneven sizes (odd ones end in a short batch), an empty client, a NaN one.
   sizes = [5, 1, 0, 8, 3, 4, 2]
-  datasets = _client_datasets(sizes, nan_client=4)
+  datasets = fused_checks.client_datasets(sizes, nan_client=4)
   # The same state: checkpoints and weights carry over between the two.
   assert (on_shards.initialize.type_signature ==
           per_client.initialize.type_signature)
@@ -84,8 +63,8 @@ def test_a_fused_round_equals_the_per_client_round(weighting, clipping, server,
     output = per_client.next(state, datasets)
     fused_output = on_shards.next(
         fused_state, shards.shards_from_datasets(datasets, clients_per_shard))
-    _assert_close(output.state, fused_output.state)
-    _assert_close(output.metrics, fused_output.metrics)
+    fused_checks.assert_close(output.state, fused_output.state)
+    fused_checks.assert_close(output.metrics, fused_output.metrics)
     assert (tf.nest.map_structure(lambda _: 0, output.metrics) ==
             tf.nest.map_structure(lambda _: 0, fused_output.metrics))
     state, fused_state = output.state, fused_output.state
@@ -97,7 +76,7 @@ def test_a_fused_round_equals_the_per_client_round(weighting, clipping, server,
 
 
 def test_shards_close_every_client_and_split_unevenly():
-  datasets = _client_datasets([3, 0, 2])
+  datasets = fused_checks.client_datasets([3, 0, 2])
   made = shards.shards_from_datasets(datasets, 2)
   assert [list(s['batch_sizes']) for s in made] == [[2, 1, 0, 0], [2, 0]]
   examples = np.concatenate([s['examples']['x'] for s in made])
@@ -107,7 +86,7 @@ def test_shards_close_every_client_and_split_unevenly():
 
 
 def test_shards_from_client_data_read_each_clients_pipeline():
-  datasets = _client_datasets([3, 4, 1])
+  datasets = fused_checks.client_datasets([3, 4, 1])
   client_data = tff.simulation.datasets.TestClientData({
       str(k): tf.nest.map_structure(
           lambda t: t.numpy(), next(iter(d.unbatch().batch(100))))

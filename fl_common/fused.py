@@ -1,0 +1,429 @@
+"""Rounds on shards of clients: one TFF client call trains many real clients.
+
+With small models a round's arithmetic per client is microseconds, and the
+runtime's per-client cost (a call of the client computation, its arguments
+and results as separate values, the aggregator's `accumulate` per client)
+is most of the round. A fused process is the same algorithm as its
+per-client counterpart with the driver's aggregator (`fl_common.diagnosed_mean`:
+the mean, adaptive clipping and the paper's diagnostics; or FedNova's
+normalized averaging around it), in which a TFF client stands for a *shard*:
+several real clients' batches, read in the driver into plain tensors
+(`fl_common.shards`: every batch's examples concatenated plus the batch
+sizes, each client closed by an empty batch). No tf.data pipeline runs on
+the worker. One call of the shard computation, one TensorFlow graph (an
+outer `tf.while_loop` over the shard's clients, an inner one over a
+client's batches; no AutoGraph, whose conversion of a Keras model takes
+seconds of start-up), trains every client of the shard in turn:
+
+* from the broadcast model, with the algorithm's fresh client state
+  (`ClientProgram.start`), one local step per batch (`ClientProgram.step`);
+* at its closing batch, its upload and weight (`ClientProgram.finish`), with
+  TFF's screening: a non-finite model delta becomes zeros with weight 0, and
+  that client's local metrics are dropped, as TFF's client work resets them;
+  then its contribution to the aggregator's sums
+  (`diagnosed_mean.client_contribution`, clipped to the broadcast norm `ρ`:
+  the same function the per-client aggregator's `accumulate` runs);
+* then the model is reset for the next client.
+
+The shard returns its partial sums, its clients' summed unfinalized metrics
+and the program's summed counters; the server sums the shards and finishes
+exactly as the per-client aggregator does
+(`diagnosed_mean.build_server_computation`, `finish_round`). State, metrics
+and their structure are those of the per-client process, so checkpoints and
+metric names carry over, and a round on shards equals a round on the same
+clients one per TFF client, up to the order of float additions
+(`tests/test_fused.py`, `tests/test_fused_gel.py`).
+
+Shards are ordinary TFF clients: the same process runs on the local worker
+and across `--worker_addresses`, each worker taking whole shards.
+
+Builders: `large_cohort.build_fused_fedopt`, `gel_tff.build_fused_gel`,
+`gel_tff.build_fused_budgeted_baseline`.
+
+Why one module: the shard's loop, the aggregator's split into a per-client
+and a server part, and the process around them must agree on one state and
+one set of sums; apart, each would restate the others' structures.
+"""
+
+import collections
+from collections.abc import Callable
+from typing import Any, NamedTuple, Optional, Union
+
+import numpy as np
+import tensorflow as tf
+import tensorflow_federated as tff
+
+from fl_common import diagnosed_mean
+
+ModelFn = Callable[[], tff.learning.models.VariableModel]
+DiagnosedMeanFactory = Union[diagnosed_mean.WeightedDiagnosedMeanFactory,
+                             diagnosed_mean.UnweightedDiagnosedMeanFactory]
+
+
+class ClientProgram(NamedTuple):
+  """What one real client does in a shard; traced in the shard's graph.
+
+  Attributes:
+    start: `hparams -> state`: a client's fresh loop state (e.g. its
+      optimizer state and counters), a structure of tensors.
+    step: `(state, batch, hparams) -> state`: one local step; it updates the
+      model's variables.
+    finish: `(state, hparams) -> (upload, weight, non_finite, counters)`:
+      after the last batch, from the model's variables (which it must not
+      change: the shard resets them for the next client): the client's upload
+      (screened: zeros if non-finite), its weight (0 if non-finite),
+      `non_finite` (int32 > 0 drops its metrics) and counters summed over
+      the shard (a structure of tensors, or `()`).
+  """
+
+  start: Callable[[Any], Any]
+  step: Callable[[Any, Any, Any], Any]
+  finish: Callable[[Any, Any], tuple[Any, tf.Tensor, tf.Tensor, Any]]
+
+
+ProgramFn = Callable[[tff.learning.models.VariableModel,
+                      tff.learning.models.ModelWeights, Any], ClientProgram]
+
+
+def screened_model_delta(initial_weights: tff.learning.models.ModelWeights,
+                         model_weights: tff.learning.models.ModelWeights):
+  """`(x^(t,0) − x, non_finite)` in TFF's sign, zeros if any entry is NaN or
+  Inf (TFF's `tensor_utils.zero_all_if_any_non_finite`, as its client work)."""
+  delta = tf.nest.map_structure(tf.subtract, initial_weights.trainable,
+                                model_weights.trainable)
+  return tff.learning.tensor_utils.zero_all_if_any_non_finite(delta)
+
+
+def count_examples(output: tff.learning.models.BatchOutput) -> tf.Tensor:
+  """The examples of a forward pass, as TFF's client work counts them."""
+  if output.num_examples is None:
+    return tf.shape(output.predictions, out_type=tf.int64)[0]
+  return tf.cast(output.num_examples, tf.int64)
+
+
+class FusedAggregation:
+  """An aggregator split into its per-client part (run in the shards) and
+  its server part: `diagnosed_mean` or FedNova's normalized averaging
+  around it (`gel_tff.fednova`), with the per-client process's state and
+  measurements.
+
+  Args:
+    factory: A `diagnosed_mean.diagnosed_mean_factory` (weighted, or
+      unweighted when `weighted=False`).
+    value_type: The model delta's TFF type.
+    weighted: Whether clients' weights weight the mean.
+    fednova: Whether uploads are `FedNovaClientUpdate`s averaged as
+      `gel_tff.fednova.FedNovaAggregationFactory(factory)` does.
+  """
+
+  def __init__(self, factory: DiagnosedMeanFactory, value_type: tff.Type, *,
+               weighted: bool, fednova: bool = False):
+    expected = (diagnosed_mean.WeightedDiagnosedMeanFactory if weighted else
+                diagnosed_mean.UnweightedDiagnosedMeanFactory)
+    if not isinstance(factory, expected):
+      raise TypeError(
+          f'fused shards need a {expected.__name__} (diagnosed_mean_factory('
+          f'weighted={weighted})), got {factory!r}.')
+    self.weighted = weighted
+    self.fednova = fednova
+    settings = factory.settings
+    self.clipping = settings['clipping']
+    weight_type = tff.TensorType(np.float32)
+    inner = (factory.create(value_type, weight_type) if weighted else
+             factory.create(value_type))
+    self._inner = inner
+    self._settings = settings
+    if fednova:
+      self._normalizer = tff.aggregators.MeanFactory().create(weight_type,
+                                                              weight_type)
+
+  def initialize(self):
+    """The per-client aggregator's initial state (federated, at the server)."""
+    if not self.fednova:
+      return self._inner.initialize()
+    return tff.federated_zip(collections.OrderedDict(
+        normalized_update=self._inner.initialize(),
+        effective_steps=self._normalizer.initialize()))
+
+  def _inner_state(self, state):
+    return state['normalized_update'] if self.fednova else state
+
+  def broadcast(self, state):
+    """What the shards need of the state (the clipping norm), or None."""
+    if not self.clipping:
+      return None
+    return tff.federated_broadcast(self._inner_state(state))
+
+  def contribution(self, upload, weight: tf.Tensor,
+                   clipping_norm: Optional[tf.Tensor]):
+    """One client's summands (traced in the shard's graph)."""
+    if self.fednova:
+      delta = tf.nest.map_structure(
+          lambda d: tf.math.divide_no_nan(d, upload.normalizer),
+          upload.model_delta)
+    else:
+      delta = upload
+    sums = diagnosed_mean.client_contribution(
+        delta, weight if self.weighted else None, clipping_norm)
+    if self.fednova:  # MeanFactory's sums of w·‖a‖₁ and w.
+      sums = (sums, weight * upload.normalizer, weight)
+    return sums
+
+  def finish(self, state, summed) -> tff.templates.MeasuredProcessOutput:
+    """The aggregator's output from the cohort's sums (federated)."""
+    sums_type = summed.type_signature.member
+    inner_state = self._inner_state(state)
+    inner_sums = summed
+    if self.fednova:
+      inner_sums = tff.federated_map(
+          tff.tensorflow.computation(lambda sums: sums[0], sums_type), summed)
+    server = diagnosed_mean.build_server_computation(
+        inner_sums.type_signature.member, self.weighted, self.clipping,
+        self._settings['target_quantile'],
+        self._settings['clipping_learning_rate'])
+    outputs = tff.federated_map(
+        server, tff.federated_zip((inner_sums, inner_state)) if self.clipping
+        else inner_sums)
+    inner = diagnosed_mean.finish_round(inner_state, outputs,
+                                        weighted=self.weighted,
+                                        clipping=self.clipping)
+    if not self.fednova:
+      return inner
+
+    # FedNova: Δ = τ_eff · mean(Δ_i / ‖a_i‖₁), τ_eff = Σ w_i ‖a_i‖₁ / Σ w_i.
+    @tff.tensorflow.computation(inner.result.type_signature.member, sums_type)
+    def scale(mean_normalized_delta, sums):
+      effective_steps = tf.math.divide_no_nan(sums[1], sums[2])
+      delta = tf.nest.map_structure(lambda d: d * effective_steps,
+                                    mean_normalized_delta)
+      return delta, effective_steps, tf.linalg.global_norm(
+          tf.nest.flatten(delta))
+
+    delta, effective_steps, update_norm = tff.federated_map(
+        scale, (inner.result, summed))
+    return tff.templates.MeasuredProcessOutput(
+        state=tff.federated_zip(collections.OrderedDict(
+            normalized_update=inner.state,
+            effective_steps=state['effective_steps'])),
+        result=delta,
+        measurements=tff.federated_zip(collections.OrderedDict(
+            normalized_update=inner.measurements,
+            effective_steps=effective_steps,
+            update_norm=update_norm)))
+
+
+def _shard_work(model_fn: ModelFn, program_fn: ProgramFn,
+                aggregation: FusedAggregation, weights_type: tff.Type,
+                hparams_type: tff.Type, data_type: tff.Type
+                ) -> tff.Computation:
+  """`<weights, hparams[, clipping_norm], shard> -> <sums, unfinalized
+  metrics, counters>`."""
+  clipping = aggregation.clipping
+  arg_types = [('weights', weights_type), ('hparams', hparams_type)]
+  if clipping:
+    arg_types.append(('clipping_norm', tff.TensorType(np.float32)))
+  arg_types.append(('shard', data_type))
+
+  @tff.tensorflow.computation(
+      tff.StructWithPythonType(arg_types, collections.OrderedDict))
+  def shard_work(args):
+    clipping_norm = args['clipping_norm'] if clipping else None
+    model = model_fn()
+    model_weights = tff.learning.models.ModelWeights.from_model(model)
+    metric_variables = list(model.local_variables)
+
+    # tf.while_loop, not AutoGraph (module docstring).
+    @tf.function(autograph=False)
+    def train_shard(initial_weights, hparams, examples, batch_sizes):
+      program = program_fn(model, model_weights, initial_weights)
+
+      def assign(variables, values):
+        return [v.assign(t) for v, t in zip(tf.nest.flatten(variables),
+                                            tf.nest.flatten(values))]
+
+      def read_metrics():
+        return [v.read_value() for v in metric_variables]
+
+      with tf.control_dependencies(assign(model_weights, initial_weights)):
+        first_state = program.start(hparams)
+      # The zeros of the sums and counters, shaped as a traced finish's.
+      upload, weight, _, counters = program.finish(first_state, hparams)
+      totals = tf.nest.map_structure(
+          lambda t: tf.zeros(t.shape, t.dtype),
+          (aggregation.contribution(upload, weight, clipping_norm), counters))
+      ends = tf.cumsum(batch_sizes)
+      # The closing batches: a client's batches run up to its marker.
+      markers = tf.cast(tf.reshape(tf.where(tf.equal(batch_sizes, 0)), [-1]),
+                        tf.int32)
+
+      def client_body(c, totals, snapshot):
+
+        def step(i, state):
+          batch = tf.nest.map_structure(
+              lambda t: t[ends[i] - batch_sizes[i]:ends[i]], examples)
+          return i + 1, program.step(state, batch, hparams)
+
+        first = tf.where(c > 0, markers[tf.maximum(c - 1, 0)] + 1, 0)
+        _, state = tf.while_loop(lambda i, _: i < markers[c], step,
+                                 (first, program.start(hparams)))
+        upload, weight, non_finite, counters = program.finish(state, hparams)
+        totals = tf.nest.map_structure(tf.add, totals, (
+            aggregation.contribution(upload, weight, clipping_norm),
+            counters))
+
+        def restore_metrics():  # As TFF resets a non-finite client's.
+          with tf.control_dependencies(assign(metric_variables, snapshot)):
+            return tf.constant(0)
+
+        with tf.control_dependencies([tf.cond(
+            non_finite > 0, restore_metrics, lambda: tf.constant(0))]):
+          with tf.control_dependencies(assign(model_weights,
+                                              initial_weights)):
+            return c + 1, tf.nest.map_structure(tf.identity,
+                                                totals), read_metrics()
+
+      _, (sums, counters), _ = tf.while_loop(
+          lambda c, *_: c < tf.size(markers), client_body,
+          (tf.constant(0), totals, read_metrics()))
+      return sums, model.report_local_unfinalized_metrics(), counters
+
+    return train_shard(args['weights'], args['hparams'],
+                       args['shard']['examples'], args['shard']['batch_sizes'])
+
+  return shard_work
+
+
+def batched_spec(input_spec):
+  """The model's input spec as batches: a leading `None` dimension."""
+  return tf.nest.map_structure(
+      lambda spec: tf.TensorSpec([None, *spec.shape[1:]], spec.dtype),
+      input_spec)
+
+
+def shard_type(model_fn: ModelFn) -> tff.Type:
+  """The TFF type of a shard of `model_fn`'s data (`fl_common.shards`)."""
+  element_type = tff.types.tensorflow_to_type(
+      batched_spec(model_fn().input_spec))
+  return tff.StructWithPythonType(
+      [('examples', element_type),
+       ('batch_sizes', tff.TensorType(np.int64, [None]))],
+      collections.OrderedDict)
+
+
+def build_fused_process(
+    model_fn: ModelFn,
+    *,
+    initial_hparams_fn: tff.Computation,
+    program_fn: ProgramFn,
+    aggregation: FusedAggregation,
+    server_optimizer: tff.learning.optimizers.Optimizer,
+    client_measurements_fn: Callable[[Any, Any], collections.OrderedDict],
+    metrics_aggregator: Optional[
+        tff.learning.metrics.MetricsAggregatorType] = None,
+    shard_model_fn: Optional[ModelFn] = None,
+) -> tff.learning.templates.LearningProcess:
+  """A `LearningProcess` on shards, state-compatible with
+  `compose_learning_process(initial weights, build_broadcast_process,
+  <client work whose state is the client hparams>, <aggregator>,
+  build_apply_optimizer_finalizer(server_optimizer))`:
+
+      next: (<state@SERVER, {shard}@CLIENTS> -> LearningProcessOutput(
+             state@SERVER, metrics@SERVER))
+
+  Args:
+    model_fn: A no-arg function returning a `tff.learning.models.VariableModel`.
+    initial_hparams_fn: A no-arg TFF computation: the client work's state.
+    program_fn: `(model, model_weights, initial_weights) -> ClientProgram`.
+    aggregation: The aggregator's per-client and server parts.
+    server_optimizer: The finalizer's optimizer.
+    client_measurements_fn: `(train metrics, summed counters)` at the server
+      -> the client work's measurements (an `OrderedDict`).
+    metrics_aggregator: Aggregates the training metrics;
+      `tff.learning.metrics.sum_then_finalize` when `None`.
+    shard_model_fn: The model the shards train, whose trainable weights
+      are overwritten with the broadcast ones (e.g.
+      `large_cohort.fedopt.client_model_fn(model_fn)`, which skips their
+      initializers); `model_fn` when `None`.
+  """
+  metrics_aggregator = (metrics_aggregator or
+                        tff.learning.metrics.sum_then_finalize)
+
+  # The per-client process's state, from the same parts, without tracing its
+  # client work (seconds of AutoGraph conversion): what it would start from,
+  # so that states and checkpoints carry over.
+  @tff.tensorflow.computation()
+  def initial_model_weights_fn():
+    return tff.learning.models.ModelWeights.from_model(model_fn())
+
+  weights_type = initial_model_weights_fn.type_signature.result
+  distributor = tff.learning.templates.build_broadcast_process(weights_type)
+  finalizer = tff.learning.templates.build_apply_optimizer_finalizer(
+      server_optimizer, weights_type)
+
+  @tff.federated_computation()
+  def initialize_fn():
+    return tff.federated_zip(tff.learning.templates.LearningAlgorithmState(
+        tff.federated_eval(initial_model_weights_fn, tff.SERVER),
+        distributor.initialize(),
+        tff.federated_eval(initial_hparams_fn, tff.SERVER),
+        aggregation.initialize(), finalizer.initialize()))
+
+  state_type = initialize_fn.type_signature.result.member
+
+  @tff.tensorflow.computation(state_type)
+  def get_model_weights(state):
+    return state.global_model_weights
+
+  @tff.tensorflow.computation(state_type, weights_type)
+  def set_model_weights(state, model_weights):
+    return tff.learning.templates.LearningAlgorithmState(
+        model_weights, state.distributor, state.client_work, state.aggregator,
+        state.finalizer)
+
+  data_type = shard_type(model_fn)
+  shard_work = _shard_work(shard_model_fn or model_fn, program_fn, aggregation, weights_type,
+                           state_type.client_work, data_type)
+  metrics_type = shard_work.type_signature.result[1]
+  has_counters = bool(tf.nest.flatten(tff.types.type_to_tf_tensor_specs(
+      shard_work.type_signature.result[2])))
+  aggregate_metrics = metrics_aggregator(model_fn().metric_finalizers(),
+                                         metrics_type)
+
+  @tff.federated_computation(
+      tff.FederatedType(state_type, tff.SERVER),
+      tff.FederatedType(data_type, tff.CLIENTS))
+  def next_fn(state, shards):
+    distributor_output = distributor.next(state.distributor,
+                                          state.global_model_weights)
+    args = collections.OrderedDict(
+        weights=distributor_output.result,
+        hparams=tff.federated_broadcast(state.client_work))
+    clipping_norm = aggregation.broadcast(state.aggregator)
+    if clipping_norm is not None:
+      args['clipping_norm'] = clipping_norm
+    args['shard'] = shards
+    sums, unfinalized_metrics, counters = tff.federated_map(
+        shard_work, tff.federated_zip(args))
+    aggregator_output = aggregation.finish(state.aggregator,
+                                           tff.federated_sum(sums))
+    summed_counters = (tff.federated_sum(counters) if has_counters else
+                       tff.federated_value((), tff.SERVER))
+    client_work_measurements = tff.federated_zip(client_measurements_fn(
+        aggregate_metrics(unfinalized_metrics), summed_counters))
+    finalizer_output = finalizer.next(state.finalizer,
+                                      state.global_model_weights,
+                                      aggregator_output.result)
+    new_state = tff.federated_zip(
+        tff.learning.templates.LearningAlgorithmState(
+            finalizer_output.result, distributor_output.state,
+            state.client_work, aggregator_output.state,
+            finalizer_output.state))
+    metrics = tff.federated_zip(collections.OrderedDict(
+        distributor=distributor_output.measurements,
+        client_work=client_work_measurements,
+        aggregator=aggregator_output.measurements,
+        finalizer=finalizer_output.measurements))
+    return tff.learning.templates.LearningProcessOutput(new_state, metrics)
+
+  return tff.learning.templates.LearningProcess(
+      initialize_fn, next_fn, get_model_weights, set_model_weights)

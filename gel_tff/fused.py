@@ -1,0 +1,122 @@
+"""GeL's rows of Table 3 on fused cohorts: one TFF client trains a shard.
+
+`compose_fused` builds the process that `gel_tff.gel` composes per client
+(broadcast, the GeL client work, the mean or FedNova's normalized averaging,
+the server optimizer), in which a TFF client stands for a shard of real
+clients, trained one after the other in one TensorFlow graph
+(`fl_common.fused`, which says how and why). Each client runs the client
+work's own functions (`gel_tff.client_work.local_step` on each of its
+`tau_i` batches, then `guessed_update`), so its update, its weight, its
+FedNova normalizer and its gradient count are those of the per-client
+process; the shard sums its clients' contributions to the aggregator
+(`fl_common.diagnosed_mean`, the driver's: the mean, adaptive clipping and
+the paper's diagnostics; FedNova's normalized averaging around it). State
+and metrics are the per-client process's (`tests/test_fused_gel.py`).
+
+The public builders are `gel_tff.gel.build_fused_gel` and
+`build_fused_budgeted_baseline`.
+"""
+
+import collections
+import functools
+from collections.abc import Callable
+from typing import Optional
+
+import tensorflow as tf
+import tensorflow_federated as tff
+
+from fl_common import diagnosed_mean
+from fl_common import fused
+from gel_tff import client_work as client_work_lib
+
+ModelFn = Callable[[], tff.learning.models.VariableModel]
+DiagnosedMeanFactory = fused.DiagnosedMeanFactory
+
+
+def _gel_program(optimizer: tff.learning.optimizers.Optimizer, *,
+                 proximal_strength: float, **update_kwargs) -> fused.ProgramFn:
+  """A GeL client (Algorithm 1, `ClientUpdate`) for `fl_common.fused`."""
+
+  def program_fn(model, model_weights, initial_weights):
+    trainable = model_weights.trainable
+    specs = tuple(tf.TensorSpec(v.shape, v.dtype)
+                  for v in tf.nest.flatten(trainable))
+    step = functools.partial(client_work_lib.local_step, model, optimizer,
+                             proximal_strength, initial_weights.trainable)
+
+    def finish(state, hparams):
+      update, weight, non_finite = client_work_lib.guessed_update(
+          optimizer, hparams, state, initial_weights.trainable, trainable,
+          **update_kwargs)
+      return update, weight, non_finite, state[1]  # the steps taken
+
+    return fused.ClientProgram(
+        start=lambda hparams: client_work_lib.initial_client_state(
+            optimizer, hparams, specs),
+        step=lambda state, batch, hparams: step(state, batch),
+        finish=finish)
+
+  return program_fn
+
+
+def compose_fused(
+    model_fn: ModelFn,
+    *,
+    client_learning_rate: float,
+    client_momentum: float,
+    expected_steps: int,
+    guessed_steps: client_work_lib.GuessedSteps,
+    server_optimizer: tff.learning.optimizers.Optimizer,
+    proximal_strength: float,
+    client_weighting: tff.learning.ClientWeighting,
+    report_normalizer: bool,
+    model_aggregator: Optional[fused.DiagnosedMeanFactory],
+    metrics_aggregator: Optional[tff.learning.metrics.MetricsAggregatorType],
+) -> tff.learning.templates.LearningProcess:
+  """One row of Table 3 on shards (arguments as `gel_tff.gel`'s `_build`).
+
+  `model_aggregator` is a `diagnosed_mean.diagnosed_mean_factory`, weighted
+  or not (the per-client process takes the unweighted one through
+  `tff.aggregators.as_weighted_aggregator`); `None` is the weighted mean
+  without clipping.
+
+  Raises:
+    TypeError: If `model_aggregator` is not a diagnosed mean.
+    ValueError: If an argument is out of range.
+  """
+  client_work_lib.validate_client_work_args(
+      learning_rate=client_learning_rate, momentum=client_momentum,
+      expected_steps=expected_steps, guessed_steps=guessed_steps,
+      proximal_strength=proximal_strength, client_weighting=client_weighting)
+  if model_aggregator is None:
+    model_aggregator = diagnosed_mean.diagnosed_mean_factory(clipping=False)
+  weighted = not isinstance(model_aggregator,
+                            diagnosed_mean.UnweightedDiagnosedMeanFactory)
+  optimizer = client_work_lib.client_optimizer(client_learning_rate,
+                                               client_momentum)
+  weights_type = tff.learning.models.weights_type_from_model(model_fn)
+  aggregation = fused.FusedAggregation(model_aggregator,
+                                       weights_type.trainable,
+                                       weighted=weighted,
+                                       fednova=report_normalizer)
+
+  @tff.tensorflow.computation()
+  def initial_hparams_fn():
+    return optimizer.get_hparams(
+        optimizer.initialize(tf.TensorSpec([], tf.float32)))
+
+  def client_measurements(train, gradient_steps):
+    return collections.OrderedDict(train=train, gradient_steps=gradient_steps)
+
+  return fused.build_fused_process(
+      model_fn,
+      initial_hparams_fn=initial_hparams_fn,
+      program_fn=_gel_program(
+          optimizer, proximal_strength=proximal_strength,
+          expected_steps=expected_steps, guessed_steps=guessed_steps,
+          client_weighting=client_weighting,
+          report_normalizer=report_normalizer),
+      aggregation=aggregation,
+      server_optimizer=server_optimizer,
+      client_measurements_fn=client_measurements,
+      metrics_aggregator=metrics_aggregator)
