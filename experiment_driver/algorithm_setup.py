@@ -8,11 +8,16 @@ sees flags.
 """
 
 import dataclasses
+import os
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Optional, Union
 
+import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
+
+from fl_common import diagnosed_mean
+from fl_common import shards
 
 # round number (1-based), sampled client ids -> one dataset per client.
 ClientDatasetsFn = Callable[[int, Sequence[str]], list[tf.data.Dataset]]
@@ -52,6 +57,44 @@ class BuildContext:
             tff.aggregators.UnweightedAggregationFactory]] = None
   client_weighting: tff.learning.ClientWeighting = (
       tff.learning.ClientWeighting.NUM_EXAMPLES)
+  # --clients_per_shard: None picks one shard per core, 1 is per client.
+  clients_per_shard: Optional[int] = None
+
+
+def fuses(ctx: BuildContext) -> bool:
+  """Whether the round runs on shards (`fl_common.fused`): not asked for
+  one call per client, and the aggregator is the diagnosed mean that
+  shards compute."""
+  return ctx.clients_per_shard != 1 and isinstance(ctx.model_aggregator, (
+      diagnosed_mean.WeightedDiagnosedMeanFactory,
+      diagnosed_mean.UnweightedDiagnosedMeanFactory))
+
+
+def shards_fn(
+    ctx: BuildContext,
+    steps_fn: Optional[Callable[[int, int], Sequence[int]]] = None,
+) -> 'ClientDatasetsFn':
+  """The `client_datasets_fn` of a fused process: each round's clients in
+  shards of `ctx.clients_per_shard`, or one per core of every worker
+  (`fl_common.shards.shards_for_round`).
+
+  Args:
+    ctx: The build context.
+    steps_fn: `(round_num, num_clients) -> batches per client` (e.g. GeL's
+      step budgets), or None for the task's pipeline as it is.
+  """
+  data = ctx.task.datasets
+  cores = ctx.num_workers * (os.cpu_count() or 1)
+
+  def client_datasets_fn(round_num, client_ids):
+    per_shard = (ctx.clients_per_shard or
+                 shards.auto_clients_per_shard(len(client_ids), cores))
+    return shards.shards_for_round(
+        data.train_data, data.train_preprocess_fn, client_ids, per_shard,
+        np.random.default_rng([ctx.seed, round_num]),
+        steps_fn(round_num, len(client_ids)) if steps_fn else None)
+
+  return client_datasets_fn
 
 
 @dataclasses.dataclass(frozen=True)

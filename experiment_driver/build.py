@@ -160,6 +160,7 @@ def build_context(
       total_rounds=f.TOTAL_ROUNDS.value,
       seed=f.SEED.value,
       num_workers=max(1, len(f.WORKER_ADDRESSES.value)),
+      clients_per_shard=f.CLIENTS_PER_SHARD.value,
       **built,
   )
 

@@ -5,8 +5,9 @@ Each family is one module `experiment_driver/<family>_setup.py` declaring:
 * `ALGORITHMS`: `--algorithm` name -> `BuildContext -> AlgorithmSetup`;
 * `SHARED_FLAGS`: per algorithm, which of `flag_groups.FAMILY_DEPENDENT_FLAGS`
   it honours, and `WHY_NOT`: per algorithm, why it does not honour the rest;
-* `OWN_FLAGS`: each flag the module defines -> the algorithms that use it,
-  and `unused_own_flags(algorithm, values)` for the ones that other flags'
+* `OWN_FLAGS`: each flag the module defines (or shares with another family,
+  e.g. `flag_groups.CLIENTS_PER_SHARD`) -> the algorithms that use it, and
+  `unused_own_flags(algorithm, values)` for the ones that other flags'
   values make moot;
 * `effective_hparams(algorithm, values)`: the values in use that the flags
   left to the family's defaults (e.g. the tuned learning rates).

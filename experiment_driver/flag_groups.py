@@ -8,7 +8,8 @@ left unset take the tuned defaults of the selected algorithm family.
 """
 
 import math
-from typing import NamedTuple, Optional
+from collections.abc import Mapping
+from typing import Any, NamedTuple, Optional
 
 from absl import flags
 
@@ -254,6 +255,13 @@ MAX_CLIENTS_PER_CALL = flags.DEFINE_integer(
     ' with this number, not the cohort (it holds several model-sized values'
     ' per client of a call, ~23 GB for 200 clients of the Stack Overflow'
     ' LSTM). 0: the whole cohort in one call.', lower_bound=0)
+CLIENTS_PER_SHARD = flags.DEFINE_integer(
+    'clients_per_shard', None,
+    'FedOpt and GeL: real clients trained in one call of the client'
+    ' computation (fl_common.fused: a shard, one TensorFlow graph); 1 is one'
+    ' call per client. Default: one shard per core of each worker, with the'
+    ' driver\'s aggregator (not with --zeroing or --normalize_server_update).',
+    lower_bound=1)
 WORKER_ADDRESSES = flags.DEFINE_list(
     'worker_addresses', [],
     'host:port of TFF worker_binary executor services (one per machine);'
@@ -291,3 +299,15 @@ NOT_HPARAMS = frozenset({
 
 def is_finite_or_none(value) -> bool:
   return value is None or math.isfinite(value)
+
+
+def shard_flag_conflicts(values: Mapping[str, Any]) -> dict[str, str]:
+  """`--clients_per_shard` is moot (with the reason) when the aggregator
+  flags choose an aggregator that shards cannot compute."""
+  if values['zeroing']:
+    return {'clients_per_shard': 'cannot be fused with --zeroing (adaptive'
+                                 ' zeroing is not part of the fused mean)'}
+  if values['normalize_server_update']:
+    return {'clients_per_shard': 'cannot be fused with'
+                                 ' --normalize_server_update'}
+  return {}

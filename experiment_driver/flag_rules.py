@@ -54,11 +54,14 @@ def unused_flags(values: Mapping[str, Any]) -> dict[str, str]:
   for name in f.FAMILY_DEPENDENT_FLAGS - honoured:
     why[name] = (f'is not used by --algorithm={algorithm}:'
                  f' {family.WHY_NOT[algorithm]}')
-  for other in families.FAMILIES:
+  users_of: dict[str, set[str]] = {}
+  for other in families.FAMILIES:  # A flag may be used by several families.
     for name, users in other.OWN_FLAGS.items():
-      if algorithm not in users:
-        why.setdefault(name, 'is only used by --algorithm='
-                       + '/'.join(sorted(users)))
+      users_of.setdefault(name, set()).update(users)
+  for name, users in users_of.items():
+    if algorithm not in users:
+      why.setdefault(name, 'is only used by --algorithm='
+                     + '/'.join(sorted(users)))
   for name, reason in family.unused_own_flags(algorithm, values).items():
     why.setdefault(name, reason)
 

@@ -18,7 +18,9 @@ each row's optimizers (SGDM or SGD clients, SGD or Yogi server) and the step
 budgets fix the local work, so the optimizer-choice flags, their
 hyperparameters, the server learning-rate scaling and `--client_epochs` are
 refused with these algorithms (`SHARED_FLAGS`). The paper does not clip
-updates: pass `--noclipping` to reproduce it.
+updates: pass `--noclipping` to reproduce it. With the driver's aggregator
+a round runs on shards of clients (`gel_tff.build_fused_gel`, one shard per
+core, `--clients_per_shard`), each client cut to its budget in the shard.
 """
 
 import dataclasses
@@ -201,11 +203,12 @@ def unused_own_flags(algorithm: str, values: Mapping[str, Any]
                      ) -> dict[str, str]:
   """Own flags that the other flags' values make moot."""
   del algorithm
+  why_not = flag_groups.shard_flag_conflicts(values)
   if _target_accuracy(values['task'], values) is None:
     why = (f'needs a target: --task={values["task"]} has no paper target'
            ' accuracy; pass --target_accuracy')
-    return {'target_metric': why, 'baseline_run_dir': why}
-  return {}
+    why_not.update(target_metric=why, baseline_run_dir=why)
+  return why_not
 
 
 def effective_hparams(algorithm: str, values: Mapping[str, Any]
@@ -251,8 +254,10 @@ def _build_setup(base: str, use_gel: bool,
         ' has no validation clients (see --validation_fraction); use'
         ' test/accuracy')
   budgets = step_budgets(ctx.task_name, ctx.seed)
+  on_shards = algorithm_setup.fuses(ctx)
   model_aggregator = ctx.model_aggregator
-  if isinstance(model_aggregator, tff.aggregators.UnweightedAggregationFactory):
+  if (not on_shards and isinstance(
+      model_aggregator, tff.aggregators.UnweightedAggregationFactory)):
     model_aggregator = tff.aggregators.as_weighted_aggregator(model_aggregator)
   common = dict(
       base=base,
@@ -264,13 +269,22 @@ def _build_setup(base: str, use_gel: bool,
       model_aggregator=model_aggregator,
   )
   if use_gel:
-    process = gel.build_gel(
+    build_fn = gel.build_fused_gel if on_shards else gel.build_gel
+    process = build_fn(
         ctx.task.model_fn,
         expected_steps=EXPECTED_STEPS.value or budgets.budget_max + 5,
         guessed_steps=parse_guessed_steps(GUESSED_STEPS.value),
         **common)
   else:
-    process = gel.build_budgeted_baseline(ctx.task.model_fn, **common)
+    build_fn = (gel.build_fused_budgeted_baseline if on_shards else
+                gel.build_budgeted_baseline)
+    process = build_fn(ctx.task.model_fn, **common)
+  if on_shards:
+    client_datasets_fn = algorithm_setup.shards_fn(ctx, budgets.draw)
+  else:
+    client_datasets_fn = budgets_lib.build_client_datasets_fn(
+        ctx.task.datasets.train_data, ctx.task.datasets.train_preprocess_fn,
+        budgets)
 
   sizes = []  # Read off the types when first needed.
 
@@ -293,9 +307,7 @@ def _build_setup(base: str, use_gel: bool,
 
   return algorithm_setup.AlgorithmSetup(
       process=process,
-      client_datasets_fn=budgets_lib.build_client_datasets_fn(
-          ctx.task.datasets.train_data, ctx.task.datasets.train_preprocess_fn,
-          budgets),
+      client_datasets_fn=client_datasets_fn,
       round_metrics_fn=round_metrics_fn,
       finish_fn=(functools.partial(write_run_summary, task_name=ctx.task_name)
                  if _has_target(ctx.task_name) else None),
@@ -331,6 +343,7 @@ OWN_FLAGS = {
     'guessed_steps': _GEL_ALGORITHMS,
     'proximal_strength': frozenset(a for a in ALGORITHMS
                                    if a.startswith('fedprox_')),
+    'clients_per_shard': frozenset(ALGORITHMS),  # flag_groups'.
 }
 
 

@@ -99,34 +99,63 @@ class BatchRecipe:
   max_elements: Optional[int] = None
 
 
+def _pass_order(rows: np.ndarray, recipe: BatchRecipe,
+                rng: np.random.Generator) -> np.ndarray:
+  """One run of the recipe's pipeline over a client's rows: the example
+  order (epochs, each permuted if shuffled, cut at `max_elements`)."""
+  passes = [rng.permutation(rows) if recipe.shuffle else rows
+            for _ in range(recipe.num_epochs)]
+  order = np.concatenate(passes) if passes else rows[:0]
+  if recipe.max_elements is not None:
+    order = order[:recipe.max_elements]
+  return order
+
+
+def _batches(order: np.ndarray, batch_size: int) -> list[int]:
+  full, rest = divmod(len(order), batch_size)
+  return [batch_size] * full + ([rest] if rest else [])
+
+
 def shards_from_arrays(
     examples: Mapping[str, np.ndarray],
     client_rows: Sequence[np.ndarray],
     recipe: BatchRecipe,
     clients_per_shard: int,
     rng: np.random.Generator,
+    steps: Optional[Sequence[int]] = None,
 ) -> list[collections.OrderedDict]:
   """The fused process's client data for clients stored as rows of shared
   arrays (client `k` owns rows `client_rows[k]` of every array), batched by
   `recipe` in NumPy: microseconds per client, where a tf.data pipeline
   takes about a millisecond (it is built, then read batch by batch).
 
+  With `steps`, client `k` gets exactly `steps[k]` batches, the pipeline's
+  output repeated (each run a new order) and cut, as
+  `gel_tff.budgets.limit_to_steps` does; a client without examples gets
+  none.
+
   Raises:
     ValueError: If `clients_per_shard` < 1 or there are no clients.
   """
+  clients = list(client_rows)
+  if steps is not None and len(steps) != len(clients):
+    raise ValueError(f'{len(steps)} step counts for {len(clients)} clients.')
+  budgets = list(steps) if steps is not None else [None] * len(clients)
   shards = []
-  for group in _groups(list(client_rows), clients_per_shard):
+  for group in _groups(list(zip(clients, budgets)), clients_per_shard):
     indices, batch_sizes = [], []
-    for rows in group:
+    for rows, budget in group:
       rows = np.asarray(rows)
-      passes = [rng.permutation(rows) if recipe.shuffle else rows
-                for _ in range(recipe.num_epochs)]
-      order = np.concatenate(passes) if passes else rows[:0]
-      if recipe.max_elements is not None:
-        order = order[:recipe.max_elements]
-      full, rest = divmod(len(order), recipe.batch_size)
-      batch_sizes += [recipe.batch_size] * full + ([rest] if rest else [])
-      batch_sizes.append(0)
+      order = _pass_order(rows, recipe, rng)
+      sizes = _batches(order, recipe.batch_size)
+      if budget is not None:
+        orders = [order]
+        while len(sizes) < budget and len(order):
+          orders.append(_pass_order(rows, recipe, rng))
+          sizes += _batches(orders[-1], recipe.batch_size)
+        sizes = sizes[:budget]
+        order = np.concatenate(orders)[:sum(sizes)]
+      batch_sizes += sizes + [0]
       indices.append(order)
     flat = np.concatenate(indices).astype(np.int64)
     shards.append(collections.OrderedDict(
@@ -167,8 +196,11 @@ def shards_from_client_data(
     preprocess_fn: Optional[Callable[[tf.data.Dataset], tf.data.Dataset]],
     client_ids: Sequence[str],
     clients_per_shard: int,
+    steps: Optional[Sequence[int]] = None,
 ) -> list[collections.OrderedDict]:
-  """The fused process's client data for `client_ids` of `client_data`.
+  """The fused process's client data for `client_ids` of `client_data`
+  (with `steps`, exactly `steps[k]` batches of client `k`, cycling, as
+  `gel_tff.budgets.limit_to_steps`).
 
   One pipeline per shard maps the client ids through the ClientData's
   `serializable_dataset_fn` and `preprocess_fn` (traced once, not once per
@@ -185,9 +217,45 @@ def shards_from_client_data(
   preprocess_fn = preprocess_fn or (lambda d: d)
   spec = preprocess_fn(dataset_fn(client_ids[0])).element_spec
   closing = tf.data.Dataset.from_tensors(closing_batch(spec))
+  if steps is not None and len(steps) != len(client_ids):
+    raise ValueError(
+        f'{len(steps)} step counts for {len(client_ids)} clients.')
+
+  def client_batches(client_id, client_steps):
+    dataset = preprocess_fn(dataset_fn(client_id))
+    if steps is not None:
+      dataset = dataset.repeat().take(client_steps)
+    return dataset.concatenate(closing)
+
+  budgets = list(steps) if steps is not None else [0] * len(client_ids)
   shards = []
-  for group in _groups(list(client_ids), clients_per_shard):
-    shard = tf.data.Dataset.from_tensor_slices(list(group)).flat_map(
-        lambda i: preprocess_fn(dataset_fn(i)).concatenate(closing))
+  for group in _groups(list(zip(client_ids, budgets)), clients_per_shard):
+    ids, group_steps = zip(*group)
+    shard = tf.data.Dataset.from_tensor_slices(
+        (list(ids), np.asarray(group_steps, np.int64))).flat_map(
+            client_batches)
     shards.append(stack_shard(shard))
   return shards
+
+
+def shards_for_round(
+    client_data: tff.simulation.datasets.ClientData,
+    preprocess_fn: Optional[Callable[[tf.data.Dataset], tf.data.Dataset]],
+    client_ids: Sequence[str],
+    clients_per_shard: int,
+    rng: np.random.Generator,
+    steps: Optional[Sequence[int]] = None,
+) -> list[collections.OrderedDict]:
+  """A round's shards: in NumPy (`shards_from_arrays`, with `rng`) when the
+  clients are rows of shared arrays (`client_data.arrays`,
+  `client_rows(id)`) and `preprocess_fn` says it is a shuffle-and-batch
+  (`preprocess_fn.batch_recipe`, as `tasks.synthetic`'s); else through the
+  clients' tf.data pipelines (`shards_from_client_data`)."""
+  recipe = getattr(preprocess_fn, 'batch_recipe', None)
+  client_rows = getattr(client_data, 'client_rows', None)
+  if recipe is not None and client_rows is not None:
+    return shards_from_arrays(
+        client_data.arrays, [client_rows(i) for i in client_ids],
+        BatchRecipe(**recipe), clients_per_shard, rng, steps)
+  return shards_from_client_data(client_data, preprocess_fn, client_ids,
+                                 clients_per_shard, steps)
