@@ -127,3 +127,24 @@ def test_refuses_an_aggregator_it_cannot_fuse():
         client_optimizer=tff.learning.optimizers.build_sgdm(0.1),
         server_optimizer=tff.learning.optimizers.build_sgdm(1.0),
         model_aggregator=tff.aggregators.MeanFactory())
+
+
+def test_shards_from_arrays_cut_each_client_to_its_step_budget():
+  examples = collections.OrderedDict(x=np.arange(10.0)[:, None],
+                                     y=np.arange(10))
+  rows = [np.arange(0, 5), np.arange(5, 5), np.arange(5, 8)]
+  recipe = shards.BatchRecipe(batch_size=2)
+  made = shards.shards_from_arrays(examples, rows, recipe, 3,
+                                   np.random.default_rng(0), steps=[7, 4, 2])
+  # Passes of [2, 2, 1] batches, repeated and cut at 7; none for the empty
+  # client; 2 of the third client's [2, 1].
+  assert list(made[0]['batch_sizes']) == [2, 2, 1, 2, 2, 1, 2, 0, 0, 2, 1, 0]
+  y = made[0]['examples']['y']
+  assert len(y) == 12 + 3
+  # Each pass is a permutation of the client's rows.
+  assert sorted(y[:5]) == sorted(y[5:10]) == [0, 1, 2, 3, 4]
+  assert set(y[10:12]) <= set(range(5))
+  assert sorted(y[12:]) == [5, 6, 7]
+  with pytest.raises(ValueError, match='step counts'):
+    shards.shards_from_arrays(examples, rows, recipe, 3,
+                              np.random.default_rng(0), steps=[1])

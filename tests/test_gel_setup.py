@@ -12,7 +12,9 @@ import tensorflow_federated as tff
 from experiment_driver import algorithm_setup
 from experiment_driver import flag_rules
 from experiment_driver import gel_setup
+from fl_common import diagnosed_mean
 from gel_tff import accounting
+from tests import fused_checks
 from tests import tiny_models
 
 FLAGS = flags.FLAGS
@@ -28,8 +30,11 @@ def parsed_flags():
 
 
 def build_context(task_name, *, uniform_weighting=False,
-                  client_learning_rate=0.1):
-  if uniform_weighting:
+                  client_learning_rate=0.1, aggregator=None,
+                  clients_per_shard=None):
+  if aggregator is not None:
+    pass
+  elif uniform_weighting:
     aggregator = tff.aggregators.UnweightedMeanFactory()
   else:
     aggregator = tff.aggregators.MeanFactory()
@@ -43,7 +48,7 @@ def build_context(task_name, *, uniform_weighting=False,
                         if uniform_weighting else
                         tff.learning.ClientWeighting.NUM_EXAMPLES),
       clients_per_round=len(CLIENT_IDS), num_train_clients=len(CLIENT_IDS),
-      total_rounds=2, seed=4)
+      total_rounds=2, seed=4, clients_per_shard=clients_per_shard)
 
 
 def test_one_algorithm_per_table_3_row_with_and_without_gel():
@@ -91,6 +96,33 @@ def test_fednova_gel_setup_runs_a_budgeted_round_and_accounts_for_it():
   assert extra[accounting.BYTES_UP] == len(CLIENT_IDS) * (
       (NUM_FEATURES + 1) * 4 + 4)
   assert output.metrics['aggregator']['effective_steps'] > 0
+
+
+@pytest.mark.parametrize('algorithm', ['fednova_gel', 'fedprox_budgeted'])
+@flagsaver.flagsaver(budget_min=2, budget_max=4, expected_steps=6)
+def test_with_the_drivers_aggregator_rounds_run_on_shards(algorithm):
+  # The driver's aggregator: GeL runs fused by default; its shards hold each
+  # client's budgeted batches, and the round equals the per-client one.
+  aggregator = diagnosed_mean.diagnosed_mean_factory(
+      clipping=True, initial_clipping_norm=0.1)
+  fused_setup = gel_setup.ALGORITHMS[algorithm](build_context(
+      'unlisted_task', aggregator=aggregator, clients_per_shard=2))
+  per_client = gel_setup.ALGORITHMS[algorithm](build_context(
+      'unlisted_task', aggregator=aggregator, clients_per_shard=1))
+  state = per_client.process.initialize()
+  datasets = per_client.client_datasets_fn(1, CLIENT_IDS)
+  sizes = [[len(b['y']) for b in d] for d in datasets]
+  budgets = [len(s) for s in sizes]
+  made = fused_setup.client_datasets_fn(1, CLIENT_IDS)
+  assert [list(s['batch_sizes']) for s in made] == [
+      sizes[0] + [0] + sizes[1] + [0], sizes[2] + [0]]
+  output = per_client.process.next(state, datasets)
+  fused_output = fused_setup.process.next(state, made)
+  fused_checks.assert_close(output.state, fused_output.state)
+  fused_checks.assert_close(output.metrics, fused_output.metrics)
+  assert fused_output.metrics['client_work']['gradient_steps'] == sum(budgets)
+  assert fused_setup.round_metrics_fn(1, CLIENT_IDS, fused_output.metrics)[
+      accounting.GRADIENT_COMPUTATIONS] == sum(budgets)
 
 
 def client_learning_rate(algorithm, task_name):
