@@ -29,15 +29,14 @@ WHY_NOT = {
     'fedsgd': ('FedSGD takes one full-batch gradient per client, the mean'
                ' over all its examples, at client rate 1'),
 }
-OWN_FLAGS = {'clients_per_shard': frozenset({'fedopt'})}  # flag_groups'.
+OWN_FLAGS = {'clients_per_shard': frozenset({'fedopt', 'fedsgd'})}  # flag_groups'.
 
 
 def unused_own_flags(algorithm: str, values: Mapping[str, Any]
                      ) -> dict[str, str]:
   """Own flags that the other flags' values make moot."""
-  if algorithm == 'fedopt':
-    return f.shard_flag_conflicts(values)
-  return {}
+  del algorithm
+  return f.shard_flag_conflicts(values)
 
 
 def effective_hparams(algorithm: str, values: Mapping[str, Any]
@@ -72,11 +71,14 @@ def _build_fedopt(
 
 def _build_fedsgd(
     ctx: algorithm_setup.BuildContext) -> algorithm_setup.AlgorithmSetup:
-  return algorithm_setup.AlgorithmSetup(process=fedopt.build_fedsgd(
-      ctx.task.model_fn,
-      server_optimizer=ctx.server_optimizer,
-      model_aggregator=ctx.model_aggregator,
-  ))
+  kwargs = dict(server_optimizer=ctx.server_optimizer,
+                model_aggregator=ctx.model_aggregator)
+  if algorithm_setup.fuses(ctx):
+    return algorithm_setup.AlgorithmSetup(
+        process=fused.build_fused_fedsgd(ctx.task.model_fn, **kwargs),
+        client_datasets_fn=algorithm_setup.shards_fn(ctx))
+  return algorithm_setup.AlgorithmSetup(
+      process=fedopt.build_fedsgd(ctx.task.model_fn, **kwargs))
 
 
 ALGORITHMS = {'fedopt': _build_fedopt, 'fedsgd': _build_fedsgd}

@@ -3,7 +3,7 @@
 `build_fedopt` (FedAvg, FedAvgM, FedAdagrad, FedAdam, FedYogi, FedLARS,
 FedLamb by its server optimizer), `build_fused_fedopt` (the same on shards
 of clients, `fl_common.shards`, for large cohorts of small models),
-`build_fedsgd`, `build_normalized_fed_avg`;
+`build_fedsgd` (and `build_fused_fedsgd`), `build_normalized_fed_avg`;
 the optimizers by name (`build_optimizer`) and LARS/LAMB as
 `tff.learning.optimizers`; `build_server_lr_schedule` (sqrt/linear scaling
 with warmup).
@@ -12,6 +12,7 @@ with warmup).
 from large_cohort.fedopt import build_fedopt
 from large_cohort.fedopt import build_fedsgd
 from large_cohort.fused import build_fused_fedopt
+from large_cohort.fused import build_fused_fedsgd
 from large_cohort.lamb import build_lamb
 from large_cohort.lars import build_lars
 from large_cohort.lr_schedules import build_server_lr_schedule
@@ -24,6 +25,7 @@ __all__ = [
     'build_fedopt',
     'build_fedsgd',
     'build_fused_fedopt',
+    'build_fused_fedsgd',
     'build_lamb',
     'build_lars',
     'build_normalized_fed_avg',

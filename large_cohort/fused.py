@@ -1,4 +1,5 @@
-"""FedOpt with fused cohorts: one TFF client trains a shard of real clients.
+"""FedOpt and FedSGD with fused cohorts: one TFF client trains a shard of
+real clients.
 
 `build_fused_fedopt` builds the same algorithm as `build_fedopt` with the
 driver's aggregator (`fl_common.diagnosed_mean`: the mean, adaptive clipping
@@ -10,6 +11,9 @@ local step per batch, as `build_fedopt`'s client work; its update is
 screened, weighted (examples, or uniform) and clipped as the per-client
 aggregator does. State, metrics and their structure are `build_fedopt`'s,
 so checkpoints and metric names carry over (`tests/test_fused.py`).
+`build_fused_fedsgd` is `build_fedsgd` (TFF's FedSGD) on shards in the same
+way: each client's gradient is the example-weighted mean of its batch
+gradients at the broadcast model.
 """
 
 import collections
@@ -128,3 +132,86 @@ def build_fused_fedopt(
           train=train),
       metrics_aggregator=metrics_aggregator,
       shard_model_fn=fedopt.client_model_fn(model_fn))
+
+
+def _fedsgd_program() -> fused.ProgramFn:
+  """TFF's FedSGD client: the example-weighted mean of its batch gradients
+  at the broadcast model (`tff.learning.algorithms.build_fed_sgd`)."""
+
+  def program_fn(model, model_weights, initial_weights):
+    del initial_weights
+    trainable = model_weights.trainable
+
+    def start(hparams):
+      del hparams
+      return (tuple(tf.zeros(v.shape, v.dtype)
+                    for v in tf.nest.flatten(trainable)),
+              tf.zeros([], tf.float32))
+
+    def step(state, batch, hparams):
+      del hparams
+      gradient_sums, num_examples = state
+      with tf.GradientTape() as tape:
+        output = model.forward_pass(batch)
+      gradients = tape.gradient(
+          output.loss, trainable,
+          unconnected_gradients=tf.UnconnectedGradients.ZERO)
+      count = tf.cast(output.num_examples, tf.float32)
+      return (tuple(s + count * g for s, g in zip(
+          gradient_sums, tf.nest.flatten(gradients))), num_examples + count)
+
+    def finish(state, hparams):
+      del hparams
+      gradient_sums, num_examples = state
+      mean_gradient, non_finite = (
+          tff.learning.tensor_utils.zero_all_if_any_non_finite(
+              tf.nest.pack_sequence_as(
+                  trainable, [s / num_examples for s in gradient_sums])))
+      weight = tf.where(non_finite > 0, 0.0, num_examples)
+      # TFF's FedSGD keeps a non-finite client's metrics: 0, not the flag.
+      return mean_gradient, weight, tf.constant(0), ()
+
+    return fused.ClientProgram(start, step, finish)
+
+  return program_fn
+
+
+def build_fused_fedsgd(
+    model_fn: ModelFn,
+    *,
+    server_optimizer: tff.learning.optimizers.Optimizer,
+    model_aggregator: Optional[fused.DiagnosedMeanFactory] = None,
+    metrics_aggregator: Optional[
+        tff.learning.metrics.MetricsAggregatorType] = None,
+) -> tff.learning.templates.LearningProcess:
+  """Builds FedSGD (`build_fedsgd`) on shards of clients (module docstring).
+
+  Args:
+    model_fn: A no-arg function returning a `tff.learning.models.VariableModel`.
+    server_optimizer: The server optimizer applied to the mean gradient.
+    model_aggregator: A weighted `diagnosed_mean.diagnosed_mean_factory`;
+      default: the mean with diagnostics, without clipping.
+    metrics_aggregator: Aggregates training metrics; TFF's
+      `sum_then_finalize` when `None`.
+
+  Raises:
+    TypeError: If `model_aggregator` is not a weighted diagnosed mean.
+  """
+  if model_aggregator is None:
+    model_aggregator = diagnosed_mean.diagnosed_mean_factory(clipping=False)
+  weights_type = tff.learning.models.weights_type_from_model(model_fn)
+
+  @tff.tensorflow.computation()
+  def initial_hparams_fn():  # TFF's FedSGD client work has no state.
+    return ()
+
+  return fused.build_fused_process(
+      model_fn,
+      initial_hparams_fn=initial_hparams_fn,
+      program_fn=_fedsgd_program(),
+      aggregation=fused.FusedAggregation(
+          model_aggregator, weights_type.trainable, weighted=True),
+      server_optimizer=server_optimizer,
+      client_measurements_fn=lambda train, counters: collections.OrderedDict(
+          train=train),
+      metrics_aggregator=metrics_aggregator)

@@ -75,6 +75,33 @@ def test_a_fused_round_equals_the_per_client_round(weighting, clipping, server,
   assert train['num_examples'] == sum(sizes) - sizes[4]  # NaN's dropped
 
 
+@pytest.mark.parametrize('clipping', [True, False])
+def test_a_fused_fedsgd_round_equals_the_per_client_round(clipping):
+  model_fn = tiny_models.linear_model_fn(_NUM_FEATURES)
+  kwargs = dict(
+      server_optimizer=tff.learning.optimizers.build_sgdm(0.5, momentum=0.9),
+      model_aggregator=diagnosed_mean.diagnosed_mean_factory(
+          clipping=clipping, initial_clipping_norm=0.3))
+  per_client = fedopt.build_fedsgd(model_fn, **kwargs)
+  on_shards = fused.build_fused_fedsgd(model_fn, **kwargs)
+  assert (on_shards.initialize.type_signature ==
+          per_client.initialize.type_signature)
+  sizes = [5, 1, 0, 8, 3, 4, 2]
+  datasets = fused_checks.client_datasets(sizes, nan_client=4)
+  state = fused_state = per_client.initialize()
+  for clients_per_shard in (3, 7):
+    output = per_client.next(state, datasets)
+    fused_output = on_shards.next(
+        fused_state, shards.shards_from_datasets(datasets, clients_per_shard))
+    fused_checks.assert_close(output.state, fused_output.state)
+    fused_checks.assert_close(output.metrics, fused_output.metrics)
+    state, fused_state = output.state, fused_output.state
+  # FedSGD (as TFF's) keeps a NaN client's metrics: every example counts.
+  assert fused_output.metrics['client_work']['train']['num_examples'] == sum(
+      sizes)
+  assert fused_output.metrics['aggregator']['num_zero_updates'] == 2
+
+
 def test_shards_close_every_client_and_split_unevenly():
   datasets = fused_checks.client_datasets([3, 0, 2])
   made = shards.shards_from_datasets(datasets, 2)
