@@ -153,16 +153,8 @@ class Evaluator:
       ids = list(data.client_ids)
       if max_clients and len(ids) > max_clients:
         ids = sorted(rng.choice(ids, size=max_clients, replace=False))
-      per_shard = shards.auto_clients_per_shard(len(ids))
-      recipe = getattr(preprocess, 'batch_recipe', None)
-      if (recipe is not None and not recipe['shuffle'] and
-          hasattr(data, 'client_rows')):
-        self._splits[name] = shards.shards_from_arrays(
-            data.arrays, [data.client_rows(i) for i in ids],
-            shards.BatchRecipe(**recipe), per_shard, rng)
-      else:
-        self._splits[name] = shards.shards_from_datasets(
-            _preprocessed(data, preprocess, ids), per_shard)
+      self._splits[name] = shards.shards_for_round(
+          data, preprocess, ids, shards.auto_clients_per_shard(len(ids)), rng)
 
   def __call__(self, model_weights) -> dict[str, float]:
     metrics = {}
