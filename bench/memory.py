@@ -11,7 +11,9 @@ client data are built, so it counts what training adds on top of the data
 held in memory (`data_mb`).
 
 Algorithms: `fedavg`, the driver's FedAvg round (`large_cohort.fedopt` with
-the driver's default aggregator), stateless; `adabest`,
+the driver's default aggregator), stateless; `fused`, the same round on
+fused shards as the driver runs it (`large_cohort.fused`, one shard per
+core, `fl_common.shards.shards_for_round`); `adabest`,
 `adabest_tff.adabest.build_adabest` at its defaults, whose clients each keep
 a model-sized state between rounds.
 
@@ -35,6 +37,7 @@ import tempfile
 from collections.abc import Sequence
 from typing import Any, Optional
 
+import numpy as np
 import psutil
 import tensorflow_federated as tff
 
@@ -46,8 +49,9 @@ from experiment_driver import algorithm_setup
 from experiment_driver import outputs
 from experiment_driver import runtime
 from experiment_driver import training_loop
+from fl_common import shards
 
-ALGORITHMS = ('fedavg', 'adabest')
+ALGORITHMS = ('fedavg', 'fused', 'adabest')
 _NUM_TEST_CLIENTS = 2
 # The share of the available memory a measurement may be predicted to take.
 _MEMORY_BUDGET_FRACTION = 0.75
@@ -87,9 +91,23 @@ def _task(workload: workloads.Workload,
 def _process(
     algorithm: str,
     workload: workloads.Workload) -> tff.learning.templates.LearningProcess:
-  if algorithm == 'fedavg':
-    return tff_rounds.build_process(workload, 'package')
+  if algorithm in ('fedavg', 'fused'):
+    return tff_rounds.build_process(
+        workload, 'package' if algorithm == 'fedavg' else 'fused')
   return adabest.build_adabest(workload.tff_model_fn())
+
+
+def _shards_fn(task: tff.simulation.baselines.BaselineTask):
+  """The driver's shards of a round's clients (one per core)."""
+  data = task.datasets
+
+  def client_datasets_fn(round_num, client_ids):
+    return shards.shards_for_round(
+        data.train_data, data.train_preprocess_fn, client_ids,
+        shards.auto_clients_per_shard(len(client_ids)),
+        np.random.default_rng(round_num))
+
+  return client_datasets_fn
 
 
 def measure_peak_memory(
@@ -127,7 +145,8 @@ def measure_peak_memory(
       keep_state_on_worker=True) as address:
     worker_pid = timing.worker_pid(address)
     setup = algorithm_setup.AlgorithmSetup(
-        process=_process(algorithm, workload))
+        process=_process(algorithm, workload),
+        client_datasets_fn=_shards_fn(task) if algorithm == 'fused' else None)
     config = training_loop.LoopConfig(
         total_rounds=rounds, cohort_size_fn=lambda _: num_clients,
         rounds_per_eval=rounds, rounds_per_checkpoint=rounds,

@@ -189,7 +189,9 @@ def main(argv: Sequence[str]) -> None:
   if 'memory' in _SECTIONS.value:
     tables['memory'] = [
         row for algorithm in memory.ALGORITHMS
-        for clients_per_call in (None, per_call)
+        # Fused rounds have one TFF client per core: nothing to slice.
+        for clients_per_call in ((None,) if algorithm == 'fused' else
+                                 (None, per_call))
         for row in memory.measure_series(
             algorithm, _MEMORY_WORKLOAD.value, memory_clients,
             max_clients_per_call=clients_per_call)

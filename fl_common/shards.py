@@ -250,12 +250,22 @@ def shards_for_round(
   clients are rows of shared arrays (`client_data.arrays`,
   `client_rows(id)`) and `preprocess_fn` says it is a shuffle-and-batch
   (`preprocess_fn.batch_recipe`, as `tasks.synthetic`'s); else through the
-  clients' tf.data pipelines (`shards_from_client_data`)."""
+  clients' tf.data pipelines (`shards_from_client_data`; one pipeline per
+  client for TFF's `TestClientData`, whose `serializable_dataset_fn` bakes
+  every client's examples into each trace: 12 GB and 80 s for 1,000 EMNIST
+  clients)."""
   recipe = getattr(preprocess_fn, 'batch_recipe', None)
   client_rows = getattr(client_data, 'client_rows', None)
   if recipe is not None and client_rows is not None:
     return shards_from_arrays(
         client_data.arrays, [client_rows(i) for i in client_ids],
         BatchRecipe(**recipe), clients_per_shard, rng, steps)
+  if isinstance(client_data, tff.simulation.datasets.TestClientData):
+    preprocess_fn = preprocess_fn or (lambda d: d)
+    datasets = [preprocess_fn(client_data.create_tf_dataset_for_client(i))
+                for i in client_ids]
+    if steps is not None:
+      datasets = [d.repeat().take(n) for d, n in zip(datasets, steps)]
+    return shards_from_datasets(datasets, clients_per_shard)
   return shards_from_client_data(client_data, preprocess_fn, client_ids,
                                  clients_per_shard, steps)

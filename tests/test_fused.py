@@ -127,6 +127,16 @@ def test_shards_from_client_data_read_each_clients_pipeline():
                                       datasets[1])], 2)
   for a, b in zip(made, per_client):
     tf.nest.map_structure(np.testing.assert_array_equal, a, b)
+  # Cut to step budgets (cycling): as the per-client pipelines, and as
+  # shards_for_round makes them for a TestClientData.
+  budgeted = shards.shards_from_client_data(
+      client_data, lambda d: d.batch(2), ['2', '0', '1'], 2, steps=[3, 1, 4])
+  assert [list(s['batch_sizes']) for s in budgeted] == [[1, 1, 1, 0, 2, 0],
+                                                         [2, 2, 2, 2, 0]]
+  for a, b in zip(budgeted, shards.shards_for_round(
+      client_data, lambda d: d.batch(2), ['2', '0', '1'], 2,
+      np.random.default_rng(0), steps=[3, 1, 4])):
+    tf.nest.map_structure(np.testing.assert_array_equal, a, b)
 
 
 def test_shards_from_arrays_batch_each_clients_rows():
