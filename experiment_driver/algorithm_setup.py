@@ -16,7 +16,7 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
-from fl_common import diagnosed_mean
+from fl_common import fused
 from fl_common import shards
 
 # round number (1-based), sampled client ids -> one dataset per client.
@@ -64,10 +64,8 @@ class BuildContext:
 def fuses(ctx: BuildContext) -> bool:
   """Whether the round runs on shards (`fl_common.fused`): not asked for
   one call per client, and the aggregator is the diagnosed mean that
-  shards compute."""
-  return ctx.clients_per_shard != 1 and isinstance(ctx.model_aggregator, (
-      diagnosed_mean.WeightedDiagnosedMeanFactory,
-      diagnosed_mean.UnweightedDiagnosedMeanFactory))
+  shards compute (normalized or not)."""
+  return ctx.clients_per_shard != 1 and fused.can_fuse(ctx.model_aggregator)
 
 
 def shards_fn(

@@ -260,7 +260,7 @@ CLIENTS_PER_SHARD = flags.DEFINE_integer(
     'FedOpt and GeL: real clients trained in one call of the client'
     ' computation (fl_common.fused: a shard, one TensorFlow graph); 1 is one'
     ' call per client. Default: one shard per core of each worker, with the'
-    ' driver\'s aggregator (not with --zeroing or --normalize_server_update).',
+    ' driver\'s aggregator (not with --zeroing).',
     lower_bound=1)
 WORKER_ADDRESSES = flags.DEFINE_list(
     'worker_addresses', [],
@@ -307,7 +307,4 @@ def shard_flag_conflicts(values: Mapping[str, Any]) -> dict[str, str]:
   if values['zeroing']:
     return {'clients_per_shard': 'cannot be fused with --zeroing (adaptive'
                                  ' zeroing is not part of the fused mean)'}
-  if values['normalize_server_update']:
-    return {'clients_per_shard': 'cannot be fused with'
-                                 ' --normalize_server_update'}
   return {}

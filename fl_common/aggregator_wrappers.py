@@ -7,7 +7,11 @@ the inner factory's weightedness. `wrap_factory` does what they share: it
 checks the inner factory and the value type, creates the inner process, and
 builds the wrapping process (the inner process's state, and a federated
 `next` whose signature follows the inner one) around the `next` body a
-module supplies. `inner_next` calls the inner `next` with or without
+module supplies. `wrap_server_side` is the case of a step that only
+transforms the inner aggregate at the server (normalization): such a
+factory says so (`server_side`), so that fused rounds
+(`fl_common.fused`), which compute the inner aggregate themselves, can
+apply the step after it. `inner_next` calls the inner `next` with or without
 weights, and `global_norm` is the norm both modules compute.
 `AggregationFactory` is the type of an aggregator any large-cohort builder
 accepts.
@@ -143,3 +147,31 @@ def wrap_factory(factory_name: str, inner_factory: AggregationFactory,
   raise ValueError(
       'inner_factory must be a tff.aggregators.WeightedAggregationFactory or '
       f'UnweightedAggregationFactory, got {inner_factory!r}.')
+
+
+# value_type -> (the inner process's output at the server -> the output).
+BuildServerFn = Callable[[tff.types.Type], Callable[
+    [tff.templates.MeasuredProcessOutput], tff.templates.MeasuredProcessOutput]]
+
+
+def wrap_server_side(factory_name: str, inner_factory: AggregationFactory,
+                     build_server_fn: BuildServerFn) -> AggregationFactory:
+  """`wrap_factory` for a step on the inner process's output at the server.
+
+  The factory's `server_side` attribute is `(inner_factory,
+  build_server_fn)`: the inner factory and the step, for callers that
+  compute the inner aggregate another way.
+  """
+
+  def build_next_impl(inner_process, value_type, weight_type):
+    del weight_type
+    server_fn = build_server_fn(value_type)
+
+    def next_impl(state, value, weight):
+      return server_fn(inner_next(inner_process, state, value, weight))
+
+    return next_impl
+
+  factory = wrap_factory(factory_name, inner_factory, build_next_impl)
+  factory.server_side = (inner_factory, build_server_fn)
+  return factory

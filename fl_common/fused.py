@@ -101,6 +101,15 @@ def count_examples(output: tff.learning.models.BatchOutput) -> tf.Tensor:
   return tf.cast(output.num_examples, tf.int64)
 
 
+def can_fuse(factory: Any) -> bool:
+  """Whether `FusedAggregation` computes `factory`'s aggregation: a
+  diagnosed mean, possibly wrapped by server-side steps."""
+  while getattr(factory, 'server_side', None) is not None:
+    factory = factory.server_side[0]
+  return isinstance(factory, (diagnosed_mean.WeightedDiagnosedMeanFactory,
+                              diagnosed_mean.UnweightedDiagnosedMeanFactory))
+
+
 class FusedAggregation:
   """An aggregator split into its per-client part (run in the shards) and
   its server part: `diagnosed_mean` or FedNova's normalized averaging
@@ -109,7 +118,9 @@ class FusedAggregation:
 
   Args:
     factory: A `diagnosed_mean.diagnosed_mean_factory` (weighted, or
-      unweighted when `weighted=False`).
+      unweighted when `weighted=False`), possibly wrapped by server-side
+      steps (`aggregator_wrappers.wrap_server_side`, e.g.
+      `large_cohort.normalized_update.normalized_update_factory`).
     value_type: The model delta's TFF type.
     weighted: Whether clients' weights weight the mean.
     fednova: Whether uploads are `FedNovaClientUpdate`s averaged as
@@ -118,12 +129,19 @@ class FusedAggregation:
 
   def __init__(self, factory: DiagnosedMeanFactory, value_type: tff.Type, *,
                weighted: bool, fednova: bool = False):
+    # Steps on the aggregate at the server (`aggregator_wrappers.
+    # wrap_server_side`, e.g. normalization) are applied after the mean.
+    self._server_fns = []
+    while getattr(factory, 'server_side', None) is not None:
+      factory, build_server_fn = factory.server_side
+      self._server_fns.insert(0, build_server_fn(value_type))
     expected = (diagnosed_mean.WeightedDiagnosedMeanFactory if weighted else
                 diagnosed_mean.UnweightedDiagnosedMeanFactory)
     if not isinstance(factory, expected):
       raise TypeError(
           f'fused shards need a {expected.__name__} (diagnosed_mean_factory('
-          f'weighted={weighted})), got {factory!r}.')
+          f'weighted={weighted})), possibly wrapped by server-side steps'
+          f' (aggregator_wrappers.wrap_server_side), got {factory!r}.')
     self.weighted = weighted
     self.fednova = fednova
     settings = factory.settings
@@ -187,6 +205,8 @@ class FusedAggregation:
     inner = diagnosed_mean.finish_round(inner_state, outputs,
                                         weighted=self.weighted,
                                         clipping=self.clipping)
+    for server_fn in self._server_fns:  # (FedNova's inner factory's.)
+      inner = server_fn(inner)
     if not self.fednova:
       return inner
 

@@ -91,7 +91,7 @@ def compose_fused(
   if model_aggregator is None:
     model_aggregator = diagnosed_mean.diagnosed_mean_factory(clipping=False)
   weighted = not isinstance(model_aggregator,
-                            diagnosed_mean.UnweightedDiagnosedMeanFactory)
+                            tff.aggregators.UnweightedAggregationFactory)
   optimizer = client_work_lib.client_optimizer(client_learning_rate,
                                                client_momentum)
   weights_type = tff.learning.models.weights_type_from_model(model_fn)

@@ -40,18 +40,11 @@ def _build_normalize(value_type: tff.types.Type) -> tff.Computation:
   return normalize
 
 
-def _build_next_impl(
-    inner_process: tff.templates.AggregationProcess,
-    value_type: tff.types.Type,
-    weight_type: Optional[tff.types.Type],
-) -> aggregator_wrappers.NextImpl:
-  """The normalizing `next` around `inner_process` (weighted if a type)."""
-  del weight_type  # The weights go to the inner process unchanged.
+def _build_server_fn(value_type: tff.types.Type):
+  """The inner output at the server -> the normalized output."""
   normalize = _build_normalize(value_type)
 
-  def next_impl(state, value, weight):
-    inner_output = aggregator_wrappers.inner_next(inner_process, state, value,
-                                                  weight)
+  def server_fn(inner_output):
     normalized, norm = tff.federated_map(normalize, inner_output.result)
     measurements = collections.OrderedDict(
         unnormalized_update_norm=norm,
@@ -61,7 +54,7 @@ def _build_next_impl(
         result=normalized,
         measurements=tff.federated_zip(measurements))
 
-  return next_impl
+  return server_fn
 
 
 def normalized_update_factory(
@@ -79,8 +72,8 @@ def normalized_update_factory(
   Raises:
     ValueError: If `inner_factory` is not a `tff.aggregators` factory.
   """
-  return aggregator_wrappers.wrap_factory('normalized_update_factory',
-                                          inner_factory, _build_next_impl)
+  return aggregator_wrappers.wrap_server_side('normalized_update_factory',
+                                              inner_factory, _build_server_fn)
 
 
 def build_normalized_fed_avg(

@@ -15,6 +15,7 @@ from fl_common import diagnosed_mean
 from fl_common import shards
 from large_cohort import fedopt
 from large_cohort import fused
+from large_cohort import normalized_update
 from tests import fused_checks
 from tests import tiny_models
 
@@ -100,6 +101,36 @@ def test_a_fused_fedsgd_round_equals_the_per_client_round(clipping):
   assert fused_output.metrics['client_work']['train']['num_examples'] == sum(
       sizes)
   assert fused_output.metrics['aggregator']['num_zero_updates'] == 2
+
+
+@pytest.mark.parametrize('weighting', [
+    tff.learning.ClientWeighting.NUM_EXAMPLES,
+    tff.learning.ClientWeighting.UNIFORM])
+def test_a_fused_round_with_the_normalized_update(weighting):
+  model_fn = tiny_models.linear_model_fn(_NUM_FEATURES)
+  kwargs = dict(
+      client_optimizer=tff.learning.optimizers.build_sgdm(0.1),
+      server_optimizer=tff.learning.optimizers.build_sgdm(0.3),
+      client_weighting=weighting,
+      model_aggregator=normalized_update.normalized_update_factory(
+          diagnosed_mean.diagnosed_mean_factory(
+              clipping=True, initial_clipping_norm=0.05,
+              weighted=weighting is tff.learning.ClientWeighting.NUM_EXAMPLES)))
+  per_client = fedopt.build_fedopt(model_fn, **kwargs)
+  on_shards = fused.build_fused_fedopt(model_fn, **kwargs)
+  datasets = fused_checks.client_datasets([5, 1, 0, 8, 3], nan_client=3)
+  state = per_client.initialize()
+  output = per_client.next(state, datasets)
+  fused_output = on_shards.next(state, shards.shards_from_datasets(datasets, 2))
+  fused_checks.assert_close(output.state, fused_output.state)
+  fused_checks.assert_close(output.metrics, fused_output.metrics)
+  assert (tf.nest.map_structure(lambda _: 0, output.metrics) ==
+          tf.nest.map_structure(lambda _: 0, fused_output.metrics))
+  # Server SGD at 0.3 along the unit-norm update: a step of length 0.3.
+  moved = (tiny_models.flat(
+      per_client.get_model_weights(output.state).trainable) -
+           tiny_models.flat(per_client.get_model_weights(state).trainable))
+  np.testing.assert_allclose(np.linalg.norm(moved), 0.3, rtol=1e-5)
 
 
 def test_shards_close_every_client_and_split_unevenly():

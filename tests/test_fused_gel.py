@@ -14,6 +14,7 @@ from fl_common import diagnosed_mean
 from fl_common import shards
 from gel_tff import budgets
 from gel_tff import gel
+from large_cohort import normalized_update
 from tests import fused_checks
 from tests import tiny_models
 
@@ -66,6 +67,24 @@ def test_a_fused_round_equals_the_per_client_round(base, use_gel):
   assert not np.allclose(
       per_client.get_model_weights(state).trainable[0],
       per_client.get_model_weights(per_client.initialize()).trainable[0])
+
+
+@pytest.mark.parametrize('base', ['fedavgcm', 'fednova'])
+def test_the_normalized_update_is_fused_too(base):
+  # FedNova normalizes its inner mean, then scales it by tau_eff.
+  model_fn = tiny_models.linear_model_fn(fused_checks.NUM_FEATURES)
+  kwargs = dict(base=base, expected_steps=6,
+                model_aggregator=normalized_update.normalized_update_factory(
+                    diagnosed_mean.diagnosed_mean_factory(clipping=False)))
+  per_client = gel.build_gel(model_fn, **kwargs)
+  on_shards = gel.build_fused_gel(model_fn, **kwargs)
+  state = per_client.initialize()
+  datasets, _ = _round_datasets(0)
+  output = per_client.next(state, datasets)
+  fused_output = on_shards.next(state,
+                                shards.shards_from_datasets(datasets, 3))
+  fused_checks.assert_close(output.state, fused_output.state)
+  fused_checks.assert_close(output.metrics, fused_output.metrics)
 
 
 def test_uniform_weighting_with_the_unweighted_mean():
