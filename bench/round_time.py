@@ -3,7 +3,8 @@
     python -m bench.round_time                 # everything, ~30 min idle
     python -m bench.round_time --quick         # smaller, ~5 min idle
     python -m bench.round_time --sections=ratios --workloads=emnist_cnn \\
-        --cohorts=10,50 --repeats=3 --output=/tmp/bench.json
+        --cohorts=10,50 --small_model_workloads= --repeats=3 \\
+        --output=/tmp/bench.json
 
 Sections, printed as tables in one run:
 
@@ -11,8 +12,9 @@ Sections, printed as tables in one run:
   FedAvg rounds (`bench.tff_rounds`: TFF's stock `build_weighted_fed_avg`,
   the package's FedAvg, the package's full round with the driver's
   aggregator and diagnostics, and that round on fused shards) for each
-  workload (`bench.workloads`: EMNIST CNN, Stack Overflow LSTM, Synthetic's
-  logistic regression) and cohort size, measured side by side in this
+  workload (`bench.workloads`: EMNIST CNN and Stack Overflow LSTM at
+  `--cohorts`; EMNIST's and Synthetic's logistic regressions at
+  `--small_model_cohorts`) and cohort size, measured side by side in this
   process: the ratio of each TFF round to the limit, in wall time (the
   fastest of `--repeats` calls after a warm-up) and in CPU time of driver
   plus worker (steadier when other jobs share the machine). Then the same
@@ -26,7 +28,8 @@ Sections, printed as tables in one run:
   projection to 1,500 rounds, and the mean round over the limit's time for
   the same clients' work.
 * `memory` — peak resident memory of the driver and its worker for FedAvg
-  (stateless) and AdaBest (stateful clients, states in
+  (stateless, one call per client and fused) and AdaBest (stateful clients,
+  states in
   `adabest_tff.client_state_store`) through the package's training loop, at
   each `--memory_clients` (`bench.memory`).
 
@@ -60,10 +63,19 @@ SECTIONS = ('ratios', 'cores', 'memory', 'e2e')
 _SECTIONS = flags.DEFINE_list(
     'sections', list(SECTIONS), f'Which of {", ".join(SECTIONS)} to run.')
 _WORKLOADS = flags.DEFINE_list(
-    'workloads', ['emnist_cnn', 'stackoverflow_lstm', 'synthetic_lr'],
-    f'Workloads of the ratios section, from {sorted(workloads.WORKLOADS)}.')
+    'workloads', ['emnist_cnn', 'stackoverflow_lstm'],
+    f'Workloads of the ratios section, from {sorted(workloads.WORKLOADS)},'
+    ' at --cohorts.')
 _COHORTS = flags.DEFINE_list(
     'cohorts', ['10', '50', '200'], 'Clients per round in the ratios section.')
+_SMALL_MODEL_WORKLOADS = flags.DEFINE_list(
+    'small_model_workloads', ['emnist_linear', 'synthetic_lr'],
+    'Workloads of the ratios section at --small_model_cohorts: models whose'
+    ' rounds are mostly the runtime\'s per-client cost, the case of fused'
+    ' shards.')
+_SMALL_MODEL_COHORTS = flags.DEFINE_list(
+    'small_model_cohorts', ['20', '100', '1000'],
+    'Clients per round of --small_model_workloads.')
 _REPEATS = flags.DEFINE_integer(
     'repeats', 3, 'Timed calls per measurement (after one warm-up call); the '
     'fastest counts.', lower_bound=1)
@@ -92,7 +104,8 @@ _E2E_ROUNDS = flags.DEFINE_integer(
     'e2e_rounds', 100, 'Rounds of the e2e section\'s driver run (projected '
     f'to {e2e.PROJECTED_ROUNDS}).', lower_bound=1)
 _QUICK = flags.DEFINE_bool(
-    'quick', False, 'Quicker settings: cohorts 10,50, 2 repeats, speed-up at '
+    'quick', False, 'Quicker settings: cohorts 10,50 (small models 20,100), 2'
+    ' repeats, speed-up at '
     '10 clients, memory at 100 clients (overrides those flags).')
 _OUTPUT = flags.DEFINE_string(
     'output', None, 'Also write every table to this .json or .csv file.')
@@ -146,12 +159,17 @@ def main(argv: Sequence[str]) -> None:
                          f'{list(SECTIONS)}.')
   quick = _QUICK.value
   cohorts = [10, 50] if quick else _ints(_COHORTS.value, 'cohorts')
+  small_cohorts = [20, 100] if quick else _ints(_SMALL_MODEL_COHORTS.value,
+                                                'small_model_cohorts')
   repeats = 2 if quick else _REPEATS.value
   speedup_clients = 10 if quick else _SPEEDUP_CLIENTS.value
   memory_clients = [100] if quick else _ints(_MEMORY_CLIENTS.value,
                                              'memory_clients')
   try:
-    workload_list = [workloads.get_workload(w) for w in _WORKLOADS.value]
+    workload_list = (
+        [(workloads.get_workload(w), cohorts) for w in _WORKLOADS.value] +
+        [(workloads.get_workload(w), small_cohorts)
+         for w in _SMALL_MODEL_WORKLOADS.value])
     workloads.get_workload(_SPEEDUP_WORKLOAD.value)
     workloads.get_workload(_MEMORY_WORKLOAD.value)
     if _OUTPUT.value:
@@ -165,8 +183,8 @@ def main(argv: Sequence[str]) -> None:
     rows = []
     with runtime.local_runtime(max_clients_per_call=per_call,
                                keep_state_on_worker=True):
-      for workload in workload_list:
-        rows += ratios.measure_ratios(workload, cohorts, repeats)
+      for workload, workload_cohorts in workload_list:
+        rows += ratios.measure_ratios(workload, workload_cohorts, repeats)
     tables['ratios'] = rows
     tables['scaling'] = ratios.per_client_rows(rows, (ratios.LIMIT, 'package'))
     print(report.format_table(
