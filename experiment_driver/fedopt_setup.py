@@ -55,30 +55,32 @@ def effective_hparams(algorithm: str, values: Mapping[str, Any]
   return rates
 
 
+def _setup(ctx: algorithm_setup.BuildContext, build_fn, build_fused_fn,
+           **kwargs) -> algorithm_setup.AlgorithmSetup:
+  """The fused process on shards when the context allows it, else the
+  per-client one."""
+  if algorithm_setup.fuses(ctx):
+    return algorithm_setup.AlgorithmSetup(
+        process=build_fused_fn(ctx.task.model_fn, **kwargs),
+        client_datasets_fn=algorithm_setup.shards_fn(ctx))
+  return algorithm_setup.AlgorithmSetup(
+      process=build_fn(ctx.task.model_fn, **kwargs))
+
+
 def _build_fedopt(
     ctx: algorithm_setup.BuildContext) -> algorithm_setup.AlgorithmSetup:
-  kwargs = dict(client_optimizer=ctx.client_optimizer,
+  return _setup(ctx, fedopt.build_fedopt, fused.build_fused_fedopt,
+                client_optimizer=ctx.client_optimizer,
                 server_optimizer=ctx.server_optimizer,
                 client_weighting=ctx.client_weighting,
                 model_aggregator=ctx.model_aggregator)
-  if algorithm_setup.fuses(ctx):
-    return algorithm_setup.AlgorithmSetup(
-        process=fused.build_fused_fedopt(ctx.task.model_fn, **kwargs),
-        client_datasets_fn=algorithm_setup.shards_fn(ctx))
-  return algorithm_setup.AlgorithmSetup(
-      process=fedopt.build_fedopt(ctx.task.model_fn, **kwargs))
 
 
 def _build_fedsgd(
     ctx: algorithm_setup.BuildContext) -> algorithm_setup.AlgorithmSetup:
-  kwargs = dict(server_optimizer=ctx.server_optimizer,
+  return _setup(ctx, fedopt.build_fedsgd, fused.build_fused_fedsgd,
+                server_optimizer=ctx.server_optimizer,
                 model_aggregator=ctx.model_aggregator)
-  if algorithm_setup.fuses(ctx):
-    return algorithm_setup.AlgorithmSetup(
-        process=fused.build_fused_fedsgd(ctx.task.model_fn, **kwargs),
-        client_datasets_fn=algorithm_setup.shards_fn(ctx))
-  return algorithm_setup.AlgorithmSetup(
-      process=fedopt.build_fedsgd(ctx.task.model_fn, **kwargs))
 
 
 ALGORITHMS = {'fedopt': _build_fedopt, 'fedsgd': _build_fedsgd}

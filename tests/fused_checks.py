@@ -1,10 +1,13 @@
 """Shared by the fused-round tests: small client datasets (uneven sizes, an
-optional NaN client) and a float comparison of nested results."""
+optional NaN client), a float comparison of nested results, and one round
+of a per-client and a fused process compared."""
 
 import collections
 
 import numpy as np
 import tensorflow as tf
+
+from fl_common import shards
 
 NUM_FEATURES = 3
 
@@ -29,3 +32,18 @@ def assert_close(a, b):
     np.testing.assert_allclose(np.asarray(x, np.float64),
                                np.asarray(y, np.float64), rtol=1e-5,
                                atol=1e-6)
+
+
+def assert_same_round(per_client, on_shards, state, fused_state, datasets,
+                      clients_per_shard):
+  """Runs a round of both processes (the fused one on shards of
+  `datasets`), asserts equal states, metrics and metric structure, and
+  returns both outputs."""
+  output = per_client.next(state, datasets)
+  fused_output = on_shards.next(
+      fused_state, shards.shards_from_datasets(datasets, clients_per_shard))
+  assert_close(output.state, fused_output.state)
+  assert_close(output.metrics, fused_output.metrics)
+  assert (tf.nest.map_structure(lambda _: 0, output.metrics) ==
+          tf.nest.map_structure(lambda _: 0, fused_output.metrics))
+  return output, fused_output

@@ -61,13 +61,8 @@ def test_a_fused_round_equals_the_per_client_round(weighting, clipping, server,
   # One initial state for both (each initialize() draws Keras' initializers).
   state = fused_state = per_client.initialize()
   for _ in range(2):  # two rounds: the clipping norm and the moments move
-    output = per_client.next(state, datasets)
-    fused_output = on_shards.next(
-        fused_state, shards.shards_from_datasets(datasets, clients_per_shard))
-    fused_checks.assert_close(output.state, fused_output.state)
-    fused_checks.assert_close(output.metrics, fused_output.metrics)
-    assert (tf.nest.map_structure(lambda _: 0, output.metrics) ==
-            tf.nest.map_structure(lambda _: 0, fused_output.metrics))
+    output, fused_output = fused_checks.assert_same_round(
+        per_client, on_shards, state, fused_state, datasets, clients_per_shard)
     state, fused_state = output.state, fused_output.state
   aggregator = fused_output.metrics['aggregator']
   assert aggregator['num_clients'] == len(sizes)
@@ -91,11 +86,8 @@ def test_a_fused_fedsgd_round_equals_the_per_client_round(clipping):
   datasets = fused_checks.client_datasets(sizes, nan_client=4)
   state = fused_state = per_client.initialize()
   for clients_per_shard in (3, 7):
-    output = per_client.next(state, datasets)
-    fused_output = on_shards.next(
-        fused_state, shards.shards_from_datasets(datasets, clients_per_shard))
-    fused_checks.assert_close(output.state, fused_output.state)
-    fused_checks.assert_close(output.metrics, fused_output.metrics)
+    output, fused_output = fused_checks.assert_same_round(
+        per_client, on_shards, state, fused_state, datasets, clients_per_shard)
     state, fused_state = output.state, fused_output.state
   # FedSGD (as TFF's) keeps a NaN client's metrics: every example counts.
   assert fused_output.metrics['client_work']['train']['num_examples'] == sum(
@@ -120,12 +112,8 @@ def test_a_fused_round_with_the_normalized_update(weighting):
   on_shards = fused.build_fused_fedopt(model_fn, **kwargs)
   datasets = fused_checks.client_datasets([5, 1, 0, 8, 3], nan_client=3)
   state = per_client.initialize()
-  output = per_client.next(state, datasets)
-  fused_output = on_shards.next(state, shards.shards_from_datasets(datasets, 2))
-  fused_checks.assert_close(output.state, fused_output.state)
-  fused_checks.assert_close(output.metrics, fused_output.metrics)
-  assert (tf.nest.map_structure(lambda _: 0, output.metrics) ==
-          tf.nest.map_structure(lambda _: 0, fused_output.metrics))
+  output, fused_output = fused_checks.assert_same_round(
+      per_client, on_shards, state, state, datasets, 2)
   # Server SGD at 0.3 along the unit-norm update: a step of length 0.3.
   moved = (tiny_models.flat(
       per_client.get_model_weights(output.state).trainable) -

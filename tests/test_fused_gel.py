@@ -11,7 +11,6 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from fl_common import diagnosed_mean
-from fl_common import shards
 from gel_tff import budgets
 from gel_tff import gel
 from large_cohort import normalized_update
@@ -52,13 +51,8 @@ def test_a_fused_round_equals_the_per_client_round(base, use_gel):
   state = fused_state = per_client.initialize()
   for round_num, clients_per_shard in ((0, 3), (1, 4)):
     datasets, steps = _round_datasets(round_num)
-    output = per_client.next(state, datasets)
-    fused_output = on_shards.next(
-        fused_state, shards.shards_from_datasets(datasets, clients_per_shard))
-    fused_checks.assert_close(output.state, fused_output.state)
-    fused_checks.assert_close(output.metrics, fused_output.metrics)
-    assert (tf.nest.map_structure(lambda _: 0, output.metrics) ==
-            tf.nest.map_structure(lambda _: 0, fused_output.metrics))
+    output, fused_output = fused_checks.assert_same_round(
+        per_client, on_shards, state, fused_state, datasets, clients_per_shard)
     state, fused_state = output.state, fused_output.state
   client_work = fused_output.metrics['client_work']
   # Every budgeted step of the non-empty clients was a gradient computation.
@@ -80,11 +74,8 @@ def test_the_normalized_update_is_fused_too(base):
   on_shards = gel.build_fused_gel(model_fn, **kwargs)
   state = per_client.initialize()
   datasets, _ = _round_datasets(0)
-  output = per_client.next(state, datasets)
-  fused_output = on_shards.next(state,
-                                shards.shards_from_datasets(datasets, 3))
-  fused_checks.assert_close(output.state, fused_output.state)
-  fused_checks.assert_close(output.metrics, fused_output.metrics)
+  output, fused_output = fused_checks.assert_same_round(
+      per_client, on_shards, state, state, datasets, 3)
 
 
 def test_uniform_weighting_with_the_unweighted_mean():
@@ -99,11 +90,8 @@ def test_uniform_weighting_with_the_unweighted_mean():
                                   model_aggregator=unweighted)
   state = per_client.initialize()
   datasets, _ = _round_datasets(0)
-  output = per_client.next(state, datasets)
-  fused_output = on_shards.next(state,
-                                shards.shards_from_datasets(datasets, 2))
-  fused_checks.assert_close(output.state, fused_output.state)
-  fused_checks.assert_close(output.metrics, fused_output.metrics)
+  output, fused_output = fused_checks.assert_same_round(
+      per_client, on_shards, state, state, datasets, 2)
 
 
 def test_refuses_what_it_cannot_fuse():
