@@ -143,9 +143,13 @@ _MEMORY_COLUMNS = [('algorithm', 'algorithm', 's'),
 
 def _ints(values: Sequence[str], flag: str) -> list[int]:
   try:
-    return [int(v) for v in values]
+    numbers = [int(v) for v in values]
   except ValueError:
-    raise app.UsageError(f'--{flag} must be integers, got {values}.') from None
+    numbers = [0]
+  if not numbers or min(numbers) < 1:
+    raise app.UsageError(
+        f'--{flag} must be positive integers, got {values}.')
+  return numbers
 
 
 def main(argv: Sequence[str]) -> None:
