@@ -69,6 +69,7 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
+from adabest_tff import fused
 from adabest_tff import stateful_process
 
 LOCAL_GRADIENT_ESTIMATE = 'local_gradient_estimate'  # h_i
@@ -247,6 +248,7 @@ def build_adabest(
     model_aggregator: Optional[tff.aggregators.WeightedAggregationFactory] = (
         None),
     metrics_aggregator: Optional[Callable[..., tff.Computation]] = None,
+    on_shards: bool = False,
 ) -> stateful_process.StatefulClientLearningProcess:
   """Builds the AdaBest learning process (Varno et al. 2022, Algorithm 1).
 
@@ -268,8 +270,12 @@ def build_adabest(
     client_weighting: `UNIFORM` (the paper: plain mean, `μ` scaled by client
       size) or `NUM_EXAMPLES` (example-weighted mean, unscaled `μ`).
     model_aggregator: A weighted factory for the mean of the clients'
-      pseudo-gradients; default `tff.aggregators.MeanFactory()`.
+      pseudo-gradients; default `tff.aggregators.MeanFactory()`, on
+      shards the diagnosed mean (`adabest_tff.fused`).
     metrics_aggregator: Optional, as in `tff.learning.algorithms`.
+    on_shards: Whether a TFF client stands for a shard of clients
+      (`fl_common.shards`) trained in one graph (`adabest_tff.fused`), each
+      shard's client states stacked; the same rounds, fewer calls.
 
   Returns:
     A `stateful_process.StatefulClientLearningProcess`.
@@ -288,14 +294,9 @@ def build_adabest(
     raise ValueError(
         f'beta_decay_factor must be in (0, 1), found {beta_decay_factor}.')
   stateful_process.check_client_weighting(client_weighting)
-  model_aggregator = model_aggregator or tff.aggregators.MeanFactory()
 
   model_weights_type = stateful_process.model_weights_type(model_fn)
   trainable_type = model_weights_type.trainable
-  client_state_type = tff.types.to_type(collections.OrderedDict([
-      (LOCAL_GRADIENT_ESTIMATE, trainable_type),
-      (LAST_ROUND, np.int32),
-  ]))
 
   @tff.tensorflow.computation
   def initial_client_state():
@@ -305,18 +306,19 @@ def build_adabest(
         (LAST_ROUND, tf.constant(0, tf.int32)),
     ])
 
-  def client_update(model, work_input, data, context):
-    estimate = tf.nest.flatten(
-        work_input.client_state[LOCAL_GRADIENT_ESTIMATE])
-    last_round = work_input.client_state[LAST_ROUND]
+  def prepare(client_state, cloud_model, context, num_examples_fn):
+    del cloud_model, num_examples_fn  # h_i is all the correction needs.
     tf.debugging.assert_less(
-        last_round, context.round_num,
+        client_state[LAST_ROUND], context.round_num,
         message='A client state is from a round at or after the current one.')
-    training = stateful_process.local_sgd_with_correction(
-        model, data, context.learning_rate,
-        lambda gradients, _: [g - h for g, h in zip(gradients, estimate)])
-    pseudo_gradient = stateful_process.model_delta(
-        work_input.model_weights.trainable, model)
+    return tf.nest.flatten(client_state[LOCAL_GRADIENT_ESTIMATE])
+
+  def correction(estimate, gradients, trainable):
+    del trainable
+    return [g - h for g, h in zip(gradients, estimate)]
+
+  def conclude(client_state, estimate, pseudo_gradient, training, context):
+    last_round = client_state[LAST_ROUND]
     mu_i = client_mu(mu, client_weighting, training.num_examples,
                      context.server_values[MEAN_CLIENT_EXAMPLES])
     rounds_since_last = tf.cast(context.round_num - last_round, tf.float32)
@@ -339,28 +341,26 @@ def build_adabest(
         new_state, old_state)
     return result, client_size_contribution(training.num_examples)
 
-  client_work = stateful_process.build_stateful_client_work(
-      model_fn,
-      client_state_type=client_state_type,
-      client_update_fn=client_update,
+  algorithm = stateful_process.StatefulAlgorithm(
+      steps=stateful_process.StatefulClientSteps(prepare, correction,
+                                                 conclude),
+      initial_client_state=initial_client_state,
       initial_server_values_fn=initial_client_size_totals,
       broadcast_values_fn=mean_client_examples,
       server_values_update_fn=add_client_size_totals,
-      client_learning_rate=client_learning_rate,
-      client_learning_rate_decay=client_learning_rate_decay,
-      metrics_aggregator=metrics_aggregator,
-  )
-  finalizer = tff.learning.templates.build_apply_optimizer_finalizer(
-      _AdaBestServerOptimizer(beta, beta_decay_patience, beta_decay_factor),
-      model_weights_type,
-      should_reject_update=_reject_non_finite_and_report)
-  return stateful_process.compose_stateful_learning_process(
-      stateful_process.build_initial_model_weights_fn(model_fn),
-      tff.learning.templates.build_broadcast_process(model_weights_type),
-      client_work,
-      model_aggregator.create(trainable_type, tff.TensorType(np.float32)),
-      finalizer,
-      initial_client_state,
+      finalizer=tff.learning.templates.build_apply_optimizer_finalizer(
+          _AdaBestServerOptimizer(beta, beta_decay_patience,
+                                  beta_decay_factor),
+          model_weights_type,
+          should_reject_update=_reject_non_finite_and_report),
       deployed_model_weights_fn=deployed_model_weights,
       with_deployed_model_weights_fn=with_deployed_model_weights,
   )
+  compose = fused.compose_fused if on_shards else (
+      stateful_process.compose_algorithm)
+  return compose(
+      model_fn, algorithm,
+      client_learning_rate=client_learning_rate,
+      client_learning_rate_decay=client_learning_rate_decay,
+      model_aggregator=model_aggregator,
+      metrics_aggregator=metrics_aggregator)

@@ -15,7 +15,7 @@ Round `t`, cohort `P^t` out of a population of `|S|` clients:
   with `β = 1` (Remark 5); the factor `|P^t|/|S|` is why FedDyn needs the
   population size.
 
-`|P^t|` is counted each round by the aggregator (`CohortMean`), so cohorts
+`|P^t|` is counted each round by the aggregator (`stateful_process.CohortMean`), so cohorts
 may vary in size. Unbalanced data: the paper runs FedDyn "in its original
 form", whose reference code divides `μ` (in both the linear and the proximal
 term) by the client's relative size `n_i/n̄`; here `n̄` is AdaBest's progressive
@@ -29,21 +29,15 @@ decayed ×0.998 per round, `μ = 0.02` (Section 4.1).
 
 import collections
 from collections.abc import Callable
-from typing import Any, NamedTuple, Optional
+from typing import Any, Optional
 
 import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
 from adabest_tff import adabest
+from adabest_tff import fused
 from adabest_tff import stateful_process
-
-
-class CohortMean(NamedTuple):
-  """The aggregate FedDyn's server needs: the mean update and `|P^t|`."""
-
-  mean: Any
-  cohort_size: Any
 
 
 def feddyn_server_update(oracle_gradient_estimate: Any, weights: Any,
@@ -68,31 +62,10 @@ def feddyn_server_update(oracle_gradient_estimate: Any, weights: Any,
   return new_estimate, new_weights
 
 
-def _build_cohort_mean_aggregator(
-    factory: tff.aggregators.WeightedAggregationFactory,
-    value_type: tff.Type) -> tff.templates.AggregationProcess:
-  """`factory`'s weighted mean, together with the number of clients."""
-  inner = factory.create(value_type, tff.TensorType(np.float32))
-
-  @tff.tensorflow.computation(np.float32)
-  def one(_):
-    return tf.constant(1.0, tf.float32)
-
-  @tff.federated_computation(inner.next.type_signature.parameter)
-  def next_fn(state, value, weight):
-    output = inner.next(state, value, weight)
-    cohort_size = tff.federated_sum(tff.federated_map(one, weight))
-    return tff.templates.MeasuredProcessOutput(
-        output.state, tff.federated_zip(CohortMean(output.result, cohort_size)),
-        output.measurements)
-
-  return tff.templates.AggregationProcess(inner.initialize, next_fn)
-
-
 def _build_feddyn_finalizer(
     model_weights_type: tff.Type,
     population_size: int) -> tff.learning.templates.FinalizerProcess:
-  """Applies `feddyn_server_update` with `|P^t|` from the `CohortMean`."""
+  """Applies `feddyn_server_update` with `|P^t|` from the `stateful_process.CohortMean`."""
   trainable_type = model_weights_type.trainable
 
   @tff.tensorflow.computation
@@ -134,8 +107,10 @@ def _build_feddyn_finalizer(
   @tff.federated_computation(
       init_fn.type_signature.result,
       tff.FederatedType(model_weights_type, tff.SERVER),
-      tff.FederatedType(CohortMean(trainable_type, tff.TensorType(np.float32)),
-                        tff.SERVER))
+      tff.FederatedType(
+          stateful_process.CohortMean(trainable_type,
+                                      tff.TensorType(np.float32)),
+          tff.SERVER))
   def next_fn(state, weights, aggregate):
     new_state, new_trainable, measurements = tff.federated_map(
         update_fn, (state, weights.trainable, aggregate.mean,
@@ -146,14 +121,6 @@ def _build_feddyn_finalizer(
                                                measurements)
 
   return tff.learning.templates.FinalizerProcess(init_fn, next_fn)
-
-
-def _count_examples(data: tf.data.Dataset) -> tf.Tensor:
-  """The number of examples in `data` (the leading dim of each batch)."""
-  return data.reduce(
-      tf.constant(0, tf.int64),
-      lambda count, batch: count + tf.shape(
-          tf.nest.flatten(batch)[0], out_type=tf.int64)[0])
 
 
 def build_feddyn(
@@ -168,6 +135,7 @@ def build_feddyn(
     model_aggregator: Optional[tff.aggregators.WeightedAggregationFactory] = (
         None),
     metrics_aggregator: Optional[Callable[..., tff.Computation]] = None,
+    on_shards: bool = False,
 ) -> stateful_process.StatefulClientLearningProcess:
   """Builds the FedDyn learning process (Varno et al. 2022, Algorithm 1).
 
@@ -183,8 +151,10 @@ def build_feddyn(
     client_weighting: `UNIFORM` (reference: plain mean, `μ` scaled by client
       size) or `NUM_EXAMPLES` (example-weighted mean, unscaled `μ`).
     model_aggregator: A weighted factory for the mean of the clients'
-      pseudo-gradients; default `tff.aggregators.MeanFactory()`.
+      pseudo-gradients; default `tff.aggregators.MeanFactory()`, on
+      shards the diagnosed mean (`adabest_tff.fused`).
     metrics_aggregator: Optional, as in `tff.learning.algorithms`.
+    on_shards: As in `adabest.build_adabest`: a TFF client trains a shard.
 
   Returns:
     A `stateful_process.StatefulClientLearningProcess`.
@@ -196,12 +166,9 @@ def build_feddyn(
   if mu < 0.0:
     raise ValueError(f'mu must be nonnegative, found {mu}.')
   stateful_process.check_client_weighting(client_weighting)
-  model_aggregator = model_aggregator or tff.aggregators.MeanFactory()
 
   model_weights_type = stateful_process.model_weights_type(model_fn)
   trainable_type = model_weights_type.trainable
-  client_state_type = tff.types.to_type(collections.OrderedDict([
-      (adabest.LOCAL_GRADIENT_ESTIMATE, trainable_type)]))
   scale_mu = client_weighting is tff.learning.ClientWeighting.UNIFORM
 
   @tff.tensorflow.computation
@@ -210,27 +177,25 @@ def build_feddyn(
         (adabest.LOCAL_GRADIENT_ESTIMATE,
          stateful_process.zeros_of_type(trainable_type))])
 
-  def client_update(model, work_input, data, context):
-    estimate = tf.nest.flatten(
-        work_input.client_state[adabest.LOCAL_GRADIENT_ESTIMATE])
-    cloud_model = tf.nest.flatten(work_input.model_weights.trainable)
-    client_examples = (_count_examples(data) if scale_mu
+  def prepare(client_state, cloud_model, context, num_examples_fn):
+    client_examples = (num_examples_fn() if scale_mu
                        else tf.constant(0, tf.int64))
     mu_i = adabest.client_mu(
         mu, client_weighting, client_examples,
         context.server_values[adabest.MEAN_CLIENT_EXAMPLES])
+    return (tf.nest.flatten(client_state[adabest.LOCAL_GRADIENT_ESTIMATE]),
+            cloud_model, mu_i)
 
-    def correction(gradients, trainable):
-      return [
-          g - h + mu_i * (theta - x)
-          for g, h, theta, x in zip(gradients, estimate, trainable,
-                                    cloud_model)
-      ]
+  def correction(aux, gradients, trainable):
+    estimate, cloud_model, mu_i = aux
+    return [
+        g - h + mu_i * (theta - x)
+        for g, h, theta, x in zip(gradients, estimate, trainable, cloud_model)
+    ]
 
-    training = stateful_process.local_sgd_with_correction(
-        model, data, context.learning_rate, correction)
-    pseudo_gradient = stateful_process.model_delta(
-        work_input.model_weights.trainable, model)
+  def conclude(client_state, aux, pseudo_gradient, training, context):
+    del client_state, context
+    estimate, _, mu_i = aux
     new_state = collections.OrderedDict([
         (adabest.LOCAL_GRADIENT_ESTIMATE,
          [h + mu_i * g for h, g in zip(estimate, pseudo_gradient)])])
@@ -243,24 +208,23 @@ def build_feddyn(
         new_state, old_state)
     return result, adabest.client_size_contribution(training.num_examples)
 
-  client_work = stateful_process.build_stateful_client_work(
-      model_fn,
-      client_state_type=client_state_type,
-      client_update_fn=client_update,
+  algorithm = stateful_process.StatefulAlgorithm(
+      steps=stateful_process.StatefulClientSteps(prepare, correction,
+                                                 conclude),
+      initial_client_state=initial_client_state,
       initial_server_values_fn=adabest.initial_client_size_totals,
       broadcast_values_fn=adabest.mean_client_examples,
       server_values_update_fn=adabest.add_client_size_totals,
-      client_learning_rate=client_learning_rate,
-      client_learning_rate_decay=client_learning_rate_decay,
-      metrics_aggregator=metrics_aggregator,
-  )
-  return stateful_process.compose_stateful_learning_process(
-      stateful_process.build_initial_model_weights_fn(model_fn),
-      tff.learning.templates.build_broadcast_process(model_weights_type),
-      client_work,
-      _build_cohort_mean_aggregator(model_aggregator, trainable_type),
-      _build_feddyn_finalizer(model_weights_type, population_size),
-      initial_client_state,
+      finalizer=_build_feddyn_finalizer(model_weights_type, population_size),
+      cohort_mean=True,
       deployed_model_weights_fn=adabest.deployed_model_weights,
       with_deployed_model_weights_fn=adabest.with_deployed_model_weights,
   )
+  compose = fused.compose_fused if on_shards else (
+      stateful_process.compose_algorithm)
+  return compose(
+      model_fn, algorithm,
+      client_learning_rate=client_learning_rate,
+      client_learning_rate_decay=client_learning_rate_decay,
+      model_aggregator=model_aggregator,
+      metrics_aggregator=metrics_aggregator)

@@ -28,10 +28,10 @@ import collections
 from collections.abc import Callable
 from typing import Optional
 
-import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
+from adabest_tff import fused
 from adabest_tff import stateful_process
 
 CONTROL_VARIATE = 'control_variate'  # c_i on a client, c on the server
@@ -50,6 +50,7 @@ def build_scaffold(
     model_aggregator: Optional[tff.aggregators.WeightedAggregationFactory] = (
         None),
     metrics_aggregator: Optional[Callable[..., tff.Computation]] = None,
+    on_shards: bool = False,
 ) -> stateful_process.StatefulClientLearningProcess:
   """Builds the SCAFFOLD (option II) learning process.
 
@@ -64,8 +65,10 @@ def build_scaffold(
     server_learning_rate: `η_g`, the global step size.
     client_weighting: How the model updates are averaged.
     model_aggregator: A weighted factory for the mean of the model deltas;
-      default `tff.aggregators.MeanFactory()`.
+      default `tff.aggregators.MeanFactory()`, on
+      shards the diagnosed mean (`adabest_tff.fused`).
     metrics_aggregator: Optional, as in `tff.learning.algorithms`.
+    on_shards: As in `adabest.build_adabest`: a TFF client trains a shard.
 
   Returns:
     A `stateful_process.StatefulClientLearningProcess`.
@@ -78,12 +81,9 @@ def build_scaffold(
     raise ValueError('server_learning_rate must be positive, found '
                      f'{server_learning_rate}.')
   stateful_process.check_client_weighting(client_weighting)
-  model_aggregator = model_aggregator or tff.aggregators.MeanFactory()
 
   model_weights_type = stateful_process.model_weights_type(model_fn)
   trainable_type = model_weights_type.trainable
-  client_state_type = tff.types.to_type(
-      collections.OrderedDict([(CONTROL_VARIATE, trainable_type)]))
 
   def zero_control_variate():
     return collections.OrderedDict([
@@ -98,26 +98,28 @@ def build_scaffold(
                             tf.nest.flatten(sums[CONTROL_VARIATE_DELTA]))
     ])])
 
-  def client_update(model, work_input, data, context):
-    client_control = tf.nest.flatten(work_input.client_state[CONTROL_VARIATE])
-    server_control = tf.nest.flatten(context.server_values[CONTROL_VARIATE])
-    training = stateful_process.local_sgd_with_correction(
-        model, data, context.learning_rate,
-        lambda gradients, _: [
-            g - ci + c
-            for g, ci, c in zip(gradients, client_control, server_control)
-        ])
-    model_delta = stateful_process.model_delta(
-        work_input.model_weights.trainable, model)
+  def prepare(client_state, cloud_model, context, num_examples_fn):
+    del cloud_model, num_examples_fn
+    return (tf.nest.flatten(client_state[CONTROL_VARIATE]),
+            tf.nest.flatten(context.server_values[CONTROL_VARIATE]))
+
+  def correction(controls, gradients, trainable):
+    del trainable
+    client_control, server_control = controls
+    return [g - ci + c
+            for g, ci, c in zip(gradients, client_control, server_control)]
+
+  def conclude(client_state, controls, model_delta, training, context):
+    del client_state
+    client_control, server_control = controls
     steps_times_rate = (tf.cast(training.num_steps, tf.float32) *
                         context.learning_rate)
-    if training.num_steps > 0:
-      new_control = [
-          ci - c + delta / steps_times_rate
-          for ci, c, delta in zip(client_control, server_control, model_delta)
-      ]
-    else:
-      new_control = client_control
+    # A client without steps keeps c_i (no option II estimate exists).
+    new_control = [
+        tf.where(training.num_steps > 0,
+                 ci - c + tf.math.divide_no_nan(delta, steps_times_rate), ci)
+        for ci, c, delta in zip(client_control, server_control, model_delta)
+    ]
     result = stateful_process.guarded_client_result(
         model_delta,
         stateful_process.client_weight(client_weighting,
@@ -129,25 +131,22 @@ def build_scaffold(
         kept - ci for kept, ci in zip(kept_control, client_control)
     ])])
 
-  client_work = stateful_process.build_stateful_client_work(
-      model_fn,
-      client_state_type=client_state_type,
-      client_update_fn=client_update,
+  algorithm = stateful_process.StatefulAlgorithm(
+      steps=stateful_process.StatefulClientSteps(prepare, correction,
+                                                 conclude),
+      initial_client_state=initial_client_state,
       initial_server_values_fn=zero_control_variate,
       broadcast_values_fn=lambda server_values: server_values,
       server_values_update_fn=add_control_variate_deltas,
+      finalizer=tff.learning.templates.build_apply_optimizer_finalizer(
+          tff.learning.optimizers.build_sgdm(server_learning_rate),
+          model_weights_type),
+  )
+  compose = fused.compose_fused if on_shards else (
+      stateful_process.compose_algorithm)
+  return compose(
+      model_fn, algorithm,
       client_learning_rate=client_learning_rate,
       client_learning_rate_decay=client_learning_rate_decay,
-      metrics_aggregator=metrics_aggregator,
-  )
-  finalizer = tff.learning.templates.build_apply_optimizer_finalizer(
-      tff.learning.optimizers.build_sgdm(server_learning_rate),
-      model_weights_type)
-  return stateful_process.compose_stateful_learning_process(
-      stateful_process.build_initial_model_weights_fn(model_fn),
-      tff.learning.templates.build_broadcast_process(model_weights_type),
-      client_work,
-      model_aggregator.create(trainable_type, tff.TensorType(np.float32)),
-      finalizer,
-      initial_client_state,
-  )
+      model_aggregator=model_aggregator,
+      metrics_aggregator=metrics_aggregator)

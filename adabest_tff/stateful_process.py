@@ -44,10 +44,13 @@ import collections
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple, Optional
 
+import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
 from adabest_tff import client_state_store
+from fl_common import fused
+from fl_common import shards
 
 LearningAlgorithmState = tff.learning.templates.LearningAlgorithmState
 
@@ -120,6 +123,7 @@ class StatefulClientLearningProcess(tff.learning.templates.LearningProcess):
       *,
       get_hparams_fn: Optional[tff.Computation] = None,
       set_hparams_fn: Optional[tff.Computation] = None,
+      on_shards: bool = False,
   ):
     """Creates the process.
 
@@ -133,6 +137,10 @@ class StatefulClientLearningProcess(tff.learning.templates.LearningProcess):
         has never taken part.
       get_hparams_fn: Optional `(S -> H)`.
       set_hparams_fn: Optional `(<S, H> -> S)`.
+      on_shards: Whether a TFF client is a shard of clients
+        (`adabest_tff.fused`): its data a shard (`fl_common.shards`), its
+        client state and new client state the shard's clients' states
+        stacked (`C` with a leading dimension, `fl_common.fused.stacked_type`).
 
     Raises:
       ClientStateTypeError: If the client-state types do not match.
@@ -165,6 +173,8 @@ class StatefulClientLearningProcess(tff.learning.templates.LearningProcess):
       raise ClientStateTypeError(
           '`initial_client_state` must be a no-arg computation with an '
           f'unplaced result, found {initial_client_state.type_signature}.')
+    if on_shards:
+      client_state_type = fused.stacked_type(client_state_type)
     client_states_type = result_type.client_states
     if (not isinstance(client_states_type, tff.FederatedType) or
         client_states_type.placement is not tff.CLIENTS or
@@ -184,6 +194,7 @@ class StatefulClientLearningProcess(tff.learning.templates.LearningProcess):
           f'{client_input_type}.')
     self._next_fn = next_fn
     self._initial_client_state = initial_client_state
+    self._on_shards = on_shards
 
   @property
   def next(self) -> tff.Computation:
@@ -194,6 +205,11 @@ class StatefulClientLearningProcess(tff.learning.templates.LearningProcess):
   def initial_client_state(self) -> tff.Computation:
     """A no-arg computation: the state of a client new to training."""
     return self._initial_client_state
+
+  @property
+  def on_shards(self) -> bool:
+    """Whether a TFF client is a shard of clients (see `__init__`)."""
+    return self._on_shards
 
   @property
   def client_state_type(self) -> tff.Type:
@@ -290,28 +306,9 @@ def compose_stateful_learning_process(
 
   state_type = init_fn.type_signature.result.member
 
-  @tff.tensorflow.computation(state_type)
-  def get_model_weights_fn(state):
-    if deployed_model_weights_fn is None:
-      return state.global_model_weights
-    return deployed_model_weights_fn(state)
-
-  @tff.tensorflow.computation(state_type,
-                              state_type.global_model_weights)
-  def set_model_weights_fn(state, model_weights):
-    if with_deployed_model_weights_fn is None:
-      return LearningAlgorithmState(model_weights, state.distributor,
-                                    state.client_work, state.aggregator,
-                                    state.finalizer)
-    return with_deployed_model_weights_fn(state, model_weights)
-
-  @tff.tensorflow.computation(state_type)
-  def model_norms_fn(state):
-    return collections.OrderedDict(
-        global_model_norm=tf.linalg.global_norm(
-            tf.nest.flatten(state.global_model_weights.trainable)),
-        deployed_model_norm=tf.linalg.global_norm(
-            tf.nest.flatten(get_model_weights_fn(state).trainable)))
+  model_weights = model_weights_functions(state_type,
+                                          deployed_model_weights_fn,
+                                          with_deployed_model_weights_fn)
 
   @tff.federated_computation(init_fn.type_signature.result,
                              client_inputs_type)
@@ -337,33 +334,102 @@ def compose_stateful_learning_process(
         client_work=client_work_output.measurements,
         aggregator=aggregator_output.measurements,
         finalizer=finalizer_output.measurements,
-        model_norms=tff.federated_map(model_norms_fn, new_state)))
+        model_norms=tff.federated_map(model_weights.norms, new_state)))
     return StatefulLearningProcessOutput(new_state, metrics,
                                          client_update.client_state)
+
+  get_hparams_fn, set_hparams_fn = hparams_functions(state_type,
+                                                     model_finalizer,
+                                                     client_work)
+  return StatefulClientLearningProcess(
+      init_fn,
+      next_fn,
+      model_weights.get,
+      model_weights.set,
+      initial_client_state,
+      get_hparams_fn=get_hparams_fn,
+      set_hparams_fn=set_hparams_fn,
+  )
+
+
+class ModelWeightsFunctions(NamedTuple):
+  """A stateful process's model-weights computations (on its state)."""
+
+  get: tff.Computation  # (S -> W): the deployed model
+  set: tff.Computation  # (<S, W> -> S)
+  norms: tff.Computation  # (S -> OrderedDict(global_model_norm, ...))
+
+
+def model_weights_functions(
+    state_type: tff.Type,
+    deployed_model_weights_fn: Optional[Callable[[Any], Any]] = None,
+    with_deployed_model_weights_fn: Optional[Callable[[Any, Any], Any]] = None,
+) -> ModelWeightsFunctions:
+  """`get_model_weights`, `set_model_weights` and the `model_norms` metrics
+  of a `LearningAlgorithmState` (arguments as
+  `compose_stateful_learning_process`'s)."""
+
+  @tff.tensorflow.computation(state_type)
+  def get_model_weights_fn(state):
+    if deployed_model_weights_fn is None:
+      return state.global_model_weights
+    return deployed_model_weights_fn(state)
+
+  @tff.tensorflow.computation(state_type,
+                              state_type.global_model_weights)
+  def set_model_weights_fn(state, model_weights):
+    if with_deployed_model_weights_fn is None:
+      return LearningAlgorithmState(model_weights, state.distributor,
+                                    state.client_work, state.aggregator,
+                                    state.finalizer)
+    return with_deployed_model_weights_fn(state, model_weights)
+
+  @tff.tensorflow.computation(state_type)
+  def model_norms_fn(state):
+    return collections.OrderedDict(
+        global_model_norm=tf.linalg.global_norm(
+            tf.nest.flatten(state.global_model_weights.trainable)),
+        deployed_model_norm=tf.linalg.global_norm(
+            tf.nest.flatten(get_model_weights_fn(state).trainable)))
+
+  return ModelWeightsFunctions(get_model_weights_fn, set_model_weights_fn,
+                               model_norms_fn)
+
+
+def hparams_functions(
+    state_type: tff.Type,
+    finalizer: tff.learning.templates.FinalizerProcess,
+    client_work: Optional[tff.learning.templates.ClientWorkProcess] = None,
+) -> tuple[tff.Computation, tff.Computation]:
+  """`(get_hparams, set_hparams)` of a `LearningAlgorithmState`: the client
+  work's (`build_stateful_client_work`'s have none: an empty `OrderedDict`,
+  also when `client_work` is None) and the finalizer's."""
+
+  def client_work_hparams(state):
+    if client_work is None:
+      return collections.OrderedDict()
+    return client_work.get_hparams(state)
+
+  def with_client_work_hparams(state, hparams):
+    if client_work is None:
+      return state
+    return client_work.set_hparams(state, hparams)
 
   @tff.tensorflow.computation(state_type)
   def get_hparams_fn(state):
     return collections.OrderedDict(
-        client_work=client_work.get_hparams(state.client_work),
-        finalizer=model_finalizer.get_hparams(state.finalizer))
+        client_work=client_work_hparams(state.client_work),
+        finalizer=finalizer.get_hparams(state.finalizer))
 
   @tff.tensorflow.computation(state_type, get_hparams_fn.type_signature.result)
   def set_hparams_fn(state, hparams):
     return LearningAlgorithmState(
         state.global_model_weights, state.distributor,
-        client_work.set_hparams(state.client_work, hparams['client_work']),
+        with_client_work_hparams(state.client_work, hparams['client_work']),
         state.aggregator,
-        model_finalizer.set_hparams(state.finalizer, hparams['finalizer']))
+        finalizer.set_hparams(state.finalizer, hparams['finalizer']))
 
-  return StatefulClientLearningProcess(
-      init_fn,
-      next_fn,
-      get_model_weights_fn,
-      set_model_weights_fn,
-      initial_client_state,
-      get_hparams_fn=get_hparams_fn,
-      set_hparams_fn=set_hparams_fn,
-  )
+  return get_hparams_fn, set_hparams_fn
 
 
 class RoundContext(NamedTuple):
@@ -387,6 +453,120 @@ ClientUpdateFn = Callable[
     [tff.learning.models.VariableModel, StatefulClientWorkInput,
      tf.data.Dataset, RoundContext],
     tuple[tff.learning.templates.ClientResult, Any]]
+
+
+class StatefulClientSteps(NamedTuple):
+  """A stateful client as corrected SGD steps between two functions.
+
+  AdaBest, FedDyn and SCAFFOLD differ only in these three functions (Varno
+  et al. 2022, Algorithm 1); one client update runs them on a client's
+  dataset (`client_update_from_steps`, per client) and `adabest_tff.fused`
+  on the clients of a shard, so both paths compute the same thing.
+
+  Attributes:
+    prepare: `(client_state, cloud_model, context, num_examples_fn) -> aux`,
+      before the first step: what the correction needs (e.g. `h_i`, FedDyn's
+      `μ_i`). `cloud_model` is the broadcast trainable weights (a flat list),
+      `num_examples_fn()` the number of examples the client will process
+      (only counted where called).
+    correction: `(aux, gradients, trainable) -> gradients`, flat lists: the
+      corrected local gradient (`local_sgd_with_correction`).
+    conclude: `(client_state, aux, pseudo_gradient, training, context) ->
+      (ClientResult(StatefulClientUpdate, weight), values summed over
+      clients)` after the last step; `pseudo_gradient` is `x − θ_K` (a flat
+      list) and `training` the `LocalTrainingResult`.
+  """
+
+  prepare: Callable[[Any, list[tf.Tensor], RoundContext,
+                     Callable[[], tf.Tensor]], Any]
+  correction: Callable[[Any, list[tf.Tensor], list[tf.Variable]],
+                       list[tf.Tensor]]
+  conclude: Callable[[Any, Any, list[tf.Tensor], 'LocalTrainingResult',
+                      RoundContext],
+                     tuple[tff.learning.templates.ClientResult, Any]]
+
+
+def count_examples(data: tf.data.Dataset) -> tf.Tensor:
+  """The number of examples in `data` (the leading dim of each batch)."""
+  return data.reduce(
+      tf.constant(0, tf.int64),
+      lambda count, batch: count + tf.shape(
+          tf.nest.flatten(batch)[0], out_type=tf.int64)[0])
+
+
+def client_update_from_steps(steps: StatefulClientSteps) -> ClientUpdateFn:
+  """The per-client `ClientUpdateFn` that runs `steps` over a dataset."""
+
+  def client_update(model, work_input, data, context):
+    cloud_model = tf.nest.flatten(work_input.model_weights.trainable)
+    aux = steps.prepare(work_input.client_state, cloud_model, context,
+                        lambda: count_examples(data))
+    training = local_sgd_with_correction(
+        model, data, context.learning_rate,
+        lambda gradients, trainable: steps.correction(aux, gradients,
+                                                      trainable))
+    return steps.conclude(work_input.client_state, aux,
+                          model_delta(cloud_model, model), training, context)
+
+  return client_update
+
+
+class ClientWorkState(NamedTuple):
+  """The client work's server-side computations (TFF computations).
+
+  Attributes:
+    initial: `( -> OrderedDict(round_num, server_values))`.
+    round_context: `(state -> RoundContext)`: what is broadcast.
+    build_update: `summed values type -> (<state, summed values> ->
+      state)`: the type of the summed values is the client update's.
+  """
+
+  initial: tff.Computation
+  round_context: tff.Computation
+  build_update: Callable[[tff.Type], tff.Computation]
+
+
+def client_work_state(
+    *,
+    initial_server_values_fn: Callable[[], Any],
+    broadcast_values_fn: Callable[[Any], Any],
+    server_values_update_fn: Callable[[Any, Any], Any],
+    client_learning_rate: float,
+    client_learning_rate_decay: float,
+) -> ClientWorkState:
+  """The state of `build_stateful_client_work`'s client work and the
+  computations around it: a round counter and the algorithm's server values
+  (arguments as `build_stateful_client_work`'s)."""
+  check_learning_rate_args(client_learning_rate, client_learning_rate_decay)
+
+  @tff.tensorflow.computation
+  def initial_state_fn():
+    return collections.OrderedDict(round_num=tf.constant(0, tf.int32),
+                                   server_values=initial_server_values_fn())
+
+  state_type = initial_state_fn.type_signature.result
+
+  @tff.tensorflow.computation(state_type)
+  def round_context_fn(state):
+    round_num = state['round_num'] + 1
+    return RoundContext(
+        round_num,
+        decayed_learning_rate(client_learning_rate,
+                              client_learning_rate_decay, round_num),
+        broadcast_values_fn(state['server_values']))
+
+  def build_update(summed_type):
+
+    @tff.tensorflow.computation(state_type, summed_type)
+    def update_state_fn(state, sums):
+      return collections.OrderedDict(
+          round_num=state['round_num'] + 1,
+          server_values=server_values_update_fn(state['server_values'],
+                                                sums))
+
+    return update_state_fn
+
+  return ClientWorkState(initial_state_fn, round_context_fn, build_update)
 
 
 def build_stateful_client_work(
@@ -423,7 +603,8 @@ def build_stateful_client_work(
     model_fn: A no-arg function returning a new
       `tff.learning.models.VariableModel`.
     client_state_type: The unplaced type of one client's state.
-    client_update_fn: The algorithm's client step, run in a `tf.function`.
+    client_update_fn: The algorithm's client step, run in a `tf.function`
+      (e.g. `client_update_from_steps(steps)`).
     initial_server_values_fn: TF function `() -> server_values`.
     broadcast_values_fn: TF function `server_values -> broadcast values`.
     server_values_update_fn: TF function `(server_values, sums) ->
@@ -436,7 +617,12 @@ def build_stateful_client_work(
     A `tff.learning.templates.ClientWorkProcess` whose second argument is
     `StatefulClientWorkInput`.
   """
-  check_learning_rate_args(client_learning_rate, client_learning_rate_decay)
+  work_state = client_work_state(
+      initial_server_values_fn=initial_server_values_fn,
+      broadcast_values_fn=broadcast_values_fn,
+      server_values_update_fn=server_values_update_fn,
+      client_learning_rate=client_learning_rate,
+      client_learning_rate_decay=client_learning_rate_decay)
   metrics_aggregator = (metrics_aggregator or
                         tff.learning.metrics.sum_then_finalize)
   with tf.Graph().as_default():
@@ -449,24 +635,8 @@ def build_stateful_client_work(
       [('model_weights', weights_type), ('client_state', client_state_type)],
       StatefulClientWorkInput)
 
-  @tff.tensorflow.computation
-  def initial_state_fn():
-    return collections.OrderedDict(round_num=tf.constant(0, tf.int32),
-                                   server_values=initial_server_values_fn())
-
-  state_type = initial_state_fn.type_signature.result
-
-  @tff.tensorflow.computation(state_type)
-  def round_context_fn(state):
-    round_num = state['round_num'] + 1
-    return RoundContext(
-        round_num,
-        decayed_learning_rate(client_learning_rate,
-                              client_learning_rate_decay, round_num),
-        broadcast_values_fn(state['server_values']))
-
   @tff.tensorflow.computation(work_input_type, data_type,
-                              round_context_fn.type_signature.result)
+                              work_state.round_context.type_signature.result)
   def client_update_computation(work_input, data, context):
     model = model_fn()
 
@@ -483,24 +653,19 @@ def build_stateful_client_work(
 
     return client_update(work_input, data, context)
 
-  summed_type = client_update_computation.type_signature.result[2]
-
-  @tff.tensorflow.computation(state_type, summed_type)
-  def update_state_fn(state, sums):
-    return collections.OrderedDict(
-        round_num=state['round_num'] + 1,
-        server_values=server_values_update_fn(state['server_values'], sums))
+  update_state_fn = work_state.build_update(
+      client_update_computation.type_signature.result[2])
 
   @tff.federated_computation
   def init_fn():
-    return tff.federated_eval(initial_state_fn, tff.SERVER)
+    return tff.federated_eval(work_state.initial, tff.SERVER)
 
   @tff.federated_computation(init_fn.type_signature.result,
                              tff.FederatedType(work_input_type, tff.CLIENTS),
                              tff.FederatedType(data_type, tff.CLIENTS))
   def next_fn(state, work_input, data):
     context = tff.federated_broadcast(
-        tff.federated_map(round_context_fn, state))
+        tff.federated_map(work_state.round_context, state))
     client_result, model_outputs, summed_values = tff.federated_map(
         client_update_computation, (work_input, data, context))
     new_state = tff.federated_map(
@@ -511,6 +676,106 @@ def build_stateful_client_work(
                                                measurements)
 
   return tff.learning.templates.ClientWorkProcess(init_fn, next_fn)
+
+
+class CohortMean(NamedTuple):
+  """An aggregate with the cohort's size `|P^t|` (FedDyn's server needs it)."""
+
+  mean: Any
+  cohort_size: Any
+
+
+def build_cohort_mean_aggregator(
+    factory: tff.aggregators.WeightedAggregationFactory,
+    value_type: tff.Type) -> tff.templates.AggregationProcess:
+  """`factory`'s weighted mean as a `CohortMean` with the number of clients
+  (each counted, whatever its weight); state and measurements `factory`'s."""
+  inner = factory.create(value_type, tff.TensorType(np.float32))
+
+  @tff.tensorflow.computation(np.float32)
+  def one(_):
+    return tf.constant(1.0, tf.float32)
+
+  @tff.federated_computation(inner.next.type_signature.parameter)
+  def next_fn(state, value, weight):
+    output = inner.next(state, value, weight)
+    cohort_size = tff.federated_sum(tff.federated_map(one, weight))
+    return tff.templates.MeasuredProcessOutput(
+        output.state, tff.federated_zip(CohortMean(output.result,
+                                                   cohort_size)),
+        output.measurements)
+
+  return tff.templates.AggregationProcess(inner.initialize, next_fn)
+
+
+class StatefulAlgorithm(NamedTuple):
+  """What AdaBest, FedDyn and SCAFFOLD each define, composed per client by
+  `compose_algorithm` or on shards by `adabest_tff.fused.compose_fused`.
+
+  Attributes:
+    steps: The client (`StatefulClientSteps`).
+    initial_client_state: `( -> C)`: a client new to training.
+    initial_server_values_fn, broadcast_values_fn, server_values_update_fn:
+      The client work's server values (`build_stateful_client_work`).
+    finalizer: Takes the mean pseudo-gradient, or with `cohort_mean` a
+      `CohortMean(mean, |P^t|)`.
+    cohort_mean: Whether the finalizer needs the cohort's size.
+    deployed_model_weights_fn, with_deployed_model_weights_fn: As in
+      `compose_stateful_learning_process`.
+  """
+
+  steps: StatefulClientSteps
+  initial_client_state: tff.Computation
+  initial_server_values_fn: Callable[[], Any]
+  broadcast_values_fn: Callable[[Any], Any]
+  server_values_update_fn: Callable[[Any, Any], Any]
+  finalizer: tff.learning.templates.FinalizerProcess
+  cohort_mean: bool = False
+  deployed_model_weights_fn: Optional[Callable[[Any], Any]] = None
+  with_deployed_model_weights_fn: Optional[Callable[[Any, Any], Any]] = None
+
+
+def compose_algorithm(
+    model_fn: Callable[[], tff.learning.models.VariableModel],
+    algorithm: StatefulAlgorithm,
+    *,
+    client_learning_rate: float,
+    client_learning_rate_decay: float,
+    model_aggregator: Optional[tff.aggregators.WeightedAggregationFactory],
+    metrics_aggregator: Optional[Callable[..., tff.Computation]] = None,
+) -> StatefulClientLearningProcess:
+  """`algorithm` with one TFF client per real client (see
+  `compose_stateful_learning_process`); `model_aggregator` defaults to
+  `tff.aggregators.MeanFactory()`."""
+  model_aggregator = model_aggregator or tff.aggregators.MeanFactory()
+  weights_type = model_weights_type(model_fn)
+  trainable_type = weights_type.trainable
+  client_work = build_stateful_client_work(
+      model_fn,
+      client_state_type=algorithm.initial_client_state.type_signature.result,
+      client_update_fn=client_update_from_steps(algorithm.steps),
+      initial_server_values_fn=algorithm.initial_server_values_fn,
+      broadcast_values_fn=algorithm.broadcast_values_fn,
+      server_values_update_fn=algorithm.server_values_update_fn,
+      client_learning_rate=client_learning_rate,
+      client_learning_rate_decay=client_learning_rate_decay,
+      metrics_aggregator=metrics_aggregator,
+  )
+  aggregator = (build_cohort_mean_aggregator(model_aggregator, trainable_type)
+                if algorithm.cohort_mean else
+                model_aggregator.create(trainable_type,
+                                        tff.TensorType(np.float32)))
+  return compose_stateful_learning_process(
+      build_initial_model_weights_fn(model_fn),
+      tff.learning.templates.build_broadcast_process(weights_type),
+      client_work,
+      aggregator,
+      algorithm.finalizer,
+      algorithm.initial_client_state,
+      deployed_model_weights_fn=algorithm.deployed_model_weights_fn,
+      with_deployed_model_weights_fn=(
+          algorithm.with_deployed_model_weights_fn),
+  )
 
 
 def model_delta(initial_weights: Any,
@@ -577,9 +842,38 @@ def local_sgd_with_correction(
   Returns:
     The number of examples and of steps processed.
   """
+  initial_loop_state, step = corrected_sgd(model, learning_rate,
+                                           gradient_correction)
+  # An iterator loop, not `dataset.reduce`, as in FedOpt's client work
+  # (`large_cohort/fedopt.py`): the step then sits in the main graph instead
+  # of a tf.data function the worker re-instantiates for every client.
+  training_loop = tff.learning.loop_builder.build_training_loop(
+      tff.learning.LoopImplementation.DATASET_ITERATOR)
+  num_examples, num_steps, _ = training_loop(step, data, initial_loop_state)
+  return LocalTrainingResult(num_examples, num_steps)
+
+
+def corrected_sgd(
+    model: tff.learning.models.VariableModel,
+    learning_rate: tf.Tensor,
+    gradient_correction: Callable[[list[tf.Tensor], list[tf.Variable]],
+                                  list[tf.Tensor]],
+) -> tuple[Callable[[], Any], Callable[[Any, Any], Any]]:
+  """`(initial_loop_state_fn, step)` of `local_sgd_with_correction`.
+
+  `step(loop_state, batch) -> loop_state` is one SGD step on the corrected
+  gradient of `batch`; the loop state is `(num_examples, num_steps,
+  optimizer_state)`. The per-client client work runs it over a dataset,
+  `adabest_tff.fused` over a shard's batches.
+  """
   trainable = tf.nest.flatten(
       tff.learning.models.ModelWeights.from_model(model).trainable)
   optimizer = tff.learning.optimizers.build_sgdm(learning_rate=learning_rate)
+  specs = tuple(tf.TensorSpec(v.shape, v.dtype) for v in trainable)
+
+  def initial_loop_state():
+    return (tf.constant(0, tf.int64), tf.constant(0, tf.int64),
+            optimizer.initialize(specs))
 
   def step(loop_state, batch):
     num_examples, num_steps, optimizer_state = loop_state
@@ -592,24 +886,17 @@ def local_sgd_with_correction(
     optimizer_state, new_weights = optimizer.next(
         optimizer_state, tuple(trainable),
         tuple(gradient_correction(gradients, trainable)))
-    for variable, value in zip(trainable, new_weights):
-      variable.assign(value)
     if output.num_examples is None:
       batch_size = tf.shape(output.predictions, out_type=tf.int64)[0]
     else:
       batch_size = tf.cast(output.num_examples, tf.int64)
-    return num_examples + batch_size, num_steps + 1, optimizer_state
+    with tf.control_dependencies([
+        variable.assign(value)
+        for variable, value in zip(trainable, new_weights)]):
+      return (num_examples + batch_size, num_steps + 1,
+              tf.nest.map_structure(tf.identity, optimizer_state))
 
-  specs = tuple(tf.TensorSpec(v.shape, v.dtype) for v in trainable)
-  # An iterator loop, not `dataset.reduce`, as in FedOpt's client work
-  # (`large_cohort/fedopt.py`): the step then sits in the main graph instead
-  # of a tf.data function the worker re-instantiates for every client.
-  training_loop = tff.learning.loop_builder.build_training_loop(
-      tff.learning.LoopImplementation.DATASET_ITERATOR)
-  num_examples, num_steps, _ = training_loop(
-      step, data, lambda: (tf.constant(0, tf.int64), tf.constant(0, tf.int64),
-                           optimizer.initialize(specs)))
-  return LocalTrainingResult(num_examples, num_steps)
+  return initial_loop_state, step
 
 
 def guarded_client_result(
@@ -679,7 +966,8 @@ def run_round(
     process: The stateful learning process.
     server_state: The server state before the round.
     client_ids: The cohort.
-    client_datasets: One dataset per client, in the order of `client_ids`.
+    client_datasets: One dataset per client, in the order of `client_ids`;
+      for a process `on_shards`, shards of those clients in that order.
     store: Where the client states live between rounds.
     round_num: The 1-based round number, the version the states are saved as.
 
@@ -687,19 +975,35 @@ def run_round(
     The new server state and the round's metrics.
 
   Raises:
-    ValueError: If `client_ids` and `client_datasets` differ in length or the
-      cohort is empty.
+    ValueError: If `client_ids` and the clients of `client_datasets` differ
+      in number or the cohort is empty.
   """
-  if len(client_ids) != len(client_datasets) or not client_ids:
+  if process.on_shards:
+    sizes = [shards.num_clients(shard) for shard in client_datasets]
+  else:
+    sizes = [1] * len(client_datasets)
+  if sum(sizes) != len(client_ids) or not client_ids:
     raise ValueError(
-        f'Expected one dataset per client for a non-empty cohort, found '
-        f'{len(client_ids)} client ids and {len(client_datasets)} datasets.')
+        f'Expected one client per id for a non-empty cohort, found '
+        f'{len(client_ids)} client ids and {sum(sizes)} clients in '
+        f'{len(client_datasets)} datasets.')
   client_states = store.load(client_ids)
+  if process.on_shards:
+    bounds = np.cumsum([0] + sizes)
+    client_states = [
+        tf.nest.map_structure(lambda *leaves: np.stack(leaves),
+                              *client_states[start:end])
+        for start, end in zip(bounds[:-1], bounds[1:])]
   output = process.next(server_state, [
       StatefulClientInput(data, state)
       for data, state in zip(client_datasets, client_states)
   ])
-  store.save(client_ids, output.client_states, round_num)
+  new_states = output.client_states
+  if process.on_shards:
+    new_states = [
+        tf.nest.map_structure(lambda leaf, k=k: leaf[k], stacked)
+        for stacked, size in zip(new_states, sizes) for k in range(size)]
+  store.save(client_ids, new_states, round_num)
   return tff.learning.templates.LearningProcessOutput(output.state,
                                                       output.metrics)
 

@@ -4,8 +4,11 @@
 `adabest_tff` processes. All three are `StatefulClientLearningProcess`es: the
 training loop runs them with `adabest_tff.stateful_process.run_round` and a
 `ClientStateStore` in the run directory, committed with each checkpoint.
-`round_metrics_fn` reports the round's bytes up and down, read off the
-process's TFF types (`fl_common.communication`).
+A round runs on shards of clients (`on_shards=True`, `adabest_tff.fused`:
+one shard per core, `--clients_per_shard`), each shard's client states
+stacked, unless `--clients_per_shard=1`. `round_metrics_fn` reports the
+round's bytes up and down, read off the per-client process's TFF types
+(`fl_common.communication`).
 
 Defaults are the paper's (Section 4.1, Appendix D.1): client SGD at 0.1 when
 `--client_learning_rate` is unset, decayed by `--client_lr_decay` = 0.998 per
@@ -87,6 +90,7 @@ OWN_FLAGS = {
     'adabest_beta_decay_factor': frozenset({'adabest'}),
     'client_lr_decay': frozenset(SHARED_FLAGS),
     'adabest_client_weighting': frozenset(SHARED_FLAGS),
+    'clients_per_shard': frozenset(SHARED_FLAGS),  # flag_groups'.
 }
 
 _CLIENT_WEIGHTING = {
@@ -118,24 +122,26 @@ def effective_hparams(algorithm: str, values: Mapping[str, Any]
   return rates
 
 
-def _with_bytes_metrics(
-    process: tff.learning.templates.LearningProcess
-) -> algorithm_setup.AlgorithmSetup:
-  """The process, with the round's bytes up and down as extra metrics."""
-  costs = []  # Read off the types when first needed.
+def _bytes_metrics(
+    build_per_client_process: Callable[[], tff.learning.templates.LearningProcess]
+) -> algorithm_setup.RoundMetricsFn:
+  """The round's bytes up and down, read off the per-client process's types
+  (on shards, a TFF client is a shard: its types say nothing of one
+  client's), built when first needed."""
+  costs = []
 
   def round_metrics(round_num, client_ids, metrics):
     del round_num, metrics  # The cost depends on the cohort size only.
     if not costs:
-      costs.append(communication.communication_cost(process))
+      costs.append(communication.communication_cost(
+          build_per_client_process()))
     cost = costs[0]
     return {
         'bytes_down': float(len(client_ids) * cost.bytes_down),
         'bytes_up': float(len(client_ids) * cost.bytes_up),
     }
 
-  return algorithm_setup.AlgorithmSetup(process=process,
-                                        round_metrics_fn=round_metrics)
+  return round_metrics
 
 
 def _build_setup(
@@ -143,15 +149,27 @@ def _build_setup(
     build_process: Callable[..., tff.learning.templates.LearningProcess],
     **algorithm_args: Any,
 ) -> algorithm_setup.AlgorithmSetup:
-  """`build_process` with the flags the three algorithms share, and bytes."""
-  return _with_bytes_metrics(build_process(
-      ctx.task.model_fn,
-      client_learning_rate=ctx.client_learning_rate,
-      client_learning_rate_decay=CLIENT_LR_DECAY.value,
-      client_weighting=_CLIENT_WEIGHTING[CLIENT_WEIGHTING.value],
-      model_aggregator=diagnosed_mean.diagnosed_mean_factory(clipping=False),
-      **algorithm_args,
-  ))
+  """`build_process` with the flags the three algorithms share, on shards
+  unless `--clients_per_shard=1`, and its bytes per round."""
+  on_shards = ctx.clients_per_shard != 1
+
+  def build(on_shards):
+    return build_process(
+        ctx.task.model_fn,
+        client_learning_rate=ctx.client_learning_rate,
+        client_learning_rate_decay=CLIENT_LR_DECAY.value,
+        client_weighting=_CLIENT_WEIGHTING[CLIENT_WEIGHTING.value],
+        model_aggregator=diagnosed_mean.diagnosed_mean_factory(
+            clipping=False),
+        on_shards=on_shards,
+        **algorithm_args)
+
+  process = build(on_shards)
+  return algorithm_setup.AlgorithmSetup(
+      process=process,
+      client_datasets_fn=algorithm_setup.shards_fn(ctx) if on_shards else None,
+      round_metrics_fn=_bytes_metrics(
+          (lambda: build(False)) if on_shards else lambda: process))
 
 
 def _build_adabest(

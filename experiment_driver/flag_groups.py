@@ -257,10 +257,10 @@ MAX_CLIENTS_PER_CALL = flags.DEFINE_integer(
     ' LSTM). 0: the whole cohort in one call.', lower_bound=0)
 CLIENTS_PER_SHARD = flags.DEFINE_integer(
     'clients_per_shard', None,
-    'FedOpt and GeL: real clients trained in one call of the client'
-    ' computation (fl_common.fused: a shard, one TensorFlow graph); 1 is one'
-    ' call per client. Default: one shard per core of each worker, with the'
-    ' driver\'s aggregator (not with --zeroing).',
+    'Real clients trained in one call of the client computation'
+    ' (fl_common.fused: a shard, one TensorFlow graph); 1 is one call per'
+    ' client. Default: one shard per core of each worker (not with'
+    ' --zeroing).',
     lower_bound=1)
 WORKER_ADDRESSES = flags.DEFINE_list(
     'worker_addresses', [],

@@ -81,8 +81,28 @@ class ClientProgram(NamedTuple):
   finish: Callable[[Any, Any], tuple[Any, tf.Tensor, tf.Tensor, Any]]
 
 
+
+class StatefulClientProgram(NamedTuple):
+  """A `ClientProgram` whose clients keep a state between rounds (AdaBest,
+  FedDyn, SCAFFOLD: `adabest_tff.fused`).
+
+  Attributes:
+    start: `(hparams, client_state, num_examples) -> state`: as
+      `ClientProgram.start`, from the client's stored state and the number
+      of examples in its batches (int64).
+    step: As `ClientProgram.step`.
+    finish: `(state, hparams) -> (upload, weight, non_finite, counters,
+      new_client_state)`: as `ClientProgram.finish`, and the client's new
+      state, stacked over the shard's clients in the shard's output.
+  """
+
+  start: Callable[[Any, Any, tf.Tensor], Any]
+  step: Callable[[Any, Any, Any], Any]
+  finish: Callable[[Any, Any], tuple[Any, tf.Tensor, tf.Tensor, Any, Any]]
+
 ProgramFn = Callable[[tff.learning.models.VariableModel,
-                      tff.learning.models.ModelWeights, Any], ClientProgram]
+                      tff.learning.models.ModelWeights, Any],
+                     Union[ClientProgram, StatefulClientProgram]]
 
 
 def screened_model_delta(initial_weights: tff.learning.models.ModelWeights,
@@ -232,17 +252,41 @@ class FusedAggregation:
             update_norm=update_norm)))
 
 
-def _shard_work(model_fn: ModelFn, program_fn: ProgramFn,
-                aggregation: FusedAggregation, weights_type: tff.Type,
-                hparams_type: tff.Type, data_type: tff.Type
-                ) -> tff.Computation:
-  """`<weights, hparams[, clipping_norm], shard> -> <sums, unfinalized
-  metrics, counters>`."""
+def stacked_type(type_spec: tff.Type) -> tff.Type:
+  """`type_spec` with a leading `None` dimension on every tensor: the values
+  of a shard's clients stacked."""
+  return tff.types.tensorflow_to_type(tf.nest.map_structure(
+      lambda spec: tf.TensorSpec([None, *spec.shape], spec.dtype),
+      tff.types.type_to_tf_tensor_specs(type_spec)))
+
+
+def shard_computation(model_fn: ModelFn, program_fn: ProgramFn,
+                      aggregation: FusedAggregation, weights_type: tff.Type,
+                      hparams_type: tff.Type, data_type: tff.Type,
+                      client_state_type: Optional[tff.Type] = None
+                      ) -> tff.Computation:
+  """`<weights, hparams[, clipping_norm], shard[, client_states]> -> <sums,
+  unfinalized metrics, counters[, new client states]>`: the shard's clients
+  trained in turn by `program_fn`'s program, a `StatefulClientProgram` when
+  `client_state_type` (one client's state) is given, whose states come in
+  and go out stacked (`stacked_type`) in the shard's client order."""
   clipping = aggregation.clipping
+  stateful = client_state_type is not None
   arg_types = [('weights', weights_type), ('hparams', hparams_type)]
   if clipping:
     arg_types.append(('clipping_norm', tff.TensorType(np.float32)))
   arg_types.append(('shard', data_type))
+  if stateful:
+    arg_types.append(('client_states', stacked_type(client_state_type)))
+
+  def as_stateful(program):
+    if stateful:
+      return program
+    return StatefulClientProgram(
+        start=lambda hparams, client_state, num_examples: program.start(
+            hparams),
+        step=program.step,
+        finish=lambda state, hparams: (*program.finish(state, hparams), ()))
 
   @tff.tensorflow.computation(
       tff.StructWithPythonType(arg_types, collections.OrderedDict))
@@ -254,8 +298,10 @@ def _shard_work(model_fn: ModelFn, program_fn: ProgramFn,
 
     # tf.while_loop, not AutoGraph (module docstring).
     @tf.function(autograph=False)
-    def train_shard(initial_weights, hparams, examples, batch_sizes):
-      program = program_fn(model, model_weights, initial_weights)
+    def train_shard(initial_weights, hparams, examples, batch_sizes,
+                    client_states):
+      program = as_stateful(program_fn(model, model_weights,
+                                       initial_weights))
 
       def assign(variables, values):
         return [v.assign(t) for v, t in zip(tf.nest.flatten(variables),
@@ -264,19 +310,28 @@ def _shard_work(model_fn: ModelFn, program_fn: ProgramFn,
       def read_metrics():
         return [v.read_value() for v in metric_variables]
 
-      with tf.control_dependencies(assign(model_weights, initial_weights)):
-        first_state = program.start(hparams)
-      # The zeros of the sums and counters, shaped as a traced finish's.
-      upload, weight, _, counters = program.finish(first_state, hparams)
-      totals = tf.nest.map_structure(
-          lambda t: tf.zeros(t.shape, t.dtype),
-          (aggregation.contribution(upload, weight, clipping_norm), counters))
+      def client_state(c):
+        return tf.nest.map_structure(lambda t: t[c], client_states)
+
       ends = tf.cumsum(batch_sizes)
       # The closing batches: a client's batches run up to its marker.
       markers = tf.cast(tf.reshape(tf.where(tf.equal(batch_sizes, 0)), [-1]),
                         tf.int32)
+      num_clients = tf.size(markers)
+      with tf.control_dependencies(assign(model_weights, initial_weights)):
+        first_state = program.start(hparams, client_state(0),
+                                    tf.zeros([], tf.int64))
+      # The zeros of the sums and counters, shaped as a traced finish's.
+      upload, weight, _, counters, _ = program.finish(first_state, hparams)
+      totals = tf.nest.map_structure(
+          lambda t: tf.zeros(t.shape, t.dtype),
+          (aggregation.contribution(upload, weight, clipping_norm), counters))
+      new_states = tf.nest.map_structure(
+          lambda t: tf.TensorArray(t.dtype, size=num_clients,
+                                   element_shape=t.shape[1:]),
+          client_states)
 
-      def client_body(c, totals, snapshot):
+      def client_body(c, totals, snapshot, new_states):
 
         def step(i, state):
           batch = tf.nest.map_structure(
@@ -284,12 +339,19 @@ def _shard_work(model_fn: ModelFn, program_fn: ProgramFn,
           return i + 1, program.step(state, batch, hparams)
 
         first = tf.where(c > 0, markers[tf.maximum(c - 1, 0)] + 1, 0)
-        _, state = tf.while_loop(lambda i, _: i < markers[c], step,
-                                 (first, program.start(hparams)))
-        upload, weight, non_finite, counters = program.finish(state, hparams)
+        num_examples = tf.reduce_sum(batch_sizes[first:markers[c]])
+        _, state = tf.while_loop(
+            lambda i, _: i < markers[c], step,
+            (first, program.start(hparams, client_state(c), num_examples)))
+        upload, weight, non_finite, counters, new_state = program.finish(
+            state, hparams)
         totals = tf.nest.map_structure(tf.add, totals, (
             aggregation.contribution(upload, weight, clipping_norm),
             counters))
+        new_states = tf.nest.map_structure(
+            lambda array, value: array.write(c, value), new_states,
+            tf.nest.pack_sequence_as(client_states,
+                                     tf.nest.flatten(new_state)))
 
         def restore_metrics():  # As TFF resets a non-finite client's.
           with tf.control_dependencies(assign(metric_variables, snapshot)):
@@ -299,16 +361,21 @@ def _shard_work(model_fn: ModelFn, program_fn: ProgramFn,
             non_finite > 0, restore_metrics, lambda: tf.constant(0))]):
           with tf.control_dependencies(assign(model_weights,
                                               initial_weights)):
-            return c + 1, tf.nest.map_structure(tf.identity,
-                                                totals), read_metrics()
+            return (c + 1, tf.nest.map_structure(tf.identity, totals),
+                    read_metrics(), new_states)
 
-      _, (sums, counters), _ = tf.while_loop(
-          lambda c, *_: c < tf.size(markers), client_body,
-          (tf.constant(0), totals, read_metrics()))
-      return sums, model.report_local_unfinalized_metrics(), counters
+      _, (sums, counters), _, new_states = tf.while_loop(
+          lambda c, *_: c < num_clients, client_body,
+          (tf.constant(0), totals, read_metrics(), new_states))
+      outputs = (sums, model.report_local_unfinalized_metrics(), counters)
+      if stateful:
+        outputs += (tf.nest.map_structure(lambda array: array.stack(),
+                                          new_states),)
+      return outputs
 
     return train_shard(args['weights'], args['hparams'],
-                       args['shard']['examples'], args['shard']['batch_sizes'])
+                       args['shard']['examples'], args['shard']['batch_sizes'],
+                       args['client_states'] if stateful else ())
 
   return shard_work
 
@@ -401,8 +468,9 @@ def build_fused_process(
         state.finalizer)
 
   data_type = shard_type(model_fn)
-  shard_work = _shard_work(shard_model_fn or model_fn, program_fn, aggregation, weights_type,
-                           state_type.client_work, data_type)
+  shard_work = shard_computation(shard_model_fn or model_fn, program_fn,
+                                 aggregation, weights_type,
+                                 state_type.client_work, data_type)
   metrics_type = shard_work.type_signature.result[1]
   has_counters = bool(tf.nest.flatten(tff.types.type_to_tf_tensor_specs(
       shard_work.type_signature.result[2])))

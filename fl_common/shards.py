@@ -41,6 +41,11 @@ def closing_batch(element_spec) -> tuple[tf.Tensor, ...]:
   return tf.nest.map_structure(empty, element_spec)
 
 
+def num_clients(shard: Mapping[str, Any]) -> int:
+  """The number of clients in a shard (its closing batches)."""
+  return int(np.count_nonzero(np.asarray(shard['batch_sizes']) == 0))
+
+
 def auto_clients_per_shard(num_clients: int,
                            num_cores: Optional[int] = None) -> int:
   """Clients per shard for one shard per core: a worker runs as many client

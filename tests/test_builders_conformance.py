@@ -55,6 +55,11 @@ BUILDERS = {
         m, population_size=POPULATION),
     'scaffold': lambda m: adabest_tff.build_scaffold(
         m, population_size=POPULATION),
+    'fused_adabest': lambda m: adabest_tff.build_adabest(m, on_shards=True),
+    'fused_feddyn': lambda m: adabest_tff.build_feddyn(
+        m, population_size=POPULATION, on_shards=True),
+    'fused_scaffold': lambda m: adabest_tff.build_scaffold(
+        m, population_size=POPULATION, on_shards=True),
     **{f'{base}_gel': (lambda m, base=base: gel_tff.build_gel(
         m, base=base, client_learning_rate=0.05, expected_steps=6))
        for base in gel_tff.BASES},

@@ -149,7 +149,7 @@ def test_run_round_loads_and_saves_states_in_the_store(probe, tmp_path):
   a, b, c = reopened.load(['a', 'b', 'c'])
   assert (a['rounds_seen'], b['rounds_seen'], c['rounds_seen']) == (1, 2, 1)
   assert (a['round_num'], b['round_num'], c['round_num']) == (1, 2, 2)
-  with pytest.raises(ValueError, match='2 client ids and 1 datasets'):
+  with pytest.raises(ValueError, match='2 client ids and 1 clients in 1 datasets'):
     stateful_process.run_round(probe, state, ['a', 'b'], [PROBLEM.dataset('a')],
                                store, 3)
 

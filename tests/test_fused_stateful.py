@@ -1,0 +1,134 @@
+"""adabest_tff.fused: AdaBest, FedDyn and SCAFFOLD on shards equal the
+per-client processes (with the driver's diagnosed mean) on the same
+clients: server state, metrics and every client's stored state, over rounds
+in which clients skip rounds, with uneven client sizes, an empty client, a
+NaN client and shards of uneven length."""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+import tensorflow_federated as tff
+
+from adabest_tff import adabest
+from adabest_tff import feddyn
+from adabest_tff import runner as runner_lib
+from adabest_tff import scaffold
+from adabest_tff import stateful_process
+from fl_common import diagnosed_mean
+from fl_common import shards
+from tests import fused_checks
+from tests import tiny_models
+
+_SIZES = [5, 1, 0, 8, 3, 4, 2]
+_NAN_CLIENT = 4
+# Client 1 skips round 2 (AdaBest's t - t'_i = 2 in round 3).
+_COHORTS = ([0, 1, 2, 3, 4, 5, 6], [0, 2, 4, 5], [1, 3, 4, 6, 0])
+
+_BUILDERS = {
+    'adabest': lambda **kw: adabest.build_adabest(mu=0.3, beta=0.6, **kw),
+    'feddyn': lambda **kw: feddyn.build_feddyn(population_size=10, mu=0.3,
+                                               **kw),
+    'scaffold': lambda **kw: scaffold.build_scaffold(
+        population_size=10, server_learning_rate=0.8, **kw),
+}
+
+
+def _processes(name, weighting):
+  kwargs = dict(
+      model_fn=tiny_models.linear_model_fn(fused_checks.NUM_FEATURES),
+      client_learning_rate=0.1, client_learning_rate_decay=0.9,
+      client_weighting=weighting,
+      model_aggregator=diagnosed_mean.diagnosed_mean_factory(clipping=False))
+  return (_BUILDERS[name](**kwargs),
+          _BUILDERS[name](on_shards=True, **kwargs))
+
+
+@pytest.mark.parametrize('name', sorted(_BUILDERS))
+@pytest.mark.parametrize('weighting', [
+    tff.learning.ClientWeighting.UNIFORM,
+    tff.learning.ClientWeighting.NUM_EXAMPLES])
+def test_fused_rounds_equal_per_client_rounds(name, weighting, tmp_path):
+  per_client, on_shards = _processes(name, weighting)
+  assert on_shards.on_shards and not per_client.on_shards
+  # Checkpoints and stores carry over between the two.
+  for attribute in ('initialize', 'get_model_weights', 'set_model_weights',
+                    'get_hparams', 'set_hparams'):
+    assert (getattr(on_shards, attribute).type_signature ==
+            getattr(per_client, attribute).type_signature), attribute
+  assert on_shards.client_state_type == per_client.client_state_type
+  runner = runner_lib.StatefulClientRunner(per_client)
+  fused_runner = runner_lib.StatefulClientRunner(on_shards)
+  datasets = fused_checks.client_datasets(_SIZES, nan_client=_NAN_CLIENT)
+  state = fused_state = per_client.initialize()
+  for round_num, (cohort, clients_per_shard) in enumerate(
+      zip(_COHORTS, (3, 4, 2)), start=1):
+    ids = [str(k) for k in cohort]
+    cohort_data = [datasets[k] for k in cohort]
+    output = runner.next(state, ids, cohort_data)
+    fused_output = fused_runner.next(
+        fused_state, ids,
+        shards.shards_from_datasets(cohort_data, clients_per_shard))
+    fused_checks.assert_close(output.state, fused_output.state)
+    fused_checks.assert_close(output.metrics, fused_output.metrics)
+    assert (tf.nest.map_structure(lambda _: 0, output.metrics) ==
+            tf.nest.map_structure(lambda _: 0, fused_output.metrics))
+    fused_checks.assert_close(runner.store.load(ids),
+                              fused_runner.store.load(ids))
+    state, fused_state = output.state, fused_output.state
+    aggregator = fused_output.metrics['aggregator']
+    assert aggregator['num_clients'] == len(cohort)
+    # The empty and the NaN client send zeros (the NaN one keeps its state).
+    assert aggregator['num_zero_updates'] == sum(
+        k in cohort for k in (2, _NAN_CLIENT)), round_num
+  # The NaN client's state is still the fresh one; the others moved.
+  states = fused_runner.store.load([str(_NAN_CLIENT), '0'])
+  fresh = per_client.initial_client_state()
+  fused_checks.assert_close(states[0], fresh)
+  assert any(np.any(np.asarray(a) != np.asarray(b)) for a, b in zip(
+      tf.nest.flatten(states[1]), tf.nest.flatten(fresh)))
+  # The deployed model differs from the broadcast one (x̄ = x + h) for
+  # AdaBest and FedDyn, and both paths deploy the same.
+  fused_checks.assert_close(per_client.get_model_weights(state),
+                            on_shards.get_model_weights(fused_state))
+
+
+def test_shards_must_hold_one_client_per_id(tmp_path):
+  _, on_shards = _processes('scaffold', tff.learning.ClientWeighting.UNIFORM)
+  fused_runner = runner_lib.StatefulClientRunner(on_shards)
+  datasets = fused_checks.client_datasets([2, 3, 1])
+  with pytest.raises(ValueError, match='3 client ids and 2 clients'):
+    fused_runner.next(on_shards.initialize(), ['a', 'b', 'c'],
+                      shards.shards_from_datasets(datasets[:2], 1))
+
+
+def test_zero_beta_and_mu_adabest_on_shards_is_fedavg():
+  """Remark 4 on shards: β = μ = 0 AdaBest is FedAvg (server SGD at 1)."""
+  model_fn = tiny_models.linear_model_fn(fused_checks.NUM_FEATURES)
+  on_shards = adabest.build_adabest(
+      model_fn, mu=0.0, beta=0.0, client_learning_rate=0.1,
+      client_learning_rate_decay=1.0, on_shards=True,
+      client_weighting=tff.learning.ClientWeighting.NUM_EXAMPLES)
+  fedavg = tff.learning.algorithms.build_weighted_fed_avg(
+      model_fn,
+      client_optimizer_fn=tff.learning.optimizers.build_sgdm(0.1),
+      server_optimizer_fn=tff.learning.optimizers.build_sgdm(1.0))
+  datasets = fused_checks.client_datasets([4, 3, 6, 1])
+  state = on_shards.initialize()
+  fedavg_state = fedavg.set_model_weights(
+      fedavg.initialize(), on_shards.get_model_weights(state))
+  runner = runner_lib.StatefulClientRunner(on_shards)
+  for _ in range(2):
+    state = runner.next(state, ['a', 'b', 'c', 'd'],
+                        shards.shards_from_datasets(datasets, 3)).state
+    fedavg_state = fedavg.next(fedavg_state, datasets).state
+  fused_checks.assert_close(on_shards.get_model_weights(state).trainable,
+                            fedavg.get_model_weights(fedavg_state).trainable)
+
+
+def test_the_stacked_client_state_type():
+  _, on_shards = _processes('adabest', tff.learning.ClientWeighting.UNIFORM)
+  client_input = on_shards.next.type_signature.parameter[1].member
+  assert isinstance(client_input, tff.StructWithPythonType)
+  assert client_input.python_container is stateful_process.StatefulClientInput
+  last_round = client_input.client_state[adabest.LAST_ROUND]
+  assert last_round.shape == (None,)
