@@ -6,10 +6,13 @@ from absl.testing import flagsaver
 import numpy as np
 import pytest
 
-from fl_common import communication
+from adabest_tff import runner as runner_lib
 from adabest_tff import stateful_process
+from fl_common import communication
+from fl_common import shards
 from experiment_driver import adabest_setup
 from experiment_driver import algorithm_setup
+from tests import fused_checks
 from tests import tiny_models
 
 FLAGS = flags.FLAGS
@@ -23,14 +26,16 @@ def parsed_flags():
     FLAGS.mark_as_parsed()
 
 
-def build_context(client_learning_rate=0.3):
+def build_context(client_learning_rate=0.3, clients_per_shard=1,
+                  client_sizes=None):
   return algorithm_setup.BuildContext(
       task_name='tiny',
       task=tiny_models.regression_task(
-          dict.fromkeys(CLIENT_IDS, 4), NUM_FEATURES, batch_size=2),
+          client_sizes or dict.fromkeys(CLIENT_IDS, 4), NUM_FEATURES,
+          batch_size=2),
       client_learning_rate=client_learning_rate, server_learning_rate=1.0,
       clients_per_round=2, num_train_clients=len(CLIENT_IDS), total_rounds=2,
-      seed=1)
+      seed=1, clients_per_shard=clients_per_shard)
 
 
 @pytest.mark.parametrize('name', ['adabest', 'feddyn', 'scaffold'])
@@ -38,10 +43,41 @@ def test_builds_stateful_process_with_bytes_metrics(name):
   setup = adabest_setup.ALGORITHMS[name](build_context())
   assert isinstance(setup.process,
                     stateful_process.StatefulClientLearningProcess)
+  assert not setup.process.on_shards and setup.client_datasets_fn is None
   cost = communication.communication_cost(setup.process)
   metrics = setup.round_metrics_fn(1, ['a', 'b', 'c'], {})
   assert metrics == {'bytes_down': 3.0 * cost.bytes_down,
                      'bytes_up': 3.0 * cost.bytes_up}
+  # On shards (the default), the bytes are still one client's.
+  fused_setup = adabest_setup.ALGORITHMS[name](
+      build_context(clients_per_shard=None))
+  assert fused_setup.process.on_shards
+  assert fused_setup.round_metrics_fn(1, ['a', 'b', 'c'], {}) == metrics
+
+
+@pytest.mark.parametrize('name', ['adabest', 'feddyn', 'scaffold'])
+def test_the_default_rounds_on_shards_equal_rounds_per_client(name):
+  client_sizes = {'a': 3, 'b': 5, 'c': 0, 'd': 4}
+  per_client = adabest_setup.ALGORITHMS[name](
+      build_context(client_sizes=client_sizes))
+  fused_setup = adabest_setup.ALGORITHMS[name](
+      build_context(client_sizes=client_sizes, clients_per_shard=None))
+  made = fused_setup.client_datasets_fn(1, CLIENT_IDS)
+  assert sum(shards.num_clients(shard) for shard in made) == len(CLIENT_IDS)
+  context = build_context(client_sizes=client_sizes)
+  datasets = context.task.datasets
+  client_datasets = [datasets.train_preprocess_fn(
+      datasets.train_data.create_tf_dataset_for_client(cid))
+                     for cid in CLIENT_IDS]
+  runner = runner_lib.StatefulClientRunner(per_client.process)
+  fused_runner = runner_lib.StatefulClientRunner(fused_setup.process)
+  state = per_client.process.initialize()
+  output = runner.next(state, CLIENT_IDS, client_datasets)
+  fused_output = fused_runner.next(state, CLIENT_IDS, made)
+  fused_checks.assert_close(output.state, fused_output.state)
+  fused_checks.assert_close(output.metrics, fused_output.metrics)
+  fused_checks.assert_close(runner.store.load(CLIENT_IDS),
+                            fused_runner.store.load(CLIENT_IDS))
 
 
 @pytest.mark.parametrize('name', ['adabest', 'feddyn', 'scaffold'])
