@@ -87,8 +87,9 @@ _BATCHES_PER_READ = 4096
 @dataclasses.dataclass(frozen=True)
 class BatchRecipe:
   """A client pipeline that is only shuffle, repeat, take and batch, in
-  TFF's tasks' order (`tasks.synthetic`): what `shards_from_arrays` does in
-  NumPy.
+  TFF's tasks' order (`tasks.synthetic`), or bootstrapped epochs
+  (`tasks.partitioned_task`), and an element-wise map: what
+  `shards_from_arrays` does in NumPy.
 
   Attributes:
     batch_size: Examples per batch (the last one of a client may be short).
@@ -96,20 +97,34 @@ class BatchRecipe:
     shuffle: Whether each pass is a uniform random permutation (a shuffle
       buffer at least the client's size); else the stored order.
     max_elements: Examples taken after the passes (None: all).
+    fill_last_batch: Whether each pass is topped up to whole batches with
+      examples drawn uniformly with replacement from the client's
+      (`tasks.partitioned_task.bootstrapped_epochs`).
+    transform: The pipeline's element-wise map in NumPy, applied to a
+      shard's gathered examples (`OrderedDict` of arrays -> the same), or
+      None.
   """
 
   batch_size: int
   num_epochs: int = 1
   shuffle: bool = True
   max_elements: Optional[int] = None
+  fill_last_batch: bool = False
+  transform: Optional[Callable[[collections.OrderedDict],
+                               collections.OrderedDict]] = None
 
 
 def _pass_order(rows: np.ndarray, recipe: BatchRecipe,
                 rng: np.random.Generator) -> np.ndarray:
   """One run of the recipe's pipeline over a client's rows: the example
-  order (epochs, each permuted if shuffled, cut at `max_elements`)."""
-  passes = [rng.permutation(rows) if recipe.shuffle else rows
-            for _ in range(recipe.num_epochs)]
+  order (epochs, each permuted if shuffled and topped up if filled, cut at
+  `max_elements`)."""
+  passes = []
+  for _ in range(recipe.num_epochs):
+    passes.append(rng.permutation(rows) if recipe.shuffle else rows)
+    if recipe.fill_last_batch and len(rows):
+      passes.append(rows[rng.integers(0, len(rows),
+                                      size=-len(rows) % recipe.batch_size)])
   order = np.concatenate(passes) if passes else rows[:0]
   if recipe.max_elements is not None:
     order = order[:recipe.max_elements]
@@ -163,10 +178,12 @@ def shards_from_arrays(
       batch_sizes += sizes + [0]
       indices.append(order)
     flat = np.concatenate(indices).astype(np.int64)
+    gathered = collections.OrderedDict(
+        (name, array[flat]) for name, array in examples.items())
+    if recipe.transform is not None:
+      gathered = recipe.transform(gathered)
     shards.append(collections.OrderedDict(
-        examples=collections.OrderedDict(
-            (name, array[flat]) for name, array in examples.items()),
-        batch_sizes=np.asarray(batch_sizes, np.int64)))
+        examples=gathered, batch_sizes=np.asarray(batch_sizes, np.int64)))
   return shards
 
 
@@ -253,8 +270,9 @@ def shards_for_round(
 ) -> list[collections.OrderedDict]:
   """A round's shards: in NumPy (`shards_from_arrays`, with `rng`) when the
   clients are rows of shared arrays (`client_data.arrays`,
-  `client_rows(id)`) and `preprocess_fn` says it is a shuffle-and-batch
-  (`preprocess_fn.batch_recipe`, as `tasks.synthetic`'s); else through the
+  `client_rows(id)`) and `preprocess_fn` says what it does
+  (`preprocess_fn.batch_recipe`, a `BatchRecipe`'s fields, as
+  `tasks.synthetic`'s and `tasks.partitioned_task`'s); else through the
   clients' tf.data pipelines (`shards_from_client_data`; one pipeline per
   client for TFF's `TestClientData`, whose `serializable_dataset_fn` bakes
   every client's examples into each trace: 12 GB and 80 s for 1,000 EMNIST

@@ -339,6 +339,12 @@ def create_client_data(
       )
     return tf.data.Dataset.from_tensor_slices(client_examples)
 
-  return tff.simulation.datasets.ClientData.from_clients_and_tf_fn(
+  client_data = tff.simulation.datasets.ClientData.from_clients_and_tf_fn(
       client_ids, serializable_dataset_fn
   )
+  # What `fl_common.shards.shards_for_round` reads to batch clients in
+  # NumPy (as `tasks.synthetic`'s clients offer): the shared arrays and each
+  # client's rows of them.
+  client_data.arrays = examples
+  client_data.client_rows = lambda client_id: client_indices[client_id]
+  return client_data

@@ -219,6 +219,10 @@ def create_partitioned_task(
     x = (tf.cast(element['x'], tf.float32) - mean) / stddev
     return collections.OrderedDict(x=x, y=element['y'])
 
+  def prepare_arrays(examples: Element) -> Element:  # `prepare` in NumPy.
+    x = (examples['x'].astype(np.float32) - mean) / stddev
+    return collections.OrderedDict(x=x.astype(np.float32), y=examples['y'])
+
   def train_preprocess_fn(client_dataset: tf.data.Dataset) -> tf.data.Dataset:
     examples = bootstrapped_epochs(
         client_dataset, batch_size=batch_size, num_epochs=num_epochs
@@ -246,6 +250,16 @@ def create_partitioned_task(
 
   def eval_preprocess_fn(eval_dataset: tf.data.Dataset) -> tf.data.Dataset:
     return eval_dataset.map(prepare).batch(eval_batch_size)
+
+  # The same pipelines for `fl_common.shards.shards_from_arrays` (the
+  # fields of its `BatchRecipe`), which batches clients in NumPy; with
+  # augmentation (TF's stateless image ops), the tf.data pipeline is used.
+  if not settings.augment_train_images:
+    train_preprocess_fn.batch_recipe = dict(
+        batch_size=batch_size, num_epochs=num_epochs, fill_last_batch=True,
+        transform=prepare_arrays)
+  eval_preprocess_fn.batch_recipe = dict(
+      batch_size=eval_batch_size, shuffle=False, transform=prepare_arrays)
 
   task_datasets = tff.simulation.baselines.BaselineTaskDatasets(
       train_data=partition.create_client_data(

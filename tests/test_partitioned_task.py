@@ -8,6 +8,7 @@ import pytest
 import tensorflow as tf
 import tensorflow_federated as tff
 
+from fl_common import shards
 from tasks import partitioned_task
 from tasks import synthetic
 from tasks.errors import MissingDataError
@@ -227,3 +228,73 @@ def test_missing_image_data_raises_missing_data_error(tmp_path):
   with pytest.raises(MissingDataError, match='cifar100'):
     partitioned_task.create_partitioned_task('cifar100',
                                              data_dir=str(tmp_path))
+
+
+@pytest.mark.parametrize('dataset', ['emnist_l', 'digits'])
+def test_numpy_shards_follow_the_clients_pipelines(dataset):
+  # fl_common.shards batches these clients in NumPy (the preprocess
+  # functions' batch recipes): evaluation shards equal the tf.data
+  # pipelines' exactly; training shards have the pipeline's batches (full,
+  # bootstrapped epochs of the client's own standardized examples), drawn
+  # with NumPy's generator instead of TF's.
+  batch_size, num_epochs = 7, 2
+  task = partitioned_task.create_partitioned_task(
+      dataset, num_clients=10, num_epochs=num_epochs, batch_size=batch_size,
+      eval_batch_size=6, use_mock_data=True, unbalanced_sigma=0.5)
+  datasets = task.datasets
+  ids = datasets.train_data.client_ids[:5]
+  per_client = [datasets.train_preprocess_fn(
+      datasets.train_data.create_tf_dataset_for_client(i)) for i in ids]
+  [numpy_shard] = shards.shards_for_round(
+      datasets.train_data, datasets.train_preprocess_fn, ids, 5,
+      np.random.default_rng(0))
+  [tf_shard] = shards.shards_from_datasets(per_client, 5)
+  np.testing.assert_array_equal(numpy_shard['batch_sizes'],
+                                tf_shard['batch_sizes'])
+  assert set(numpy_shard['batch_sizes']) <= {0, batch_size}
+  for name in ('x', 'y'):
+    assert numpy_shard['examples'][name].dtype == tf_shard['examples'][
+        name].dtype
+
+  def examples_of_client(shard, k):
+    ends = np.cumsum(shard['batch_sizes'])
+    closing = np.flatnonzero(shard['batch_sizes'] == 0)
+    start = 0 if k == 0 else ends[closing[k - 1]]
+    return {name: array[start:ends[closing[k]]]
+            for name, array in shard['examples'].items()}
+
+  for k, client_id in enumerate(ids):
+    own = next(iter(datasets.eval_preprocess_fn(
+        datasets.train_data.create_tf_dataset_for_client(client_id)).unbatch(
+            ).batch(10_000)), None)
+    made = examples_of_client(numpy_shard, k)
+    if own is None:
+      assert len(made['y']) == 0
+      continue
+    n = len(own['y'])
+    epoch = len(made['y']) // num_epochs
+    key = lambda e: np.lexsort(e['x'].reshape(len(e['x']), -1).T)
+    for start in range(0, len(made['y']), epoch):
+      # Each epoch: a permutation of the client's standardized examples,
+      # then fillers drawn from them.
+      part = {name: a[start:start + n] for name, a in made.items()}
+      np.testing.assert_allclose(part['x'][key(part)],
+                                 own['x'].numpy()[key(
+                                     {'x': own['x'].numpy()})], rtol=1e-6)
+  # Validation clients, evaluated in NumPy shards, equal the pipeline's.
+  val_ids = datasets.validation_data.client_ids
+  [numpy_eval] = shards.shards_for_round(
+      datasets.validation_data, datasets.eval_preprocess_fn, val_ids,
+      len(val_ids), np.random.default_rng(0))
+  [tf_eval] = shards.shards_from_datasets(
+      [datasets.eval_preprocess_fn(
+          datasets.validation_data.create_tf_dataset_for_client(i))
+       for i in val_ids], len(val_ids))
+  tf.nest.map_structure(np.testing.assert_array_equal, numpy_eval, tf_eval)
+
+
+def test_augmented_tasks_keep_the_tf_data_pipeline():
+  task = partitioned_task.create_partitioned_task(
+      'cifar10', num_clients=4, use_mock_data=True)
+  assert not hasattr(task.datasets.train_preprocess_fn, 'batch_recipe')
+  assert hasattr(task.datasets.eval_preprocess_fn, 'batch_recipe')
