@@ -8,9 +8,13 @@ client, the list of round numbers it has versions for).
 
 Layout: one `.npz` file per (client, round) version, named
 `client-<quoted client id>@<round, 8 digits>.npz`, holding the flattened state
-leaves; each file is written to a temporary name in the same directory,
-flushed, fsync'ed and `os.replace`d, so it is either absent or complete.
-`MANIFEST.json` records the last committed round (also replaced atomically).
+leaves; each file is written to a temporary name in the same directory and
+`os.replace`d, so it is either absent or complete. `MANIFEST.json` records
+the last committed round (also replaced atomically). Files reach the disk
+(`fsync`) when a commit keeps them, not as each round writes them: a round
+writes every client of its cohort (800 fsyncs would take longer than the
+round), and only committed states must survive a power loss; those of later
+rounds are deleted on resume anyway.
 
 Exact resume: the training loop checkpoints its server state at round r and
 then calls `commit(r)`; after a crash it resumes from the last checkpoint r and
@@ -41,15 +45,17 @@ _TEMP_PREFIX = '.tmp-'
 _VERSION_SEPARATOR = '@'  # urllib.parse.quote(..., safe='') escapes it.
 
 
-def _atomic_write(path: str, write_fn) -> None:
-  """Writes `path` via a temporary file in its directory and `os.replace`."""
+def _atomic_write(path: str, write_fn, sync: bool = True) -> None:
+  """Writes `path` via a temporary file in its directory and `os.replace`,
+  `fsync`ed first if `sync`."""
   directory = os.path.dirname(path)
   fd, temp_path = tempfile.mkstemp(dir=directory, prefix=_TEMP_PREFIX)
   try:
     with os.fdopen(fd, 'wb') as f:
       write_fn(f)
       f.flush()
-      os.fsync(f.fileno())
+      if sync:
+        os.fsync(f.fileno())
     os.replace(temp_path, path)
   except BaseException:
     if os.path.exists(temp_path):
@@ -94,6 +100,7 @@ class ClientStateStore:
     self._fresh_state = fresh_state
     self._versions: dict[str, list[int]] = {}
     self._cache: dict[str, Any] = {}
+    self._unsynced: set[str] = set()  # written since the last commit
     for name in os.listdir(directory):
       if name.startswith(_PREFIX) and name.endswith(_SUFFIX):
         client_id, round_num = self._parse_file_name(name)
@@ -162,7 +169,9 @@ class ClientStateStore:
       path = os.path.join(self._directory,
                           self._file_name(client_id, round_num))
       _atomic_write(path, lambda f, leaves=leaves: np.savez(
-          f, **{f'leaf_{k}': leaf for k, leaf in enumerate(leaves)}))
+          f, **{f'leaf_{k}': leaf for k, leaf in enumerate(leaves)}),
+                    sync=False)
+      self._unsynced.add(path)
       versions = self._versions.setdefault(client_id, [])
       if round_num not in versions:
         versions.append(round_num)
@@ -187,7 +196,7 @@ class ClientStateStore:
           f'{committed}: commit only keeps or moves forward (restore goes'
           ' back).')
     self._retain([r for r in self.committed_rounds if r < round_num]
-                 + [round_num])
+                 + [round_num], sync=True)
 
   def restore(self, round_num: int) -> None:
     """Rewinds to the states as of checkpoint `round_num`; call on resume.
@@ -209,9 +218,11 @@ class ClientStateStore:
           f'{self._keep_commits}).')
     self._retain([r for r in retained if r < round_num] + [round_num])
 
-  def _retain(self, rounds: list[int]) -> None:
+  def _retain(self, rounds: list[int], sync: bool = False) -> None:
     """Keeps the versions the states as of `rounds` use (the last is now
-    the current round), deletes the others and temporary files."""
+    the current round), deletes the others and temporary files; with
+    `sync`, the kept files not yet on disk are `fsync`ed before the
+    manifest names their round."""
     rounds = rounds[-self._keep_commits:]
     for client_id in list(self._versions):
       versions = self._versions[client_id]
@@ -228,6 +239,20 @@ class ClientStateStore:
     for name in os.listdir(self._directory):
       if name.startswith(_TEMP_PREFIX):  # left by a crash during a write
         os.remove(os.path.join(self._directory, name))
+    if sync:
+      for path in self._unsynced:
+        if os.path.exists(path):
+          fd = os.open(path, os.O_RDONLY)
+          try:
+            os.fsync(fd)
+          finally:
+            os.close(fd)
+      fd = os.open(self._directory, os.O_RDONLY)  # the renames
+      try:
+        os.fsync(fd)
+      finally:
+        os.close(fd)
+    self._unsynced = set()
     self._cache = {}
     _atomic_write(
         os.path.join(self._directory, MANIFEST_NAME),

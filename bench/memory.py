@@ -15,7 +15,8 @@ the driver's default aggregator), stateless; `fused`, the same round on
 fused shards as the driver runs it (`large_cohort.fused`, one shard per
 core, `fl_common.shards.shards_for_round`); `adabest`,
 `adabest_tff.adabest.build_adabest` at its defaults, whose clients each keep
-a model-sized state between rounds.
+a model-sized state between rounds; `fused_adabest`, the same on fused
+shards (`on_shards=True`), the shards' client states stacked.
 
 Run it in a fresh process per measurement (`run_in_subprocess`), so the peaks
 of one measurement do not carry over to the next. `measure_series` runs a
@@ -51,7 +52,7 @@ from experiment_driver import runtime
 from experiment_driver import training_loop
 from fl_common import shards
 
-ALGORITHMS = ('fedavg', 'fused', 'adabest')
+ALGORITHMS = ('fedavg', 'fused', 'adabest', 'fused_adabest')
 _NUM_TEST_CLIENTS = 2
 # The share of the available memory a measurement may be predicted to take.
 _MEMORY_BUDGET_FRACTION = 0.75
@@ -94,7 +95,8 @@ def _process(
   if algorithm in ('fedavg', 'fused'):
     return tff_rounds.build_process(
         workload, 'package' if algorithm == 'fedavg' else 'fused')
-  return adabest.build_adabest(workload.tff_model_fn())
+  return adabest.build_adabest(workload.tff_model_fn(),
+                               on_shards=algorithm == 'fused_adabest')
 
 
 def _shards_fn(task: tff.simulation.baselines.BaselineTask):
@@ -146,7 +148,8 @@ def measure_peak_memory(
     worker_pid = timing.worker_pid(address)
     setup = algorithm_setup.AlgorithmSetup(
         process=_process(algorithm, workload),
-        client_datasets_fn=_shards_fn(task) if algorithm == 'fused' else None)
+        client_datasets_fn=(_shards_fn(task) if algorithm.startswith('fused')
+                            else None))
     config = training_loop.LoopConfig(
         total_rounds=rounds, cohort_size_fn=lambda _: num_clients,
         rounds_per_eval=rounds, rounds_per_checkpoint=rounds,

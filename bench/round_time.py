@@ -212,7 +212,7 @@ def main(argv: Sequence[str]) -> None:
     tables['memory'] = [
         row for algorithm in memory.ALGORITHMS
         # Fused rounds have one TFF client per core: nothing to slice.
-        for clients_per_call in ((None,) if algorithm == 'fused' else
+        for clients_per_call in ((None,) if algorithm.startswith('fused') else
                                  (None, per_call))
         for row in memory.measure_series(
             algorithm, _MEMORY_WORKLOAD.value, memory_clients,

@@ -298,9 +298,11 @@ def test_peak_memory_of_stateful_rounds_through_the_training_loop():
     memory.measure_peak_memory('sgd', TINY, num_clients=3)
 
 
-def test_peak_memory_of_fused_rounds_through_the_training_loop():
-  result = memory.measure_peak_memory('fused', TINY, num_clients=3, rounds=1)
-  assert result['algorithm'] == 'fused' and result['clients'] == 3
+@pytest.mark.parametrize('algorithm', ['fused', 'fused_adabest'])
+def test_peak_memory_of_fused_rounds_through_the_training_loop(algorithm):
+  result = memory.measure_peak_memory(algorithm, TINY, num_clients=3,
+                                      rounds=1)
+  assert result['algorithm'] == algorithm and result['clients'] == 3
   assert result['driver_peak_mb'] >= result['driver_start_mb'] > 0
   assert result['worker_peak_mb'] > 0
 

@@ -203,3 +203,33 @@ def test_one_kept_commit_keeps_only_the_latest_versions(tmp_path):
   store.commit(2)
   assert [n for n in files_of(tmp_path) if n.startswith('client-')] == [
       'client-a@00000002.npz']
+
+
+def test_rounds_write_without_fsync_and_a_commit_syncs_what_it_keeps(
+    tmp_path, monkeypatch):
+  # A round writes every client of its cohort: fsyncing each would take
+  # longer than the round. A commit makes the states it keeps durable
+  # (each kept file, the directory's renames, the manifest) before it
+  # names their round.
+  synced = []
+  real_fsync = os.fsync
+
+  def fsync(fd):
+    synced.append(os.readlink(f'/proc/self/fd/{fd}'))
+    real_fsync(fd)
+
+  monkeypatch.setattr(os, 'fsync', fsync)
+  store = client_state_store.ClientStateStore(str(tmp_path), FRESH)
+  ids = ['a', 'b', 'c']
+  store.save(ids, [state_for(i, 1) for i in ids], 1)
+  store.save(['a'], [state_for('a', 2)], 2)
+  assert not synced
+  store.commit(2)
+  kept = [os.path.join(str(tmp_path), name) for name in files_of(tmp_path)]
+  assert len(kept) == 3  # a@2, b@1, c@1: a@1 is no longer used
+  assert set(kept) <= set(synced)
+  assert str(tmp_path) in synced  # the renames
+  assert synced.index(str(tmp_path)) < len(synced) - 1  # manifest last
+  synced.clear()
+  store.commit(2)  # nothing new to sync but the manifest
+  assert not set(kept) & set(synced)
