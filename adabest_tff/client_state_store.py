@@ -6,9 +6,13 @@ round's cohort is needed at a time. `ClientStateStore` keeps each client's
 state on disk and in memory holds only the last cohort's states (plus, per
 client, the list of round numbers it has versions for).
 
-Layout: one `.npz` file per (client, round) version, named
-`client-<quoted client id>@<round, 8 digits>.npz`, holding the flattened state
-leaves; each file is written to a temporary name in the same directory and
+Layout: one file per (client, round) version, named
+`client-<quoted client id>@<round, 8 digits>.state`, holding the flattened
+state leaves' bytes one after the other (their shapes and dtypes are
+`fresh_state`'s, so a file of another size is refused): a tenth of the time
+of an `.npz` to read, a round reading and writing every client of its
+cohort. (Stores written as `.npz` by earlier versions are converted when
+opened.) Each file is written to a temporary name in the same directory and
 `os.replace`d, so it is either absent or complete. `MANIFEST.json` records
 the last committed round (also replaced atomically). Files reach the disk
 (`fsync`) when a commit keeps them, not as each round writes them: a round
@@ -40,7 +44,8 @@ import tensorflow as tf
 
 MANIFEST_NAME = 'MANIFEST.json'
 _PREFIX = 'client-'
-_SUFFIX = '.npz'
+_SUFFIX = '.state'
+_LEGACY_SUFFIX = '.npz'
 _TEMP_PREFIX = '.tmp-'
 _VERSION_SEPARATOR = '@'  # urllib.parse.quote(..., safe='') escapes it.
 
@@ -101,7 +106,10 @@ class ClientStateStore:
     self._versions: dict[str, list[int]] = {}
     self._cache: dict[str, Any] = {}
     self._unsynced: set[str] = set()  # written since the last commit
-    for name in os.listdir(directory):
+    self._state_bytes = sum(leaf.nbytes for leaf in self._fresh_leaves)
+    for name in sorted(os.listdir(directory)):
+      if name.startswith(_PREFIX) and name.endswith(_LEGACY_SUFFIX):
+        name = self._convert_legacy_file(name)
       if name.startswith(_PREFIX) and name.endswith(_SUFFIX):
         client_id, round_num = self._parse_file_name(name)
         self._versions.setdefault(client_id, []).append(round_num)
@@ -168,8 +176,7 @@ class ClientStateStore:
       leaves = self._checked_leaves(client_id, state)
       path = os.path.join(self._directory,
                           self._file_name(client_id, round_num))
-      _atomic_write(path, lambda f, leaves=leaves: np.savez(
-          f, **{f'leaf_{k}': leaf for k, leaf in enumerate(leaves)}),
+      _atomic_write(path, lambda f, leaves=leaves: self._write(f, leaves),
                     sync=False)
       self._unsynced.add(path)
       versions = self._versions.setdefault(client_id, [])
@@ -265,9 +272,36 @@ class ClientStateStore:
       return self._fresh_state
     path = os.path.join(self._directory,
                         self._file_name(client_id, versions[-1]))
+    with open(path, 'rb') as f:
+      data = bytearray(f.read())
+    if len(data) != self._state_bytes:
+      raise ValueError(
+          f'{path} holds {len(data)} bytes, a client state {self._state_bytes}:'
+          ' the file is not one of this store\'s states.')
+    leaves, offset = [], 0
+    for fresh in self._fresh_leaves:
+      leaves.append(np.frombuffer(data, fresh.dtype, fresh.size,
+                                  offset).reshape(fresh.shape))
+      offset += fresh.nbytes
+    return tf.nest.pack_sequence_as(self._fresh_state, leaves)
+
+  @staticmethod
+  def _write(f, leaves: list[np.ndarray]) -> None:
+    for leaf in leaves:
+      f.write(np.ascontiguousarray(leaf).tobytes())
+
+  def _convert_legacy_file(self, name: str) -> str:
+    """Rewrites an `.npz` state of an earlier version as a `.state` file."""
+    path = os.path.join(self._directory, name)
+    new_name = name[:-len(_LEGACY_SUFFIX)] + _SUFFIX
     with np.load(path) as npz:
       leaves = [npz[f'leaf_{k}'] for k in range(len(self._fresh_leaves))]
-    return tf.nest.pack_sequence_as(self._fresh_state, leaves)
+    client_id, _ = self._parse_file_name(new_name)
+    leaves = self._checked_leaves(client_id, leaves)
+    _atomic_write(os.path.join(self._directory, new_name),
+                  lambda f: self._write(f, leaves))
+    os.remove(path)
+    return new_name
 
   def _checked_leaves(self, client_id: str, state: Any) -> list[np.ndarray]:
     leaves = [np.asarray(x) for x in tf.nest.flatten(state)]

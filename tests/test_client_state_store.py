@@ -107,11 +107,12 @@ def test_failed_write_leaves_previous_version_and_no_partial_file(
   store.save(['a'], [state_for('a', 1)], 1)
   before = files_of(tmp_path)
 
-  def crash_midway(file, **arrays):
+  def crash_midway(file, leaves):
     file.write(b'half a file')
     raise OSError('disk gone')
 
-  monkeypatch.setattr(np, 'savez', crash_midway)
+  monkeypatch.setattr(client_state_store.ClientStateStore, '_write',
+                      staticmethod(crash_midway))
   with pytest.raises(OSError):
     store.save(['a'], [state_for('a', 2)], 2)
   monkeypatch.undo()
@@ -202,7 +203,7 @@ def test_one_kept_commit_keeps_only_the_latest_versions(tmp_path):
   store.save(['a'], [state_for('a', 2)], 2)
   store.commit(2)
   assert [n for n in files_of(tmp_path) if n.startswith('client-')] == [
-      'client-a@00000002.npz']
+      'client-a@00000002.state']
 
 
 def test_rounds_write_without_fsync_and_a_commit_syncs_what_it_keeps(
@@ -233,3 +234,22 @@ def test_rounds_write_without_fsync_and_a_commit_syncs_what_it_keeps(
   synced.clear()
   store.commit(2)  # nothing new to sync but the manifest
   assert not set(kept) & set(synced)
+
+
+def test_a_store_of_npz_files_is_converted_and_a_foreign_file_refused(
+    tmp_path):
+  # Earlier versions wrote one .npz per state: opening converts them.
+  for client_id, round_num in (('a', 1), ('a', 2), ('b', 1)):
+    leaves = tf.nest.flatten(state_for(client_id, round_num))
+    np.savez(tmp_path / f'client-{client_id}@{round_num:08d}.npz',
+             **{f'leaf_{k}': leaf for k, leaf in enumerate(leaves)})
+  store = client_state_store.ClientStateStore(str(tmp_path), FRESH)
+  assert files_of(tmp_path) == ['client-a@00000001.state',
+                                'client-a@00000002.state',
+                                'client-b@00000001.state']
+  a, b = store.load(['a', 'b'])
+  assert_state_equal(a, state_for('a', 2))
+  assert_state_equal(b, state_for('b', 1))
+  (tmp_path / 'client-c@00000001.state').write_bytes(b'not a state')
+  with pytest.raises(ValueError, match='not one of this store'):
+    client_state_store.ClientStateStore(str(tmp_path), FRESH).load(['c'])
