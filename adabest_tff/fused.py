@@ -30,10 +30,12 @@ import collections
 from collections.abc import Callable
 from typing import Optional
 
+import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
 from adabest_tff import stateful_process
+from fl_common import communication
 from fl_common import diagnosed_mean
 from fl_common import fused
 
@@ -209,7 +211,22 @@ def compose_fused(
 
   get_hparams, set_hparams = stateful_process.hparams_functions(
       state_type, finalizer)
-  return stateful_process.StatefulClientLearningProcess(
+  process = stateful_process.StatefulClientLearningProcess(
       initialize_fn, next_fn, model_weights.get, model_weights.set,
       algorithm.initial_client_state, get_hparams_fn=get_hparams,
       set_hparams_fn=set_hparams, on_shards=True)
+  # What one client of the per-client process exchanges: the same
+  # broadcasts; up, what the per-client aggregator takes from a client,
+  # its summed values and its training metrics.
+  per_client_aggregator = (
+      stateful_process.build_cohort_mean_aggregator(
+          model_aggregator, weights_type.trainable)
+      if algorithm.cohort_mean else model_aggregator.create(
+          weights_type.trainable, tff.TensorType(np.float32)))
+  process.client_communication_cost = communication.CommunicationCost(
+      bytes_down=communication.communication_cost(process).bytes_down,
+      bytes_up=(
+          communication.communication_cost(per_client_aggregator).bytes_up +
+          communication.type_size_bytes(counters_type.summed_values) +
+          communication.type_size_bytes(metrics_type)))
+  return process

@@ -7,7 +7,7 @@ training loop runs them with `adabest_tff.stateful_process.run_round` and a
 A round runs on shards of clients (`on_shards=True`, `adabest_tff.fused`:
 one shard per core, `--clients_per_shard`), each shard's client states
 stacked, unless `--clients_per_shard=1`. `round_metrics_fn` reports the
-round's bytes up and down, read off the per-client process's TFF types
+round's bytes up and down, one client's read off the process's TFF types
 (`fl_common.communication`).
 
 Defaults are the paper's (Section 4.1, Appendix D.1): client SGD at 0.1 when
@@ -123,18 +123,17 @@ def effective_hparams(algorithm: str, values: Mapping[str, Any]
 
 
 def _bytes_metrics(
-    build_per_client_process: Callable[[], tff.learning.templates.LearningProcess]
+    process: tff.learning.templates.LearningProcess
 ) -> algorithm_setup.RoundMetricsFn:
-  """The round's bytes up and down, read off the per-client process's types
-  (on shards, a TFF client is a shard: its types say nothing of one
-  client's), built when first needed."""
+  """The round's bytes up and down: one client's
+  (`fl_common.communication.communication_cost`, read off the process's TFF
+  types when first needed) times the cohort's size."""
   costs = []
 
   def round_metrics(round_num, client_ids, metrics):
     del round_num, metrics  # The cost depends on the cohort size only.
     if not costs:
-      costs.append(communication.communication_cost(
-          build_per_client_process()))
+      costs.append(communication.communication_cost(process))
     cost = costs[0]
     return {
         'bytes_down': float(len(client_ids) * cost.bytes_down),
@@ -152,24 +151,18 @@ def _build_setup(
   """`build_process` with the flags the three algorithms share, on shards
   unless `--clients_per_shard=1`, and its bytes per round."""
   on_shards = ctx.clients_per_shard != 1
-
-  def build(on_shards):
-    return build_process(
-        ctx.task.model_fn,
-        client_learning_rate=ctx.client_learning_rate,
-        client_learning_rate_decay=CLIENT_LR_DECAY.value,
-        client_weighting=_CLIENT_WEIGHTING[CLIENT_WEIGHTING.value],
-        model_aggregator=diagnosed_mean.diagnosed_mean_factory(
-            clipping=False),
-        on_shards=on_shards,
-        **algorithm_args)
-
-  process = build(on_shards)
+  process = build_process(
+      ctx.task.model_fn,
+      client_learning_rate=ctx.client_learning_rate,
+      client_learning_rate_decay=CLIENT_LR_DECAY.value,
+      client_weighting=_CLIENT_WEIGHTING[CLIENT_WEIGHTING.value],
+      model_aggregator=diagnosed_mean.diagnosed_mean_factory(clipping=False),
+      on_shards=on_shards,
+      **algorithm_args)
   return algorithm_setup.AlgorithmSetup(
       process=process,
       client_datasets_fn=algorithm_setup.shards_fn(ctx) if on_shards else None,
-      round_metrics_fn=_bytes_metrics(
-          (lambda: build(False)) if on_shards else lambda: process))
+      round_metrics_fn=_bytes_metrics(process))
 
 
 def _build_adabest(

@@ -71,7 +71,17 @@ def _placed_parts(type_spec: tff.Type,
 
 def communication_cost(
     process: tff.learning.templates.LearningProcess) -> CommunicationCost:
-  """The bytes one client sends and receives in one round of `process`."""
+  """The bytes one client sends and receives in one round of `process`.
+
+  `process` may be any object with a `next` computation (an
+  `AggregationProcess` gives what its clients send and receive). A process
+  whose TFF clients are shards of clients (`fl_common.fused`) states what
+  one real client would exchange as its `client_communication_cost`, which
+  is returned: a shard's own traffic says nothing of one client's.
+  """
+  own = getattr(process, 'client_communication_cost', None)
+  if own is not None:
+    return own
   bytes_down = bytes_up = 0
   pending = [process.next.to_building_block()]
   while pending:

@@ -14,6 +14,7 @@ from adabest_tff import feddyn
 from adabest_tff import runner as runner_lib
 from adabest_tff import scaffold
 from adabest_tff import stateful_process
+from fl_common import communication
 from fl_common import diagnosed_mean
 from fl_common import shards
 from tests import fused_checks
@@ -132,3 +133,15 @@ def test_the_stacked_client_state_type():
   assert client_input.python_container is stateful_process.StatefulClientInput
   last_round = client_input.client_state[adabest.LAST_ROUND]
   assert last_round.shape == (None,)
+
+
+@pytest.mark.parametrize('name', sorted(_BUILDERS))
+def test_one_clients_bytes_are_the_per_client_processs(name):
+  per_client, on_shards = _processes(name,
+                                     tff.learning.ClientWeighting.UNIFORM)
+  cost = communication.communication_cost(per_client)
+  assert communication.communication_cost(on_shards) == cost
+  # A model down and a model-sized update up at least (SCAFFOLD: two).
+  model_bytes = communication.type_size_bytes(
+      per_client.get_model_weights.type_signature.result)
+  assert cost.bytes_down > model_bytes and cost.bytes_up > model_bytes
