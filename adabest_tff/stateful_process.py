@@ -30,9 +30,15 @@ This module adds the missing piece and nothing else:
   broadcast with algorithm-specific server values (`RoundContext`), and an
   algorithm-specific client step built on `local_sgd_with_correction` (SGD
   steps on a corrected gradient).
+* `StatefulClientSteps` (an algorithm's client as corrected SGD steps
+  between `prepare` and `conclude`) and `StatefulAlgorithm` (its client,
+  server values and finalizer): what each of the three algorithms defines,
+  composed per client by `compose_algorithm` or on shards of clients by
+  `adabest_tff.fused.compose_fused` (`on_shards=True` of the builders; a
+  TFF client then trains a shard, its clients' states stacked).
 * `run_round`, which a training loop calls each round to load the cohort's
   states from a `client_state_store.ClientStateStore`, run `next` and save the
-  new states.
+  new states (stacking and unstacking them around a process on shards).
 
 Why one module: the process type, its composition, the shared client work and
 `run_round` change together whenever the client-state contract changes (the

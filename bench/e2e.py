@@ -7,8 +7,9 @@ command line, against the limit's time for the same client work.
 limit (`bench.limit.ShardLimitRound`: plain TensorFlow, one thread) on the
 client work of the run's first rounds: the same sampled clients (the
 driver's sampler and seed), batched by the task's own recipe. The row holds
-the run's wall time, its start-up and evaluations (wall time not spent in
-rounds), the mean round, the projection to `PROJECTED_ROUNDS` rounds (the
+the run's wall time, its start-up (wall time not spent in rounds or
+evaluations: imports, building, writing outputs), the mean evaluation of
+the validation and test clients (`eval_time_sec`), the mean round, the projection to `PROJECTED_ROUNDS` rounds (the
 run's wall time plus the remaining rounds at the mean round: further
 evaluations are not projected), and the ratio of the mean round to the
 limit's.
@@ -56,11 +57,14 @@ def measure_e2e(clients_per_round: int = 800, rounds: int = 100,
       raise RuntimeError(f'the driver run failed: {result.stderr[-2000:]}')
     metrics = pd.read_csv(os.path.join(root, 'e2e', 'metrics.csv'))
   round_seconds = metrics['round_time_sec'].to_numpy()
+  eval_seconds = metrics['eval_time_sec'].dropna().to_numpy()
   limit_seconds = limit_round_seconds(clients_per_round, seed)
   mean_round = float(np.mean(round_seconds))
   return {
       'clients': clients_per_round, 'rounds': rounds,
-      'wall_s': wall, 'startup_s': wall - float(np.sum(round_seconds)),
+      'wall_s': wall,
+      'startup_s': wall - float(np.sum(round_seconds) + np.sum(eval_seconds)),
+      'eval_s': float(np.mean(eval_seconds)),
       'round_s': mean_round,
       'projected_s': wall + (PROJECTED_ROUNDS - rounds) * mean_round,
       'limit_round_s': limit_seconds,

@@ -298,7 +298,9 @@ def run_training(
 
       if (round_num % config.rounds_per_eval == 0 or
           round_num == config.total_rounds):
+        started = time.perf_counter()
         metrics.update(evaluator(process.get_model_weights(state)))
+        metrics['eval_time_sec'] = time.perf_counter() - started
       run_dir.release_metrics(metrics, round_num)
       config.print_fn(outputs.progress_line(
           round_num, config.total_rounds, round_seconds,

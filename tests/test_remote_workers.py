@@ -32,7 +32,7 @@ _REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _RUN = ['--task=synthetic', '--clients_per_round=5', '--total_rounds=4',
         '--max_elements_per_client=50', '--rounds_per_eval=2',
         '--rounds_per_checkpoint=1', '--max_eval_clients=20', '--seed=3']
-_TIMING_COLUMNS = ('round_time_sec',)
+_TIMING_COLUMNS = ('round_time_sec', 'eval_time_sec')
 # A remote run adds up each worker's slice of the cohort and then the two
 # partial sums; a local run adds the clients one by one. In float32 the two
 # orders round differently by a few units in the last place (2^-24 ~ 6e-8
