@@ -3,7 +3,9 @@
 Each `build_<name>(model_fn, ...)` returns a `StatefulClientLearningProcess`,
 whose clients keep a state between rounds; `StatefulClientRunner` runs it
 round by round from client ids and datasets, with the states in a
-`ClientStateStore`.
+`ClientStateStore`. With `on_shards=True` a TFF client trains a shard of
+clients in one graph (`adabest_tff.fused`): the runner then takes shards
+(`fl_common.shards`) in the order of the client ids.
 """
 
 from adabest_tff.adabest import build_adabest

@@ -37,8 +37,11 @@ clients one per TFF client, up to the order of float additions
 Shards are ordinary TFF clients: the same process runs on the local worker
 and across `--worker_addresses`, each worker taking whole shards.
 
-Builders: `large_cohort.build_fused_fedopt`, `gel_tff.build_fused_gel`,
-`gel_tff.build_fused_budgeted_baseline`.
+Builders: `large_cohort.build_fused_fedopt`, `build_fused_fedsgd`,
+`gel_tff.build_fused_gel`, `gel_tff.build_fused_budgeted_baseline`, and
+`on_shards=True` of `adabest_tff.build_adabest`, `build_feddyn` and
+`build_scaffold`, whose clients' states come in and go out stacked per
+shard (`StatefulClientProgram`).
 
 Why one module: the shard's loop, the aggregator's split into a per-client
 and a server part, and the process around them must agree on one state and
@@ -81,7 +84,6 @@ class ClientProgram(NamedTuple):
   finish: Callable[[Any, Any], tuple[Any, tf.Tensor, tf.Tensor, Any]]
 
 
-
 class StatefulClientProgram(NamedTuple):
   """A `ClientProgram` whose clients keep a state between rounds (AdaBest,
   FedDyn, SCAFFOLD: `adabest_tff.fused`).
@@ -99,6 +101,7 @@ class StatefulClientProgram(NamedTuple):
   start: Callable[[Any, Any, tf.Tensor], Any]
   step: Callable[[Any, Any, Any], Any]
   finish: Callable[[Any, Any], tuple[Any, tf.Tensor, tf.Tensor, Any, Any]]
+
 
 ProgramFn = Callable[[tff.learning.models.VariableModel,
                       tff.learning.models.ModelWeights, Any],

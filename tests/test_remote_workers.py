@@ -287,3 +287,40 @@ def test_unreachable_worker_is_named():
                      match=f'worker at {address} did not answer'):
     with runtime.remote_runtime([address], connect_timeout_seconds=1):
       pass
+
+
+def test_stateful_clients_on_shards_across_workers(workers, tmp_path):
+  # AdaBest on fused shards (the default): each worker takes whole shards
+  # with their clients' stacked states; the run equals the local one, and
+  # so do the client states it stored.
+  args = ['--task=synthetic_partitioned', '--algorithm=adabest',
+          '--num_clients=40', '--clients_per_round=8', '--total_rounds=3',
+          '--rounds_per_eval=3', '--client_epochs=1', '--seed=2',
+          f'--root_output_dir={tmp_path}']
+  drivers = [
+      _start(*args, '--experiment_name=remote',
+             f'--worker_addresses={",".join(workers.addresses)}'),
+      _start(*args, '--experiment_name=local')]
+  try:
+    for driver in drivers:
+      _finish(driver)
+  finally:
+    for driver in drivers:
+      if driver.poll() is None:
+        driver.kill()
+        driver.wait()
+  remote, local = _metrics(tmp_path / 'remote'), _metrics(tmp_path / 'local')
+  assert list(remote.columns) == list(local.columns)
+  for column in remote.columns:
+    np.testing.assert_allclose(remote[column], local[column], rtol=_RTOL,
+                               atol=_ATOL, err_msg=column)
+  states = sorted(os.listdir(tmp_path / 'remote' / 'client_states'))
+  assert states == sorted(os.listdir(tmp_path / 'local' / 'client_states'))
+  assert len([s for s in states if s.startswith('client-')]) >= 8
+  for name in states:
+    if name.startswith('client-'):
+      np.testing.assert_allclose(
+          np.fromfile(tmp_path / 'remote' / 'client_states' / name,
+                      np.float32),
+          np.fromfile(tmp_path / 'local' / 'client_states' / name,
+                      np.float32), rtol=1e-5, atol=1e-6, err_msg=name)
