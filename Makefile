@@ -23,8 +23,11 @@ demo: $(STAMP)
 	  --clients_per_round=10 --rounds_per_eval=10 \
 	  --root_output_dir=$(DEMO_DIR) --experiment_name=demo
 
+# Test modules run on TEST_JOBS processes (pytest-xdist, a module's tests
+# together: each module starts its own TFF worker, ~1.5 GB per process).
+TEST_JOBS ?= 2
 test: $(STAMP)
-	$(PY) -m pytest -q tests
+	$(PY) -m pytest -q -n $(TEST_JOBS) --dist loadfile tests
 
 # Writes the latest figures to results/bench/ (README.md is the report).
 BENCH_DIR := results/bench
