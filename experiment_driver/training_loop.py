@@ -159,19 +159,19 @@ class Evaluator:
   def __call__(self, model_weights) -> dict[str, float]:
     metrics = {}
     for name, split_shards in self._splits.items():
-      per_client = per_client_evaluation.split_clients(
-          self._evaluate(model_weights, split_shards))
-      totals = self._finalize(per_client_evaluation.sum_over_clients(
-          [client['unfinalized'] for client in per_client]))
+      per_shard = self._evaluate(model_weights, split_shards)
+      totals = self._finalize(per_client_evaluation.sum_over_shards(
+          [shard['unfinalized'] for shard in per_shard]))
       for key, value in totals.items():
         metrics[f'{name}/{key}'] = value
       metrics[f'{name}/accuracy'] = totals[self._accuracy_name]
-      if name == 'test' and len(per_client) > 1:
-        accuracies = [
-            a for a in (float(client['finalized'][self._accuracy_name])
-                        for client in per_client) if np.isfinite(a)]
+      # Each shard's finalized metrics have a leading client dimension.
+      accuracies = np.concatenate([
+          np.asarray(shard['finalized'][self._accuracy_name]).reshape(-1)
+          for shard in per_shard])
+      if name == 'test' and len(accuracies) > 1:
         for q, value in per_client_evaluation.accuracy_percentiles(
-            accuracies).items():
+            accuracies[np.isfinite(accuracies)]).items():
           metrics[f'test/accuracy_p{q}'] = float(value)
     return metrics
 

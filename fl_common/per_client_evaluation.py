@@ -11,7 +11,8 @@ broadcasts the weights, each client evaluates them on its own data
 both finalized (`finalized`, e.g. its accuracy) and unfinalized
 (`unfinalized`, e.g. accuracy as `[correct, count]`). Called from Python with
 a list of datasets, it returns one structure per client, in the same order.
-The unfinalized metrics summed over clients (`sum_over_clients`) and
+The unfinalized metrics summed over clients (`sum_over_clients`, or
+`sum_over_shards` of a fused evaluation) and
 finalized (`MetricsFinalizer`) are the cohort's example-weighted metrics:
 TFF's `sum_then_finalize`, the aggregation of
 `tff.learning.algorithms.build_fed_eval`. One pass over the clients thus gives
@@ -210,6 +211,18 @@ def sum_over_clients(
     raise ValueError('per_client must hold at least one client.')
   return tf.nest.map_structure(
       lambda *values: np.sum(np.stack(values), axis=0), *per_client)
+
+
+def sum_over_shards(per_shard: Sequence[Mapping[str, Any]]
+                    ) -> Mapping[str, Any]:
+  """`sum_over_clients` of a fused evaluation's unfinalized metrics, one
+  structure per shard with a leading client dimension, without splitting
+  them into clients (a structure per client costs ~0.1 ms in Python)."""
+  if not per_shard:
+    raise ValueError('per_shard must hold at least one shard.')
+  return tf.nest.map_structure(
+      lambda *values: np.sum(np.concatenate(
+          [np.asarray(v) for v in values]), axis=0), *per_shard)
 
 
 class MetricsFinalizer:

@@ -22,6 +22,14 @@ os.environ['FL_PAPERS_OFFLINE'] = '1'
 from experiment_driver import runtime  # pylint: disable=g-import-not-at-top
 
 
+def pytest_configure(config):
+  """In every pytest process, pytest-xdist's controller included (it runs
+  no test, so no session fixture): TFF's default context refuses to run, and
+  is dropped now rather than at exit (`refuse_unmanaged_default_context`)."""
+  del config
+  runtime.refuse_unmanaged_default_context()
+
+
 @pytest.fixture(scope='session', autouse=True)
 def tff_runtime():
   # A test that ran a computation outside this runtime would start TFF's own

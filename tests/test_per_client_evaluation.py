@@ -71,6 +71,13 @@ def test_fused_evaluation_equals_the_per_client_evaluation(clients_per_shard):
     tf.nest.map_structure(
         lambda x, y: np.testing.assert_allclose(np.asarray(x), y, rtol=1e-6),
         a, b)
+  # Summed per shard, the totals are the clients' sums.
+  tf.nest.map_structure(
+      np.testing.assert_array_equal,
+      per_client_evaluation.sum_over_shards(
+          [shard['unfinalized'] for shard in per_shard]),
+      per_client_evaluation.sum_over_clients(
+          [client['unfinalized'] for client in got]))
 
 
 def test_summed_then_finalized_metrics_equal_tff_federated_evaluation():
