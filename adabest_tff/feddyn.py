@@ -220,10 +220,8 @@ def build_feddyn(
       deployed_model_weights_fn=adabest.deployed_model_weights,
       with_deployed_model_weights_fn=adabest.with_deployed_model_weights,
   )
-  compose = fused.compose_fused if on_shards else (
-      stateful_process.compose_algorithm)
-  return compose(
-      model_fn, algorithm,
+  return fused.compose(
+      model_fn, algorithm, on_shards=on_shards,
       client_learning_rate=client_learning_rate,
       client_learning_rate_decay=client_learning_rate_decay,
       model_aggregator=model_aggregator,

@@ -86,6 +86,18 @@ def _program(steps: stateful_process.StatefulClientSteps) -> fused.ProgramFn:
   return program_fn
 
 
+def compose(model_fn: ModelFn,
+            algorithm: stateful_process.StatefulAlgorithm, *,
+            on_shards: bool, **kwargs
+            ) -> stateful_process.StatefulClientLearningProcess:
+  """`compose_fused` if `on_shards`, else `stateful_process.
+  compose_algorithm` (one TFF client per client), with the same `kwargs`:
+  what a builder's `on_shards` chooses."""
+  if on_shards:
+    return compose_fused(model_fn, algorithm, **kwargs)
+  return stateful_process.compose_algorithm(model_fn, algorithm, **kwargs)
+
+
 def compose_fused(
     model_fn: ModelFn,
     algorithm: stateful_process.StatefulAlgorithm,

@@ -142,10 +142,8 @@ def build_scaffold(
           tff.learning.optimizers.build_sgdm(server_learning_rate),
           model_weights_type),
   )
-  compose = fused.compose_fused if on_shards else (
-      stateful_process.compose_algorithm)
-  return compose(
-      model_fn, algorithm,
+  return fused.compose(
+      model_fn, algorithm, on_shards=on_shards,
       client_learning_rate=client_learning_rate,
       client_learning_rate_decay=client_learning_rate_decay,
       model_aggregator=model_aggregator,

@@ -96,6 +96,18 @@ def _start(*args) -> subprocess.Popen:
                           stdin=subprocess.DEVNULL)
 
 
+def _finish_all(drivers: list[subprocess.Popen]) -> None:
+  """Waits for drivers running at the same time; kills any left running."""
+  try:
+    for driver in drivers:
+      _finish(driver)
+  finally:
+    for driver in drivers:
+      if driver.poll() is None:
+        driver.kill()
+        driver.wait()
+
+
 def _finish(driver: subprocess.Popen) -> str:
   """Waits for a driver; returns its stdout if it succeeded."""
   try:
@@ -124,14 +136,7 @@ def runs(workers, tmp_path_factory):
              f'--worker_addresses={",".join(workers.addresses)}'),
       _start(*_RUN, f'--root_output_dir={root}', '--experiment_name=local'),
   ]
-  try:
-    for driver in drivers:
-      _finish(driver)
-  finally:
-    for driver in drivers:
-      if driver.poll() is None:
-        driver.kill()
-        driver.wait()
+  _finish_all(drivers)
   ticks_after = workers.cpu_ticks()
   return root, {a: ticks_after[a] - ticks_before[a] for a in ticks_before}
 
@@ -301,14 +306,7 @@ def test_stateful_clients_on_shards_across_workers(workers, tmp_path):
       _start(*args, '--experiment_name=remote',
              f'--worker_addresses={",".join(workers.addresses)}'),
       _start(*args, '--experiment_name=local')]
-  try:
-    for driver in drivers:
-      _finish(driver)
-  finally:
-    for driver in drivers:
-      if driver.poll() is None:
-        driver.kill()
-        driver.wait()
+  _finish_all(drivers)
   remote, local = _metrics(tmp_path / 'remote'), _metrics(tmp_path / 'local')
   assert list(remote.columns) == list(local.columns)
   for column in remote.columns:
