@@ -34,7 +34,7 @@ class StatefulClientRunner:
     Args:
       process: The stateful learning process (AdaBest, FedDyn, SCAFFOLD).
       store: Where the client states live between rounds; `None`: a store in
-        a new temporary directory (states are then lost with the process).
+        a new temporary directory, removed with the runner.
 
     Raises:
       TypeError: If `process` keeps no client states.
@@ -44,9 +44,10 @@ class StatefulClientRunner:
                       f', got {type(process).__name__}; run a stateless'
                       ' process with process.next(state, datasets).')
     if store is None:
+      # Removed with the runner (or at exit).
+      self._directory = tempfile.TemporaryDirectory(prefix='client_states_')
       store = client_state_store.ClientStateStore(
-          tempfile.mkdtemp(prefix='client_states_'),
-          process.initial_client_state())
+          self._directory.name, process.initial_client_state())
     self.process = process
     self.store = store
     self._last_round = store.committed_round

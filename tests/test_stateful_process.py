@@ -1,6 +1,8 @@
 """Stateful-client learning processes: validation, composition, round runner."""
 
 import collections
+import gc
+import os
 
 import numpy as np
 import pytest
@@ -8,6 +10,7 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from adabest_tff import client_state_store
+from adabest_tff import runner as runner_lib
 from adabest_tff import stateful_process
 from tests import tiny_models
 
@@ -269,3 +272,13 @@ def test_initial_model_weights_are_a_new_models():
   np.testing.assert_array_equal(tiny_models.flat(weights.trainable),
                                 PROBLEM.initial_weights())
   assert not weights.non_trainable
+
+
+def test_a_runner_without_a_store_removes_its_directory():
+  runner = runner_lib.StatefulClientRunner(build_probe_process())
+  directory = runner.store.directory
+  runner.next(runner.initialize(), ['a'], [PROBLEM.dataset('a')])
+  assert os.listdir(directory)
+  del runner
+  gc.collect()
+  assert not os.path.exists(directory)
