@@ -82,7 +82,8 @@ def plot_curves(frame: pd.DataFrame, path: str, y: str,
                 x: str = analysis.ROUND,
                 by: Sequence[str] = (analysis.COHORT_SIZE,),
                 ylabel: Optional[str] = None, xlabel: Optional[str] = None,
-                log_x: bool = False, log_y: bool = False) -> str:
+                log_x: bool = False, log_y: bool = False,
+                title: Optional[str] = None) -> str:
   """`y` against `x`, one line per `by` label (mean ± std over its runs)."""
   curves = analysis.mean_curves(frame, y, x, by)
   if curves.empty:
@@ -102,16 +103,19 @@ def plot_curves(frame: pd.DataFrame, path: str, y: str,
     ax.set_yscale('log')
   if by:
     ax.legend(fontsize='small')
+  if title:
+    ax.set_title(title)
   ax.grid(alpha=0.3)
   return _save(fig, path)
 
 
 def plot_accuracy_vs_rounds(frame: pd.DataFrame, path: str,
                             accuracy_column: str = analysis.TEST_ACCURACY,
-                            by: Sequence[str] = (analysis.COHORT_SIZE,)) -> str:
+                            by: Sequence[str] = (analysis.COHORT_SIZE,),
+                            title: Optional[str] = None) -> str:
   """Accuracy per communication round (Figures 2, 14-20)."""
   return plot_curves(frame, path, accuracy_column, analysis.ROUND, by,
-                     xlabel='communication round')
+                     xlabel='communication round', title=title)
 
 
 def plot_accuracy_vs_examples(frame: pd.DataFrame, path: str,
@@ -290,7 +294,7 @@ def plot_learning_rate_grid(
     rows: str = analysis.CLIENT_LEARNING_RATE,
     columns: str = analysis.SERVER_LEARNING_RATE,
     accuracy_column: str = analysis.VALIDATION_ACCURACY,
-    how: str = 'final') -> str:
+    how: str = 'final', title: Optional[str] = None) -> str:
   """Heatmap of mean accuracy over two flags; the best cell is boxed."""
   grid = analysis.learning_rate_grid(frame, rows, columns, accuracy_column,
                                      how)
@@ -316,6 +320,8 @@ def plot_learning_rate_grid(
       (list(grid.columns).index(best_column) - 0.5,
        list(grid.index).index(best_row) - 0.5), 1, 1, fill=False,
       edgecolor='red', linewidth=2))
+  if title:
+    ax.set_title(title)
   return _save(fig, path)
 
 

@@ -45,6 +45,7 @@ import shlex
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Optional
 
@@ -126,6 +127,7 @@ class PointResult:
   status: str  # 'skipped' (already finished), 'succeeded' or 'failed'
   exit_code: Optional[int] = None
   last_error_line: str = ''
+  elapsed_sec: Optional[float] = None  # wall time of the subprocess, if run
 
 
 def parse_axis(text: str) -> Axis:
@@ -242,6 +244,7 @@ def _last_line(path: str) -> str:
 def _run_point(point: SweepPoint, log_dir: str) -> PointResult:
   stdout_path = os.path.join(log_dir, f'{point.experiment_name}.stdout')
   stderr_path = os.path.join(log_dir, f'{point.experiment_name}.stderr')
+  start = time.monotonic()
   with open(stdout_path, 'w') as out, open(stderr_path, 'w') as err:
     try:
       exit_code = subprocess.run(point.command, stdout=out, stderr=err,
@@ -249,9 +252,11 @@ def _run_point(point: SweepPoint, log_dir: str) -> PointResult:
                                  check=False).returncode
     except OSError as e:  # the command cannot be started at all
       return PointResult(point, 'failed', None, f'{type(e).__name__}: {e}')
+  elapsed = time.monotonic() - start
   if exit_code == 0:
-    return PointResult(point, 'succeeded', 0)
-  return PointResult(point, 'failed', exit_code, _last_line(stderr_path))
+    return PointResult(point, 'succeeded', 0, elapsed_sec=elapsed)
+  return PointResult(point, 'failed', exit_code, _last_line(stderr_path),
+                     elapsed_sec=elapsed)
 
 
 def run_sweep(points: Sequence[SweepPoint],

@@ -1,0 +1,132 @@
+"""python -m reproduce PAPER [EXPERIMENT ...] [--scale=local|paper|smoke]
+
+Runs each named experiment's grid of driver runs (finished runs skipped,
+unfinished ones resumed, `--parallel` at a time) and writes its report: the
+paper's numbers beside the package's, and its figures. `PAPER` may be `all`;
+no `EXPERIMENT` means every experiment of the paper. `--list` lists them.
+
+Reports go to `results/<paper>/<experiment>/` at the local scale (the
+committed evidence) and under `<root_output_dir>/<paper>/<scale>/reports/`
+otherwise, unless `--report_dir` says where.
+"""
+
+import argparse
+import os
+import sys
+import time
+from collections.abc import Sequence
+from typing import Optional
+
+from experiment_driver import runtime
+import reproduce
+from reproduce import core
+
+
+def _parser() -> argparse.ArgumentParser:
+  parser = argparse.ArgumentParser(
+      prog='python -m reproduce',
+      description=__doc__.split('\n\n')[1].replace('\n', ' '))
+  parser.add_argument('paper', nargs='?',
+                      help=f'One of {", ".join(reproduce.PAPERS)} or all.')
+  parser.add_argument('experiments', nargs='*', metavar='EXPERIMENT',
+                      help='Experiments of the paper (default: all).')
+  parser.add_argument('--scale', default='local', choices=core.SCALES)
+  parser.add_argument('--seeds', type=int, default=None,
+                      help='Seeds per grid point (default: the scale\'s).')
+  parser.add_argument('--root_output_dir', default=core.DEFAULT_ROOT,
+                      help='Root of the run directories.')
+  parser.add_argument('--report_dir', default=None,
+                      help='Where reports go (one subdirectory per'
+                      ' experiment under <report_dir>/<paper>/).')
+  parser.add_argument('--parallel', type=int, default=2,
+                      help='Runs at once.')
+  parser.add_argument('--report_only', action='store_true',
+                      help='Run nothing; report from the finished runs.')
+  parser.add_argument('--dry_run', action='store_true',
+                      help='Print each run\'s command and status; run and'
+                      ' write nothing.')
+  parser.add_argument('--list', action='store_true',
+                      help='List the experiments and exit.')
+  return parser
+
+
+def _select(paper: Optional[str], names: Sequence[str]):
+  if paper is None:
+    raise ValueError('name a paper (or all) and optionally experiments;'
+                     ' --list lists them')
+  if paper != 'all' and paper not in reproduce.PAPERS:
+    raise ValueError(f'unknown paper {paper!r}; papers:'
+                     f' {", ".join(reproduce.PAPERS)}, all')
+  if paper == 'all':
+    if names:
+      raise ValueError('with all, name no experiment')
+    return list(reproduce.EXPERIMENTS.values())
+  known = [name for p, name in reproduce.EXPERIMENTS if p == paper]
+  unknown = [name for name in names if name not in known]
+  if unknown:
+    raise ValueError(f'unknown experiment(s) {", ".join(unknown)} of'
+                     f' {paper}; its experiments: {", ".join(known)}')
+  return [reproduce.EXPERIMENTS[(paper, name)] for name in (names or known)]
+
+
+def report_dir(args, experiment: core.Experiment) -> str:
+  if args.report_dir:
+    base = args.report_dir
+  elif args.scale == 'local':
+    base = core.RESULTS_DIR
+  else:
+    base = os.path.join(args.root_output_dir, 'reports', args.scale)
+  return os.path.join(base, experiment.paper, experiment.name)
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+  args = _parser().parse_args(argv)
+  # Importing the library imports TFF; this process runs no computation
+  # (each run is a driver subprocess), so TFF's default context goes now.
+  runtime.refuse_unmanaged_default_context()
+  try:
+    if args.list:
+      for e in reproduce.EXPERIMENTS.values():
+        print(f'{e.paper:13} {e.name:18} {e.source}')
+      return 0
+    if args.parallel < 1:
+      raise ValueError(f'--parallel must be >= 1, got {args.parallel}')
+    if args.report_only and args.dry_run:
+      raise ValueError('--report_only and --dry_run exclude each other')
+    experiments = _select(args.paper, args.experiments)
+    # Every grid is built (and so checked) before anything runs.
+    points = {(e.paper, e.name): core.build_points(
+        e, args.scale, args.root_output_dir, args.seeds) for e in experiments}
+  except ValueError as e:
+    print(f'error: {e}', file=sys.stderr)
+    return 2
+  if args.dry_run:
+    for e in experiments:
+      for point in points[(e.paper, e.name)]:
+        status = 'finished' if core.sweep.is_finished(point) else 'to run'
+        print(f'{e.paper} {e.name}: {status:8}'
+              f'  {core.sweep.shlex.join(point.command)}')
+    return 0
+  failed = False
+  for e in experiments:
+    print(f'== {e.paper} {e.name}: {e.source} ({args.scale})', flush=True)
+    if not args.report_only:
+      start = time.monotonic()
+      results = core.run_experiment(e, args.scale, args.root_output_dir,
+                                    args.seeds, args.parallel)
+      for line in core.sweep.summary_lines(results):
+        print(line)
+      print(f'{time.monotonic() - start:.0f} s', flush=True)
+      failed |= any(r.status == 'failed' for r in results)
+    try:
+      path = core.write_report(e, args.scale, args.root_output_dir,
+                               report_dir(args, e), args.seeds)
+      print(f'report: {path}', flush=True)
+    except ValueError as error:
+      print(f'error: {e.paper} {e.name}: {error}', file=sys.stderr)
+      failed = True
+  return 1 if failed else 0
+
+
+if __name__ == '__main__':
+  sys.exit(main())

@@ -1,0 +1,391 @@
+"""Experiments: a paper's table or figure as grids of driver runs and a report.
+
+An `Experiment` names the table or figure it reproduces (`source`), the grids
+of driver runs that reproduce it at each scale (`setting(scale)`), and how its
+numbers are read off the run directories (`analyze`, which uses
+`fl_common.analysis`). `run_experiment` runs the grids through
+`large_cohort.sweep` (ordinary run directories: resumable, finished points
+skipped, `parallel` at a time) and `write_report` puts the package's numbers
+beside the paper's (`paper_numbers.csv`, each with its source) in a markdown
+report with the experiment's figures.
+
+Scales:
+
+* `paper`: the paper's own setting (its datasets, models, cohorts, rounds and
+  seeds), for users with the data and the hardware.
+* `local`: what a 2-core machine without downloads has (Synthetic, the bundled
+  digits), at sizes that finish; its report says what it substitutes.
+* `smoke`: the local grids cut to a few points of `SMOKE_ROUNDS` rounds and
+  one seed, so that CI runs every experiment's code end to end.
+
+Grids of one paper share a run root (`<root>/<paper>/<scale>/`): a grid that
+two experiments name alike (GeL's Table 1 runs, read again by Figure 4) runs
+once.
+"""
+
+import dataclasses
+import json
+import math
+import os
+import shlex
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import Optional
+
+import numpy as np
+import pandas as pd
+
+from fl_common import analysis
+from large_cohort import sweep
+
+SCALES = ('local', 'paper', 'smoke')
+SMOKE_ROUNDS = 2
+PAPER_NUMBERS_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                  'paper_numbers.csv')
+REPO_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+RESULTS_DIR = os.path.join(REPO_DIR, 'results')
+DEFAULT_ROOT = '/tmp/fl_papers/reproduce'
+TIMINGS_FILE = 'timings.json'
+PAPER_TITLES = {
+    'gel': 'GeL: guess and learn (Boukhari et al. 2024)',
+    'large_cohort': 'On large-cohort training for federated learning'
+                    ' (Charles et al. 2021)',
+    'adabest': 'AdaBest (Varno et al. 2022)',
+}
+# Driver flags whose value must not exceed a smoke run's rounds.
+_PER_ROUNDS_FLAGS = ('rounds_per_eval', 'rounds_per_checkpoint')
+
+# Columns of an analysis table (long form: one number per row and quantity).
+ROW = 'row'
+QUANTITY = 'quantity'
+VALUE = 'value'
+STD = 'std'
+NUM_RUNS = 'n'
+SOURCE = 'source'
+
+
+@dataclasses.dataclass(frozen=True)
+class Grid:
+  """Driver runs: fixed flags, axes (their product), rounds and seeds.
+
+  `name` starts every run's experiment name; two grids of one paper with the
+  same name must be the same grid (their runs are shared). `seed_flag` is the
+  driver flag that takes the seeds `0..seeds-1` as a last axis (`None`: the
+  grid has no seed axis).
+  """
+
+  name: str
+  flags: Mapping[str, Optional[str]]
+  total_rounds: int
+  axes: tuple[sweep.Axis, ...] = ()
+  seed_flag: Optional[str] = 'seed'
+
+
+@dataclasses.dataclass(frozen=True)
+class Setting:
+  """An experiment at one scale: its grids, default seeds, substitutions."""
+
+  grids: tuple[Grid, ...]
+  seeds: int
+  substitutes: str = ''  # markdown; what this scale runs instead of the paper
+
+
+@dataclasses.dataclass
+class Analysis:
+  """What `Experiment.analyze` read off the runs.
+
+  `table` is long-form: one row per (`row`, `quantity`) with `value`, `std`
+  (over seeds, NaN for one run) and `n` (runs); rows and quantities named as
+  in `paper_numbers.csv` line up with the paper's numbers. `figures` are file
+  names written in the output directory; `notes` are markdown paragraphs.
+  """
+
+  table: pd.DataFrame
+  figures: list[str] = dataclasses.field(default_factory=list)
+  notes: list[str] = dataclasses.field(default_factory=list)
+
+
+@dataclasses.dataclass(frozen=True)
+class Experiment:
+  paper: str
+  name: str
+  source: str  # e.g. 'Table 1, Synthetic rows'
+  claim: str  # what the paper shows there, in one or two sentences
+  setting: Callable[[str], Setting]  # 'local' or 'paper' -> Setting
+  analyze: Callable[[pd.DataFrame, str], Analysis]  # (runs, output dir)
+
+
+def seed_values(count: int) -> tuple[str, ...]:
+  return tuple(str(seed) for seed in range(count))
+
+
+def _smoke_grid(grid: Grid) -> Grid:
+  """The grid cut to 2 values of its first axis, 1 of the others."""
+  axes = tuple(dataclasses.replace(axis, values=axis.values[:2 if i == 0 else 1])
+               for i, axis in enumerate(grid.axes))
+  flags = dict(grid.flags)
+  for flag in _PER_ROUNDS_FLAGS:
+    if flag in flags:
+      flags[flag] = '1'
+  return dataclasses.replace(grid, axes=axes, flags=flags,
+                             total_rounds=min(grid.total_rounds, SMOKE_ROUNDS))
+
+
+def setting_for(experiment: Experiment, scale: str) -> Setting:
+  if scale not in SCALES:
+    raise ValueError(f'scale must be one of {", ".join(SCALES)}, got'
+                     f' {scale!r}')
+  if scale != 'smoke':
+    return experiment.setting(scale)
+  local = experiment.setting('local')
+  return dataclasses.replace(
+      local, grids=tuple(_smoke_grid(g) for g in local.grids), seeds=1)
+
+
+def run_root(root: str, experiment: Experiment, scale: str) -> str:
+  return os.path.join(root, experiment.paper, scale)
+
+
+def build_points(experiment: Experiment, scale: str, root: str,
+                 seeds: Optional[int] = None,
+                 command: Sequence[str] = sweep.DEFAULT_COMMAND,
+                 ) -> list[sweep.SweepPoint]:
+  """Every run of the experiment at `scale` (seeds default: the scale's).
+
+  Raises:
+    ValueError: For an unknown scale, `seeds` < 1 or a malformed grid.
+  """
+  setting = setting_for(experiment, scale)
+  if seeds is not None and seeds < 1:
+    raise ValueError(f'seeds must be >= 1, got {seeds}')
+  seeds = setting.seeds if seeds is None else seeds
+  directory = run_root(root, experiment, scale)
+  points = []
+  for grid in setting.grids:
+    axes = grid.axes
+    if grid.seed_flag:
+      axes = (*axes, sweep.Axis(grid.seed_flag, seed_values(seeds)))
+    points += sweep.build_points(axes, directory, grid.total_rounds,
+                                 name_prefix=grid.name, flags=grid.flags,
+                                 command=command)
+  return list({p.run_dir: p for p in points}.values())
+
+
+def _timings_path(experiment: Experiment, scale: str, root: str) -> str:
+  return os.path.join(run_root(root, experiment, scale), TIMINGS_FILE)
+
+
+def read_timings(experiment: Experiment, scale: str,
+                 root: str) -> dict[str, float]:
+  """Seconds each run of the paper's root took when it last ran to the end."""
+  try:
+    with open(_timings_path(experiment, scale, root)) as f:
+      return {k: float(v) for k, v in json.load(f).items()}
+  except FileNotFoundError:
+    return {}
+
+
+def _record_timings(experiment: Experiment, scale: str, root: str,
+                    results: Sequence[sweep.PointResult]) -> None:
+  timings = read_timings(experiment, scale, root)
+  for result in results:
+    if result.status == 'succeeded' and result.elapsed_sec is not None:
+      timings[result.point.experiment_name] = round(result.elapsed_sec, 1)
+  path = _timings_path(experiment, scale, root)
+  os.makedirs(os.path.dirname(path), exist_ok=True)
+  with open(path + '.tmp', 'w') as f:
+    json.dump(dict(sorted(timings.items())), f, indent=1)
+  os.replace(path + '.tmp', path)
+
+
+def run_experiment(experiment: Experiment, scale: str, root: str,
+                   seeds: Optional[int] = None, parallel: int = 2,
+                   print_fn: Callable[[str], None] = print,
+                   ) -> list[sweep.PointResult]:
+  """Runs the experiment's unfinished points; records their wall times."""
+  points = build_points(experiment, scale, root, seeds)
+  results = sweep.run_sweep(
+      points, parallel,
+      log_dir=os.path.join(run_root(root, experiment, scale),
+                           sweep.LOG_DIR_NAME),
+      print_fn=print_fn)
+  _record_timings(experiment, scale, root, results)
+  return results
+
+
+def load_finished_runs(points: Sequence[sweep.SweepPoint]) -> pd.DataFrame:
+  """The tidy frame (`fl_common.analysis.load_runs`) of the finished points.
+
+  Rounds past a point's `total_rounds` (a directory reused by a longer grid)
+  are cut, so every run of a grid is read alike.
+
+  Raises:
+    ValueError: If no point has finished.
+  """
+  finished = [p for p in points if sweep.is_finished(p)]
+  if not finished:
+    raise ValueError('no run of this experiment has finished; run it first'
+                     ' (without --report_only)')
+  frames = []
+  for point in finished:
+    frame = analysis.load_run(point.run_dir)
+    frames.append(frame[frame[analysis.ROUND] <= point.total_rounds])
+  return pd.concat(frames, ignore_index=True, sort=False)
+
+
+def paper_numbers(paper: str, experiment: str,
+                  path: str = PAPER_NUMBERS_FILE) -> pd.DataFrame:
+  """The paper's published numbers for one experiment, with their sources."""
+  numbers = pd.read_csv(path, dtype={ROW: str, QUANTITY: str})
+  return numbers[(numbers['paper'] == paper)
+                 & (numbers['experiment'] == experiment)].drop(
+                     columns=['paper', 'experiment']).reset_index(drop=True)
+
+
+def over_seeds(per_run: pd.DataFrame, by: Sequence[str],
+               values: Sequence[str]) -> pd.DataFrame:
+  """Mean, std (ddof 1; NaN for one run) and count of `values` per `by`.
+
+  NaN values (e.g. a run that never reached a target) are left out of the
+  mean and the count.
+
+  Returns:
+    Long form: the `by` columns, `quantity`, `value`, `std`, `n`.
+  """
+  rows = []
+  for key, group in per_run.groupby(list(by), sort=True, dropna=False):
+    key = key if isinstance(key, tuple) else (key,)
+    for column in values:
+      column_values = group[column].astype(float).dropna()
+      rows.append({**dict(zip(by, key)), QUANTITY: column,
+                   VALUE: column_values.mean() if len(column_values) else np.nan,
+                   STD: (column_values.std(ddof=1) if len(column_values) > 1
+                         else np.nan),
+                   NUM_RUNS: len(column_values)})
+  return pd.DataFrame(rows)
+
+
+def format_number(value: float, std: float = math.nan,
+                  count: Optional[int] = None) -> str:
+  """`12.3 ± 0.4 (n=5)`; `—` for NaN; integers without decimals."""
+  if value is None or (isinstance(value, float) and math.isnan(value)):
+    text = '—'
+  else:
+    text = _short(value)
+    if std is not None and not (isinstance(std, float) and math.isnan(std)):
+      text += f' ± {_short(std)}'
+  if count is not None and not (isinstance(count, float) and math.isnan(count)):
+    text += f' (n={int(count)})'
+  return text
+
+
+def _short(value: float) -> str:
+  value = float(value)
+  if value == int(value) and abs(value) < 1e6:
+    return str(int(value))
+  magnitude = abs(value)
+  if magnitude >= 100:
+    return f'{value:.1f}'
+  if magnitude >= 1:
+    return f'{value:.2f}'
+  return f'{value:.3g}'
+
+
+def side_by_side(paper: pd.DataFrame, package: pd.DataFrame) -> pd.DataFrame:
+  """Outer join of the paper's numbers and the package's on (row, quantity).
+
+  Returns:
+    Columns `row`, `quantity`, `paper`, `package`, `source` (strings),
+    the package's order first, then rows only the paper has.
+  """
+  package = package.copy()
+  package['package'] = [format_number(v, s, n) for v, s, n in zip(
+      package[VALUE], package[STD], package[NUM_RUNS])]
+  paper = paper.copy()
+  paper['paper'] = [format_number(v, s) for v, s in zip(paper[VALUE],
+                                                        paper[STD])]
+  merged = package[[ROW, QUANTITY, 'package']].merge(
+      paper[[ROW, QUANTITY, 'paper', SOURCE]], on=[ROW, QUANTITY],
+      how='outer', sort=False)
+  order = {key: i for i, key in enumerate(zip(package[ROW], package[QUANTITY]))}
+  merged['_order'] = [order.get(key, len(order) + i) for i, key in
+                      enumerate(zip(merged[ROW], merged[QUANTITY]))]
+  merged = merged.sort_values('_order').drop(columns='_order')
+  return merged.fillna({'package': 'not run', 'paper': '—', SOURCE: ''})[
+      [ROW, QUANTITY, 'paper', 'package', SOURCE]].reset_index(drop=True)
+
+
+def markdown_table(frame: pd.DataFrame) -> str:
+  header = '| ' + ' | '.join(frame.columns) + ' |'
+  rule = '|' + '|'.join('---' for _ in frame.columns) + '|'
+  lines = [header, rule]
+  for row in frame.itertuples(index=False):
+    lines.append('| ' + ' | '.join(str(v).replace('|', '\\|') for v in row)
+                 + ' |')
+  return '\n'.join(lines)
+
+
+def command_line(experiment: Experiment, scale: str,
+                 seeds: Optional[int]) -> str:
+  parts = ['python', '-m', 'reproduce', experiment.paper, experiment.name,
+           f'--scale={scale}']
+  if seeds is not None:
+    parts.append(f'--seeds={seeds}')
+  return shlex.join(parts)
+
+
+def write_report(experiment: Experiment, scale: str, root: str,
+                 output_dir: str, seeds: Optional[int] = None) -> str:
+  """Analyzes the finished runs and writes `<output_dir>/README.md`.
+
+  Returns:
+    The report's path.
+
+  Raises:
+    ValueError: If no run has finished or the analysis cannot be made.
+  """
+  points = build_points(experiment, scale, root, seeds)
+  frame = load_finished_runs(points)
+  os.makedirs(output_dir, exist_ok=True)
+  result = experiment.analyze(frame, output_dir)
+  table = side_by_side(paper_numbers(experiment.paper, experiment.name),
+                       result.table)
+  timings = read_timings(experiment, scale, root)
+  finished = [p for p in points if sweep.is_finished(p)]
+  run_seconds = [timings[p.experiment_name] for p in finished
+                 if p.experiment_name in timings]
+  setting = setting_for(experiment, scale)
+  lines = [
+      f'# {PAPER_TITLES[experiment.paper]}: {experiment.source}',
+      '',
+      experiment.claim,
+      '',
+      '```',
+      command_line(experiment, scale, seeds),
+      '```',
+      '',
+      f'Scale `{scale}`: {len(finished)} of {len(points)} runs finished'
+      f' (`{run_root(root, experiment, scale)}`). Each run\'s wall time'
+      f' from the command line summed: {sum(run_seconds):.0f} s over'
+      f' {len(run_seconds)} runs (two run at a time by default).'
+      ' Rerunning the command skips finished runs and regenerates this'
+      ' report from their directories.',
+      '',
+  ]
+  if setting.substitutes:
+    lines += ['**What this scale substitutes for the paper\'s setting.** '
+              + setting.substitutes, '']
+  lines += ['## The paper beside the package', '',
+            markdown_table(table), '',
+            'Package values: mean ± standard deviation over the runs that'
+            ' reached the quantity (n); "—": no run did.', '']
+  if result.figures:
+    lines += ['## Figures', '']
+    lines += [f'![{name}]({name})' for name in result.figures] + ['']
+  if result.notes:
+    lines += ['## Reading', ''] + [note + '\n' for note in result.notes]
+  path = os.path.join(output_dir, 'README.md')
+  with open(path + '.tmp', 'w') as f:
+    f.write('\n'.join(lines).rstrip() + '\n')
+  os.replace(path + '.tmp', path)
+  return path

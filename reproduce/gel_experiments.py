@@ -1,0 +1,406 @@
+"""GeL (Boukhari et al. 2024): Tables 1-2 and Figures 2, 4, 7, 8, 9.
+
+Local scale: the paper's Synthetic task itself (LEAF's generator, 5 classes,
+1,000 clients; 305 parameters as in Table 1), with the paper's 20 clients per
+round, batch 5, budgets U{4..13}, tau = 18 and no clipping. Test accuracy is
+read every 5 rounds on a fixed sample of 200 of the 1,000 test clients (the
+paper's evaluation set is not stated; all test clients at `--scale=paper`).
+
+Rows and quantities are named as in `paper_numbers.csv`; speedup is Table 1's
+`(R_baseline - R_GeL) / R_GeL` of the mean rounds, given only when every seed
+of both reached the target.
+"""
+
+import os
+
+import numpy as np
+import pandas as pd
+
+from fl_common import analysis
+from fl_common import plots
+from large_cohort import sweep
+from reproduce import core
+
+ALGORITHM = 'algorithm'
+TASK = 'task'
+LR = analysis.CLIENT_LEARNING_RATE
+TARGET = 'target_accuracy'
+ACCURACY = analysis.TEST_ACCURACY
+GRADIENTS = 'cumulative_gradient_computations'
+BYTES = ('cumulative_bytes_down', 'cumulative_bytes_up')
+# Per task: Table 1's tuned and untuned client learning rates.
+TABLE1_RATES = {'synthetic': ('0.01', '0.005'), 'emnist': ('0.02', '0.01'),
+                'shakespeare': ('0.3', '0.15')}
+PAPER_TASKS = ('emnist', 'synthetic', 'shakespeare')
+LOCAL_SUBSTITUTES = (
+    'Synthetic only (FEMNIST and Shakespeare need downloads): the paper\'s'
+    ' own task, generated offline. Test accuracy on a fixed sample of 200 of'
+    ' the 1,000 test clients, every 5 rounds.')
+
+
+def _flags(task: str, scale: str, **extra) -> dict:
+  flags = {'task': task, 'noclipping': None, 'clients_per_round': '20',
+           'rounds_per_eval': '5'}
+  if task == 'synthetic':
+    # All 1,000 clients train (the paper holds none out for validation).
+    flags['validation_fraction'] = '0'
+    if scale == 'local':
+      flags['max_eval_clients'] = '200'
+  flags.update(extra)
+  return flags
+
+
+def _tasks(scale: str) -> tuple[str, ...]:
+  return PAPER_TASKS if scale == 'paper' else ('synthetic',)
+
+
+def _rounds(task: str, scale: str) -> int:
+  # Past the paper's slowest baseline (Table 1: 176 Synthetic, 95 FEMNIST,
+  # 820 Shakespeare rounds).
+  return {'synthetic': 400, 'emnist': 300, 'shakespeare': 1200}[task]
+
+
+def table1_grids(scale: str) -> tuple[core.Grid, ...]:
+  return tuple(
+      core.Grid(f'table1_{task}', _flags(task, scale),
+                _rounds(task, scale),
+                axes=(sweep.Axis(ALGORITHM, ('fedavgcm_budgeted',
+                                             'fedavgcm_gel')),
+                      sweep.Axis(LR, TABLE1_RATES[task])))
+      for task in _tasks(scale))
+
+
+def _setting(grids_fn, seeds=5):
+  def setting(scale: str) -> core.Setting:
+    return core.Setting(grids_fn(scale), seeds=seeds,
+                        substitutes=LOCAL_SUBSTITUTES if scale == 'local'
+                        else '')
+  return setting
+
+
+def per_run_targets(frame: pd.DataFrame, by) -> pd.DataFrame:
+  """Per run: rounds, gradient computations and bytes to its target accuracy.
+
+  The target is the run's `target_accuracy` (the driver's, the paper's per
+  task); the round is the first evaluation at or above it (NaN if none).
+  """
+  rows = []
+  for run, run_frame in frame.groupby(analysis.RUN, sort=False):
+    target = float(run_frame[TARGET].iloc[0])
+    crossed = analysis.threshold_crossings(run_frame, [target], ACCURACY,
+                                           by=by).iloc[0]
+    row = {analysis.RUN: run, **{c: run_frame[c].iloc[0] for c in by},
+           'target': target, 'rounds': crossed['rounds']}
+    at = run_frame[run_frame[analysis.ROUND] == crossed['rounds']]
+    row['gradients'] = float(at[GRADIENTS].iloc[0]) if len(at) else np.nan
+    row['bytes'] = float(at[list(BYTES)].sum(axis=1).iloc[0]) if len(
+        at) else np.nan
+    # The broadcast is the model's float32 weights.
+    row['params'] = float(run_frame['bytes_down'].iloc[0]
+                          / run_frame[analysis.COHORT_SIZE].iloc[0] / 4)
+    rows.append(row)
+  return pd.DataFrame(rows)
+
+
+def _row_name(task: str, extra: str = '') -> str:
+  return ' '.join(filter(None, [f'task={task}', extra]))
+
+
+def _accuracy_at(frame: pd.DataFrame, run: str, round_num: float) -> float:
+  """The run's accuracy at its last evaluation at or before `round_num`."""
+  rows = frame[(frame[analysis.RUN] == run) & frame[ACCURACY].notna()
+               & (frame[analysis.ROUND] <= round_num)]
+  return float(rows[ACCURACY].iloc[-1]) if len(rows) else np.nan
+
+
+def compare_pair(frame: pd.DataFrame, baseline: str, gel: str,
+                 by) -> pd.DataFrame:
+  """Table 1/2 quantities for each `by` group: baseline vs GeL over seeds."""
+  per_run = per_run_targets(frame, [ALGORITHM, TASK, 'seed', *by])
+  rows = []
+  for key, group in per_run.groupby([TASK, *by], sort=False):
+    key = key if isinstance(key, tuple) else (key,)
+    task = key[0]
+    row = _row_name(task, ' '.join(f'{c}={v}' for c, v in zip(by, key[1:])))
+    sides = {name: group[group[ALGORITHM] == name] for name in (baseline, gel)}
+    def add(quantity, value, std=np.nan, n=None):
+      rows.append({core.ROW: row, core.QUANTITY: quantity, core.VALUE: value,
+                   core.STD: std, core.NUM_RUNS: n})
+    add('target_accuracy', group['target'].iloc[0])
+    for name, side in sides.items():
+      reached = side['rounds'].dropna()
+      add(f'rounds_to_target/{name}', reached.mean() if len(reached)
+          else np.nan, reached.std(ddof=1) if len(reached) > 1 else np.nan,
+          len(reached))
+      add(f'seeds_reaching_target/{name}', len(reached), n=len(side))
+    base, mine = sides[baseline], sides[gel]
+    complete = (len(base) and len(mine) and base['rounds'].notna().all()
+                and mine['rounds'].notna().all())
+    if complete:
+      r_base, r_gel = base['rounds'].mean(), mine['rounds'].mean()
+      add('speedup_percent', 100 * (r_base - r_gel) / r_gel,
+          n=min(len(base), len(mine)))
+      add('network_savings_mib',
+          (base['bytes'].mean() - mine['bytes'].mean()) / 2**20,
+          n=min(len(base), len(mine)))
+      add('gradient_computations_saved',
+          base['gradients'].mean() - mine['gradients'].mean(),
+          n=min(len(base), len(mine)))
+      # Table 2: GeL's accuracy at the round each baseline seed reached the
+      # target, minus the baseline's there, in points (paired by seed).
+      beyond = []
+      for seed, base_run in zip(base['seed'], base[analysis.RUN]):
+        gel_run = mine[mine['seed'] == seed][analysis.RUN]
+        if len(gel_run):
+          r = float(base[base['seed'] == seed]['rounds'].iloc[0])
+          beyond.append(100 * (_accuracy_at(frame, gel_run.iloc[0], r)
+                               - _accuracy_at(frame, base_run, r)))
+      if beyond:
+        add('gel_accuracy_beyond_target_points', np.mean(beyond),
+            np.std(beyond, ddof=1) if len(beyond) > 1 else np.nan,
+            len(beyond))
+    add('model_parameters', group['params'].iloc[0])
+  return pd.DataFrame(rows)
+
+
+def _curves(frame: pd.DataFrame, output_dir: str, name: str, by, x=None,
+            title='') -> str:
+  path = os.path.join(output_dir, name)
+  if x is None:
+    plots.plot_accuracy_vs_rounds(frame, path, by=by, title=title)
+  else:
+    plots.plot_curves(frame, path, y=ACCURACY, x=x, by=by, title=title)
+  return name
+
+
+def analyze_table1(frame: pd.DataFrame, output_dir: str) -> core.Analysis:
+  table = compare_pair(frame, 'fedavgcm_budgeted', 'fedavgcm_gel', [LR])
+  figures = [_curves(frame, output_dir, 'accuracy_vs_rounds.png',
+                     by=[TASK, ALGORITHM, LR],
+                     title='Test accuracy (mean over seeds)')]
+  return core.Analysis(table, figures, notes=[_speedup_note(table)])
+
+
+def _speedup_note(table: pd.DataFrame) -> str:
+  speedups = table[table[core.QUANTITY] == 'speedup_percent']
+  if speedups.empty:
+    return ('No row has a speedup: some seed of the baseline or of GeL did not'
+            ' reach the target within the run\'s rounds (see'
+            ' `seeds_reaching_target`).')
+  return 'Speedup per row: ' + '; '.join(
+      f'{r}: {v:.1f} %' for r, v in zip(speedups[core.ROW],
+                                        speedups[core.VALUE])) + '.'
+
+
+TABLE2_PAIRS = (('fedprox_budgeted', 'fedprox_gel'),
+                ('fednova_budgeted', 'fednova_gel'))
+
+
+def table2_grids(scale: str) -> tuple[core.Grid, ...]:
+  return tuple(
+      core.Grid(f'table2_{task}', _flags(task, scale),
+                _rounds(task, scale),
+                axes=(sweep.Axis(ALGORITHM, tuple(
+                    a for pair in TABLE2_PAIRS for a in pair)),))
+      for task in _tasks(scale))
+
+
+def analyze_table2(frame: pd.DataFrame, output_dir: str) -> core.Analysis:
+  tables = []
+  for baseline, gel in TABLE2_PAIRS:
+    part = frame[frame[ALGORITHM].isin([baseline, gel])]
+    if part.empty:
+      continue
+    table = compare_pair(part, baseline, gel, [])
+    base = baseline.split('_')[0]
+    table[core.ROW] = [f'{r} {base}' for r in table[core.ROW]]
+    tables.append(table)
+  table = pd.concat(tables, ignore_index=True)
+  figures = [_curves(frame, output_dir, 'accuracy_vs_rounds.png',
+                     by=[TASK, ALGORITHM], title='Test accuracy')]
+  return core.Analysis(table, figures, notes=[_speedup_note(table)])
+
+
+def fig4_grids(scale: str) -> tuple[core.Grid, ...]:
+  return table1_grids(scale)
+
+
+def analyze_fig4(frame: pd.DataFrame, output_dir: str) -> core.Analysis:
+  """Row 3: accuracy against the clients' cumulative gradient computations."""
+  figure = _curves(frame, output_dir,
+                   'accuracy_vs_gradient_computations.png',
+                   by=[TASK, ALGORITHM, LR], x=GRADIENTS,
+                   title='Test accuracy vs gradient computations')
+  per_run = per_run_targets(frame, [ALGORITHM, TASK, LR, 'seed'])
+  table = core.over_seeds(per_run, [TASK, LR, ALGORITHM], ['gradients'])
+  table[core.ROW] = [f'task={t} {LR}={lr}' for t, lr in zip(table[TASK],
+                                                            table[LR])]
+  table[core.QUANTITY] = [f'gradient_computations_to_target/{a}'
+                          for a in table[ALGORITHM]]
+  return core.Analysis(table[[core.ROW, core.QUANTITY, core.VALUE, core.STD,
+                              core.NUM_RUNS]], [figure])
+
+
+def fig2_grids(scale: str) -> tuple[core.Grid, ...]:
+  return tuple(
+      core.Grid(f'fig2_{task}', _flags(task, scale), _rounds(task, scale),
+                axes=(sweep.Axis(ALGORITHM, ('fedavg_budgeted',
+                                             'fedavgcm_budgeted')),))
+      for task in _tasks(scale))
+
+
+def analyze_fig2(frame: pd.DataFrame, output_dir: str) -> core.Analysis:
+  per_run = per_run_targets(frame, [ALGORITHM, TASK, 'seed'])
+  table = core.over_seeds(per_run, [TASK, ALGORITHM], ['rounds'])
+  table[core.ROW] = [f'task={t}' for t in table[TASK]]
+  table[core.QUANTITY] = [f'rounds_to_target/{a}' for a in table[ALGORITHM]]
+  figure = _curves(frame, output_dir, 'accuracy_vs_rounds.png',
+                   by=[TASK, ALGORITHM], title='FedAvg vs FedAvgCM')
+  return core.Analysis(table[[core.ROW, core.QUANTITY, core.VALUE, core.STD,
+                              core.NUM_RUNS]], [figure])
+
+
+def _gel_variants(name: str, task: str, scale: str, guessed: tuple[str, ...],
+                  **flags) -> list[core.Grid]:
+  """FedAvgCM and FedAvgCM + GeL with each tau' (a flag only GeL takes)."""
+  base = _flags(task, scale, **flags)
+  rounds = _rounds(task, scale)
+  return [core.Grid(name, base, rounds,
+                    axes=(sweep.Axis(ALGORITHM, ('fedavgcm_budgeted',)),)),
+          core.Grid(name, base, rounds,
+                    axes=(sweep.Axis(ALGORITHM, ('fedavgcm_gel',)),
+                          sweep.Axis('guessed_steps', guessed)))]
+
+
+def fig8_grids(scale: str) -> tuple[core.Grid, ...]:
+  return tuple(g for task in _tasks(scale) for g in _gel_variants(
+      f'fig8_{task}', task, scale, ('remaining', 'infinite')))
+
+
+def _variant(frame: pd.DataFrame) -> pd.Series:
+  """`fedavgcm_budgeted`, or GeL with its tau' (`fedavgcm_gel/remaining`)."""
+  guessed = frame['guessed_steps'] if 'guessed_steps' in frame else ''
+  return pd.Series(
+      [a if a.endswith('_budgeted') else f'{a}/tau\'={g}'
+       for a, g in zip(frame[ALGORITHM], guessed)], index=frame.index)
+
+
+def analyze_fig8(frame: pd.DataFrame, output_dir: str) -> core.Analysis:
+  frame = frame.assign(variant=_variant(frame))
+  per_run = per_run_targets(frame, ['variant', TASK, 'seed'])
+  table = core.over_seeds(per_run, [TASK, 'variant'], ['rounds'])
+  table[core.ROW] = [f'task={t}' for t in table[TASK]]
+  table[core.QUANTITY] = [f'rounds_to_target/{v}' for v in table['variant']]
+  figure = _curves(frame, output_dir, 'accuracy_vs_rounds.png',
+                   by=[TASK, 'variant'], title="tau' = tau - tau_i vs infinite")
+  return core.Analysis(table[[core.ROW, core.QUANTITY, core.VALUE, core.STD,
+                              core.NUM_RUNS]], [figure])
+
+
+# Figure 9 (Section F.2): budget ranges [a, b], tau = b + 5.
+FIG9_BUDGETS = ((1, 5), (4, 13), (10, 20))
+
+
+def fig9_grids(scale: str) -> tuple[core.Grid, ...]:
+  return tuple(
+      g for task in _tasks(scale) for a, b in FIG9_BUDGETS
+      for g in _gel_variants(f'fig9_{task}_budget{a}-{b}', task, scale,
+                             ('remaining', 'infinite'), budget_min=str(a),
+                             budget_max=str(b)))
+
+
+def analyze_fig9(frame: pd.DataFrame, output_dir: str) -> core.Analysis:
+  frame = frame.assign(variant=_variant(frame),
+                       budgets=[f'[{a},{b}]' for a, b in zip(
+                           frame['budget_min'], frame['budget_max'])])
+  per_run = per_run_targets(frame, ['variant', TASK, 'budgets', 'seed'])
+  table = core.over_seeds(per_run, [TASK, 'budgets', 'variant'], ['rounds'])
+  table[core.ROW] = [f'task={t} budgets={b}' for t, b in zip(table[TASK],
+                                                             table['budgets'])]
+  table[core.QUANTITY] = [f'rounds_to_target/{v}' for v in table['variant']]
+  table = table.drop_duplicates([core.ROW, core.QUANTITY])
+  figure = _curves(frame, output_dir, 'accuracy_vs_rounds.png',
+                   by=[TASK, 'budgets', 'variant'],
+                   title='Budget ranges x tau\'')
+  return core.Analysis(table[[core.ROW, core.QUANTITY, core.VALUE, core.STD,
+                              core.NUM_RUNS]], [figure])
+
+
+# Figure 7: (eta_l, eta) grids; local: 4 x 5 cells at 200 rounds, seed 0.
+FIG7_CLIENT_RATES = ('0.001', '0.003', '0.01', '0.03')
+FIG7_SERVER_RATES = ('0.03', '0.1', '0.3', '1', '3')
+FIG7_ALGORITHMS = ('fedavgcm_budgeted', 'fedavgcm_gel', 'fedyogi_budgeted',
+                   'fedyogi_gel')
+
+
+def fig7_grids(scale: str) -> tuple[core.Grid, ...]:
+  return tuple(
+      core.Grid(f'fig7_{task}', _flags(task, scale, rounds_per_eval='200'),
+                200 if scale == 'local' else _rounds(task, scale),
+                axes=(sweep.Axis(ALGORITHM, FIG7_ALGORITHMS),
+                      sweep.Axis(LR, FIG7_CLIENT_RATES),
+                      sweep.Axis(analysis.SERVER_LEARNING_RATE,
+                                 FIG7_SERVER_RATES)))
+      for task in _tasks(scale))
+
+
+def analyze_fig7(frame: pd.DataFrame, output_dir: str) -> core.Analysis:
+  rows, figures = [], []
+  for (task, algorithm), part in frame.groupby([TASK, ALGORITHM], sort=False):
+    grid = analysis.learning_rate_grid(part, accuracy_column=ACCURACY)
+    name = f'lr_grid_{task}_{algorithm}.png'
+    plots.plot_learning_rate_grid(part, os.path.join(output_dir, name),
+                                  accuracy_column=ACCURACY,
+                                  title=f'{algorithm}: final test accuracy')
+    figures.append(name)
+    client, server, best = analysis.best_learning_rates(grid)
+    for quantity, value in (('best_final_accuracy', best),
+                            ('best_client_learning_rate', client),
+                            ('best_server_learning_rate', server)):
+      rows.append({core.ROW: f'task={task}',
+                   core.QUANTITY: f'{quantity}/{algorithm}',
+                   core.VALUE: float(value), core.STD: np.nan,
+                   core.NUM_RUNS: int(grid.notna().sum().sum())})
+  return core.Analysis(pd.DataFrame(rows), figures)
+
+
+EXPERIMENTS = (
+    core.Experiment(
+        'gel', 'table1', 'Table 1 (Synthetic rows; FEMNIST and Shakespeare at'
+        ' --scale=paper)',
+        'FedAvgCM + GeL reaches the target accuracy 30-32 % faster in rounds'
+        ' than FedAvgCM on Synthetic, at the tuned (0.01) and the untuned'
+        ' (0.005) client learning rate.',
+        _setting(table1_grids), analyze_table1),
+    core.Experiment(
+        'gel', 'table2', 'Table 2 (Synthetic row)',
+        'GeL speeds up FedProx (40 %) and FedNova (15 %) on Synthetic and is'
+        ' ~1 point more accurate when the baseline reaches the target.',
+        _setting(table2_grids), analyze_table2),
+    core.Experiment(
+        'gel', 'fig2', 'Figure 2 (FedAvg vs FedAvgCM)',
+        'Server momentum (FedAvgCM) converges faster than FedAvg, hence'
+        ' FedAvgCM is GeL\'s baseline.',
+        _setting(fig2_grids, seeds=3), analyze_fig2),
+    core.Experiment(
+        'gel', 'fig4', 'Figure 4, row 3 (accuracy vs gradient computations)',
+        'GeL needs fewer gradient computations than FedAvgCM to reach equal'
+        ' accuracy (the runs of Table 1, read against the clients\''
+        ' cumulative gradient computations).',
+        _setting(fig4_grids), analyze_fig4),
+    core.Experiment(
+        'gel', 'fig7', 'Figure 7 (learning-rate grids, FedAvgCM and FedYogi)',
+        'GeL improves the final accuracy over most of the (eta_l, eta) grid,'
+        ' most at poorly tuned rates.',
+        _setting(fig7_grids, seeds=1), analyze_fig7),
+    core.Experiment(
+        'gel', 'fig8', 'Figure 8 (Section F.1, tau\' = infinity)',
+        'GeL is not very sensitive to large guessed steps: tau\' = infinity'
+        ' converges about like tau\' = tau - tau_i.',
+        _setting(fig8_grids, seeds=3), analyze_fig8),
+    core.Experiment(
+        'gel', 'fig9', 'Figure 9 (Section F.2, budget ranges x tau\')',
+        'GeL speeds up FedAvgCM across budget ranges, most where budgets are'
+        ' smallest relative to tau.',
+        _setting(fig9_grids, seeds=3), analyze_fig9),
+)
