@@ -6,6 +6,9 @@ round, batch 5, budgets U{4..13}, tau = 18 and no clipping. Test accuracy is
 read every 5 rounds on a fixed sample of 200 of the 1,000 test clients (the
 paper's evaluation set is not stated; all test clients at `--scale=paper`).
 
+Why one module: the seven experiments share the paper's setting, its run
+names (Figure 4 reads Table 1's runs) and the rounds-to-target reading.
+
 Rows and quantities are named as in `paper_numbers.csv`; speedup is Table 1's
 `(R_baseline - R_GeL) / R_GeL` of the mean rounds, given only when every seed
 of both reached the target.

@@ -7,6 +7,9 @@ EMNIST (3,400 clients); each optimizer at the paper's EMNIST learning rates
 (Table 4/5, tuned at M = 10). Figure 13's local-steps grid runs on Synthetic
 (its clients hold tens of examples; the digits clients one or two).
 
+Why one module: the seven experiments share the cohort grids (one run of
+FedAvg at M = 200 serves four of them) and their row conventions.
+
 Every experiment's rows name the setting (`clipping=False M=800`) and its
 quantities the numbers the paper reads; the catastrophic-failure rate is the
 percentage of runs with at least one round whose train accuracy fell by half

@@ -1,0 +1,274 @@
+"""`python -m reproduce`: grids, the papers' numbers, analyses and reports.
+
+The analyses run on run directories written here with known numbers (rounds
+to target, failures, accuracies), so each reading is checked against the
+value it must give. `make reproduce-smoke` (CI) runs every experiment for
+real at the smoke scale.
+"""
+
+import collections
+import math
+import os
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import reproduce
+from reproduce import __main__ as cli
+from reproduce import core
+from reproduce import gel_experiments
+from reproduce import large_cohort_experiments
+from tests import run_directories
+
+SCALES = ('local', 'paper', 'smoke')
+
+
+@pytest.mark.parametrize('scale', SCALES)
+def test_every_experiment_builds_distinct_points_at_every_scale(scale, tmp_path):
+  for experiment in reproduce.EXPERIMENTS.values():
+    points = core.build_points(experiment, scale, str(tmp_path))
+    assert points, experiment.name
+    names = [p.experiment_name for p in points]
+    assert len(set(names)) == len(names)
+    for point in points:
+      assert f'--experiment_name={point.experiment_name}' in point.command
+      assert point.run_dir.startswith(os.path.join(str(tmp_path),
+                                                   experiment.paper, scale))
+    if scale == 'smoke':
+      assert all(p.total_rounds <= core.SMOKE_ROUNDS for p in points)
+      assert len(points) <= 2 * core.SMOKE_MAX_GRIDS
+
+
+@pytest.mark.parametrize('scale', SCALES)
+def test_a_run_name_means_one_command_across_a_papers_experiments(scale,
+                                                                  tmp_path):
+  """Experiments share runs by name (Figure 4 reads Table 1's): a name must
+  never stand for two different runs."""
+  commands = collections.defaultdict(set)
+  for experiment in reproduce.EXPERIMENTS.values():
+    for point in core.build_points(experiment, scale, str(tmp_path)):
+      commands[point.run_dir].add((tuple(sorted(point.command)),
+                                   point.total_rounds))
+  assert {d: c for d, c in commands.items() if len(c) > 1} == {}
+
+
+def test_seeds_override_the_scale_and_name_the_seed_flag(tmp_path):
+  table2 = reproduce.EXPERIMENTS[('adabest', 'table2')]
+  points = core.build_points(table2, 'local', str(tmp_path), seeds=2)
+  assert {p.values['partition_seed'] for p in points} == {'0', '1'}
+  table1 = reproduce.EXPERIMENTS[('gel', 'table1')]
+  assert {p.values['seed'] for p in core.build_points(
+      table1, 'local', str(tmp_path))} == {'0', '1', '2', '3', '4'}
+  with pytest.raises(ValueError, match='seeds'):
+    core.build_points(table1, 'local', str(tmp_path), seeds=0)
+
+
+def test_paper_scale_runs_the_papers_tasks(tmp_path):
+  tasks = lambda e, s: {p.command[2:][[a.startswith('--task=') for a in
+                                       p.command[2:]].index(True)]
+                        for p in core.build_points(e, s, str(tmp_path))}
+  table1 = reproduce.EXPERIMENTS[('gel', 'table1')]
+  assert tasks(table1, 'paper') == {'--task=emnist', '--task=synthetic',
+                                    '--task=shakespeare'}
+  assert tasks(table1, 'local') == {'--task=synthetic'}
+  catastrophic = reproduce.EXPERIMENTS[('large_cohort', 'fig_catastrophic')]
+  assert tasks(catastrophic, 'paper') == {'--task=emnist'}
+  assert tasks(catastrophic, 'local') == {'--task=digits'}
+
+
+def test_paper_numbers_belong_to_experiments_and_cite_a_source():
+  numbers = pd.read_csv(core.PAPER_NUMBERS_FILE)
+  assert list(numbers.columns) == ['paper', 'experiment', 'row', 'quantity',
+                                   'value', 'std', 'source']
+  assert not numbers.duplicated(['paper', 'experiment', 'row',
+                                 'quantity']).any()
+  known = set(reproduce.EXPERIMENTS)
+  assert set(zip(numbers['paper'], numbers['experiment'])) <= known
+  assert numbers['value'].map(np.isfinite).all()
+  assert numbers['source'].str.len().gt(10).all()
+  # Spot checks against the papers.
+  gel = core.paper_numbers('gel', 'table1')
+  row = gel[(gel['row'] == 'task=synthetic client_learning_rate=0.01')
+            & (gel['quantity'] == 'rounds_to_target/fedavgcm_gel')]
+  assert row['value'].tolist() == [112]
+  adabest = core.paper_numbers('adabest', 'table2')
+  assert len(adabest) == 36  # EMNIST-L: 3 participations x 3 x 4
+  row = adabest[(adabest['row'] == 'participation=10% alpha=0.3')
+                & (adabest['quantity'] == 'test_accuracy/adabest')]
+  assert row[['value', 'std']].values.tolist() == [[94.64, 0.11]]
+
+
+def _gel_run(root, name, algorithm, lr, seed, accuracy_by_round,
+             rounds=20, clients=20, params=305):
+  metrics = {
+      'round': list(range(1, rounds + 1)),
+      'bytes_down': [4.0 * params * clients] * rounds,
+      'bytes_up': [4.0 * params * clients] * rounds,
+      'clients_per_round': [clients] * rounds,
+      'test/accuracy': [accuracy_by_round.get(r, np.nan)
+                        for r in range(1, rounds + 1)],
+  }
+  metrics['cumulative_bytes_down'] = np.cumsum(metrics['bytes_down'])
+  metrics['cumulative_bytes_up'] = np.cumsum(metrics['bytes_up'])
+  metrics['cumulative_gradient_computations'] = [
+      10 * r for r in range(1, rounds + 1)]
+  return run_directories.write_run(root, name, {
+      'algorithm': algorithm, 'task': 'synthetic',
+      'client_learning_rate': lr, 'seed': seed, 'target_accuracy': 0.85,
+  }, metrics)
+
+
+def test_gel_table1_reads_rounds_speedup_savings_from_runs(tmp_path):
+  root = str(tmp_path)
+  # Baseline reaches 0.85 at rounds 15 and 17 (mean 16); GeL at 10 and 10.
+  for seed, (base, gel) in enumerate(((15, 10), (17, 10))):
+    _gel_run(root, f'b{seed}', 'fedavgcm_budgeted', 0.01, seed,
+             {5: 0.5, base: 0.86, 20: 0.87})
+    _gel_run(root, f'g{seed}', 'fedavgcm_gel', 0.01, seed,
+             {5: 0.6, gel: 0.85, 15: 0.88, 17: 0.9, 20: 0.9})
+  frame = core.load_finished_runs([
+      core.sweep.SweepPoint(n, {}, (), os.path.join(root, n), 20)
+      for n in ('b0', 'b1', 'g0', 'g1')])
+  analysis = gel_experiments.analyze_table1(frame, root)
+  table = analysis.table.set_index([core.ROW, core.QUANTITY])
+  row = 'task=synthetic client_learning_rate=0.01'
+  assert table.loc[(row, 'rounds_to_target/fedavgcm_budgeted'),
+                   core.VALUE] == 16
+  assert table.loc[(row, 'rounds_to_target/fedavgcm_budgeted'),
+                   core.STD] == pytest.approx(math.sqrt(2))
+  assert table.loc[(row, 'rounds_to_target/fedavgcm_gel'), core.VALUE] == 10
+  assert table.loc[(row, 'speedup_percent'), core.VALUE] == pytest.approx(60)
+  # 6 rounds saved x 2 directions x 20 clients x 305 float32 weights.
+  assert table.loc[(row, 'network_savings_mib'), core.VALUE] == pytest.approx(
+      6 * 2 * 20 * 305 * 4 / 2**20)
+  assert table.loc[(row, 'gradient_computations_saved'), core.VALUE] == 60
+  assert table.loc[(row, 'model_parameters'), core.VALUE] == 305
+  # At the baseline's rounds (15, 17) GeL reads 0.88 and 0.90 against 0.86.
+  assert table.loc[(row, 'gel_accuracy_beyond_target_points'),
+                   core.VALUE] == pytest.approx(3.0)
+  assert os.path.isfile(os.path.join(root, 'accuracy_vs_rounds.png'))
+
+
+def test_gel_speedup_is_withheld_when_a_seed_misses_the_target(tmp_path):
+  root = str(tmp_path)
+  _gel_run(root, 'b0', 'fedavgcm_budgeted', 0.01, 0, {10: 0.9})
+  _gel_run(root, 'b1', 'fedavgcm_budgeted', 0.01, 1, {10: 0.5})
+  _gel_run(root, 'g0', 'fedavgcm_gel', 0.01, 0, {5: 0.9})
+  _gel_run(root, 'g1', 'fedavgcm_gel', 0.01, 1, {5: 0.9})
+  frame = core.load_finished_runs([
+      core.sweep.SweepPoint(n, {}, (), os.path.join(root, n), 20)
+      for n in ('b0', 'b1', 'g0', 'g1')])
+  table = gel_experiments.analyze_table1(frame, root).table
+  assert 'speedup_percent' not in set(table[core.QUANTITY])
+  reached = table.set_index(core.QUANTITY).loc[
+      'seeds_reaching_target/fedavgcm_budgeted']
+  assert (reached[core.VALUE], reached[core.NUM_RUNS]) == (1, 2)
+
+
+def test_catastrophic_failure_rate_per_cohort_and_clipping(tmp_path):
+  root = str(tmp_path)
+  points = []
+  for m, clipping, failed in ((10, False, (0, 0)), (800, False, (1, 0)),
+                              (800, True, (0, 0))):
+    for seed, failure in enumerate(failed):
+      name = f'm{m}_c{clipping}_s{seed}'
+      run_directories.write_run(root, name, {
+          'clipping': clipping, 'seed': seed}, {
+              'round': [1, 2, 3], 'clients_per_round': [m] * 3,
+              'catastrophic_failure': [0, failure, 0],
+              'update_norm': [1.0, 50.0 if failure else 1.0, 1.0],
+              'train/accuracy': [0.5, 0.2 if failure else 0.6, 0.6],
+              'test/accuracy': [np.nan, np.nan, 0.6]})
+      points.append(core.sweep.SweepPoint(name, {}, (),
+                                          os.path.join(root, name), 3))
+  frame = core.load_finished_runs(points)
+  table = large_cohort_experiments.analyze_catastrophic(frame, root).table
+  rates = table[table[core.QUANTITY] == 'failure_percent'].set_index(
+      core.ROW)[core.VALUE].to_dict()
+  assert rates == {'clipping=False M=10': 0, 'clipping=False M=800': 50,
+                   'clipping=True M=800': 0}
+  peaks = table[table[core.QUANTITY] == 'peak_update_norm'].set_index(
+      core.ROW)[core.VALUE]
+  assert peaks['clipping=False M=800'] == pytest.approx(25.5)
+
+
+def test_unfinished_runs_are_left_out_and_none_finished_is_an_error(tmp_path):
+  root = str(tmp_path)
+  _gel_run(root, 'done', 'fedavgcm_gel', 0.01, 0, {5: 0.9}, rounds=20)
+  _gel_run(root, 'half', 'fedavgcm_gel', 0.01, 1, {5: 0.9}, rounds=10)
+  point = lambda n: core.sweep.SweepPoint(n, {}, (), os.path.join(root, n), 20)
+  frame = core.load_finished_runs([point('done'), point('half')])
+  assert set(frame['experiment_name']) == {'done'}
+  with pytest.raises(ValueError, match='no run of this experiment'):
+    core.load_finished_runs([point('half'), point('missing')])
+
+
+def test_a_longer_run_is_cut_at_the_grids_rounds(tmp_path):
+  root = str(tmp_path)
+  _gel_run(root, 'long', 'fedavgcm_gel', 0.01, 0, {5: 0.9}, rounds=20)
+  frame = core.load_finished_runs([core.sweep.SweepPoint(
+      'long', {}, (), os.path.join(root, 'long'), 12)])
+  assert frame['round'].max() == 12
+
+
+def test_side_by_side_puts_the_papers_numbers_beside_the_packages():
+  paper = pd.DataFrame({core.ROW: ['a', 'b'], core.QUANTITY: ['q', 'q'],
+                        core.VALUE: [148.0, 0.5], core.STD: [np.nan, 0.1],
+                        core.SOURCE: ['Table 1', 'Table 2']})
+  package = pd.DataFrame({core.ROW: ['c', 'a'], core.QUANTITY: ['q', 'q'],
+                          core.VALUE: [1.0, 150.5], core.STD: [np.nan, 3.25],
+                          core.NUM_RUNS: [1, 5]})
+  table = core.side_by_side(paper, package)
+  assert table.values.tolist() == [
+      ['c', 'q', '—', '1 (n=1)', ''],
+      ['a', 'q', '148', '150.5 ± 3.25 (n=5)', 'Table 1'],
+      ['b', 'q', '0.5 ± 0.1', 'not run', 'Table 2'],
+  ]
+  assert core.format_number(np.nan, np.nan, 0) == '— (n=0)'
+
+
+def test_write_report_puts_command_table_and_figures_in_readme(tmp_path,
+                                                               monkeypatch):
+  experiment = reproduce.EXPERIMENTS[('gel', 'table1')]
+  root = str(tmp_path / 'runs')
+  points = core.build_points(experiment, 'smoke', root)
+  for point, rounds in zip(points, (15, 10)):
+    algorithm = point.values['algorithm']
+    os.makedirs(os.path.dirname(point.run_dir), exist_ok=True)
+    _gel_run(os.path.dirname(point.run_dir), point.experiment_name, algorithm,
+             0.01, 0, {1: 0.2, 2: 0.9}, rounds=2)
+  path = core.write_report(experiment, 'smoke', root,
+                           str(tmp_path / 'report'))
+  text = open(path).read()
+  assert 'python -m reproduce gel table1 --scale=smoke' in text
+  assert '| task=synthetic client_learning_rate=0.01 | rounds_to_target/' \
+         'fedavgcm_gel | 112 | 2 (n=1) | Boukhari et al. 2024, Table 1' in text
+  assert '![accuracy_vs_rounds.png](accuracy_vs_rounds.png)' in text
+  assert os.path.isfile(tmp_path / 'report' / 'accuracy_vs_rounds.png')
+
+
+@pytest.mark.parametrize('argv, message', [
+    (['nopaper'], 'unknown paper'),
+    (['gel', 'table9'], 'unknown experiment'),
+    (['all', 'table1'], 'with all, name no experiment'),
+    (['gel', '--seeds=0'], 'seeds must be >= 1'),
+    (['gel', '--parallel=0'], '--parallel must be >= 1'),
+    ([], 'name a paper'),
+])
+def test_bad_input_is_one_error_line_before_any_run(argv, message, tmp_path,
+                                                    capsys):
+  code = cli.main([*argv, f'--root_output_dir={tmp_path}'])
+  err = capsys.readouterr().err
+  assert code == 2
+  assert err.startswith('error: ') and message in err
+  assert err.count('\n') == 1
+  assert os.listdir(tmp_path) == []
+
+
+def test_dry_run_lists_commands_and_writes_nothing(tmp_path, capsys):
+  assert cli.main(['gel', 'table1', '--scale=smoke', '--dry_run',
+                   f'--root_output_dir={tmp_path}']) == 0
+  out = capsys.readouterr().out.splitlines()
+  assert len(out) == 2 and all('to run' in line for line in out)
+  assert os.listdir(tmp_path) == []
