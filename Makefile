@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 DEMO_DIR ?= /tmp/fl_papers_demo
 
-.PHONY: install demo test bench bazel-test clean
+.PHONY: install demo test bench bazel-test reproduce reproduce-smoke clean
 
 install: $(STAMP)
 
@@ -38,6 +38,21 @@ bench: $(STAMP)
 	mv $(BENCH_DIR)/bench_run.log.tmp $(BENCH_DIR)/bench_run.log
 	$(PY) -m bench.report $(BENCH_DIR)/bench_run.log $(BENCH_DIR)/README.md
 	cat $(BENCH_DIR)/README.md
+
+# The papers' tables and figures at the local scale (hours on 2 cores): run
+# directories under REPRODUCE_ROOT, reports in results/<paper>/<experiment>/.
+REPRODUCE_ROOT ?= /tmp/fl_papers/reproduce
+reproduce: $(STAMP)
+	$(PY) -m reproduce all --scale=local --root_output_dir=$(REPRODUCE_ROOT)
+
+# Every experiment for two rounds, one seed (CI): runs, analyses and reports
+# in a fresh temporary directory.
+reproduce-smoke: $(STAMP)
+	root=$$(mktemp -d) && \
+	  $(PY) -m reproduce all --scale=smoke --root_output_dir=$$root \
+	    > $$root.log 2>&1; status=$$?; \
+	  grep -E '^(==|sweep:|report:|error:|failed:)' $$root.log; \
+	  rm -rf $$root $$root.log; exit $$status
 
 # Bazel: Debian's bazel-bootstrap 4.2.3 plus the offline stand-ins of the rule
 # repositories it would download (WORKSPACE); apt only when one is missing.

@@ -272,3 +272,23 @@ def test_dry_run_lists_commands_and_writes_nothing(tmp_path, capsys):
   out = capsys.readouterr().out.splitlines()
   assert len(out) == 2 and all('to run' in line for line in out)
   assert os.listdir(tmp_path) == []
+
+
+def _documented_commands():
+  repo = os.path.dirname(core.RESULTS_DIR)
+  with open(os.path.join(repo, 'README.md')) as f:
+    text = f.read()
+  return [line.split('#')[0].split()[3:] for line in text.splitlines()
+          if line.startswith('python -m reproduce ')]
+
+
+def test_the_readme_shows_reproduce_commands():
+  assert len(_documented_commands()) >= 3
+
+
+@pytest.mark.parametrize('args', _documented_commands())
+def test_documented_reproduce_commands_parse(args, tmp_path, capsys):
+  """Each command the README shows is valid (as a dry run: nothing runs)."""
+  extra = [] if '--list' in args else ['--dry_run']
+  assert cli.main([*args, *extra, f'--root_output_dir={tmp_path}']) == 0
+  assert capsys.readouterr().out
