@@ -173,13 +173,14 @@ def model_aggregator():
   around TFF's robust aggregator.
   """
   weighted = not f.UNIFORM_WEIGHTING.value
+  clipping = f.clipping_enabled(families.ALGORITHM.value, f.CLIPPING.value)
   if f.ZEROING.value:
     aggregator = diagnostics.diagnostics_factory(
         tff.learning.robust_aggregator(
-            zeroing=True, clipping=f.CLIPPING.value, weighted=weighted))
+            zeroing=True, clipping=clipping, weighted=weighted))
   else:
     aggregator = diagnosed_mean.diagnosed_mean_factory(
-        clipping=f.CLIPPING.value, weighted=weighted)
+        clipping=clipping, weighted=weighted)
   if f.NORMALIZE_SERVER_UPDATE.value:
     aggregator = normalized_update.normalized_update_factory(aggregator)
   return aggregator

@@ -101,9 +101,20 @@ UNIFORM_WEIGHTING = flags.DEFINE_bool(
     'uniform_weighting', False,
     'Weight client updates equally instead of by number of examples.')
 CLIPPING = flags.DEFINE_bool(
-    'clipping', True,
+    'clipping', None,
     'Adaptive clipping of client updates (Andrew et al. 2019; q=0.8, rho_1=1,'
-    ' eta_a=0.2, no noise).')
+    ' eta_a=0.2, no noise); default: on, as the large-cohort paper runs every'
+    ' experiment after Section 3.1, except for GeL\'s algorithms, whose paper'
+    ' clips nothing.')
+
+
+def clipping_default(algorithm: str) -> bool:
+  """`--clipping` left unset: off for GeL's algorithms, else on."""
+  return not algorithm.endswith(('_gel', '_budgeted'))
+
+
+def clipping_enabled(algorithm: str, value) -> bool:
+  return clipping_default(algorithm) if value is None else bool(value)
 ZEROING = flags.DEFINE_bool(
     'zeroing', False, 'Adaptive zeroing of outlier client updates.')
 

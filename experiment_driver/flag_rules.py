@@ -148,6 +148,8 @@ def effective_hparams(values: Mapping[str, Any]) -> dict[str, Any]:
                                      task.train_batch_size)
   if 'client_epochs' in honoured:
     effective['client_epochs'] = values['client_epochs'] or task.client_epochs
+  if 'clipping' in honoured and values['clipping'] is None:
+    effective['clipping'] = f.clipping_default(algorithm)
   if values['task'] == 'synthetic':
     for name, default in (('synthetic_num_classes', synthetic.NUM_CLASSES),
                           ('synthetic_alpha', synthetic.LEAF_ALPHA),

@@ -18,7 +18,8 @@ each row's optimizers (SGDM or SGD clients, SGD or Yogi server) and the step
 budgets fix the local work, so the optimizer-choice flags, their
 hyperparameters, the server learning-rate scaling and `--client_epochs` are
 refused with these algorithms (`SHARED_FLAGS`). The paper does not clip
-updates: pass `--noclipping` to reproduce it. With the driver's aggregator
+updates, so neither do these algorithms unless `--clipping` is given (the
+other families clip by default). With the driver's aggregator
 a round runs on shards of clients (`gel_tff.build_fused_gel`, one shard per
 core, `--clients_per_shard`), each client cut to its budget in the shard.
 """

@@ -119,9 +119,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
       print(f'{time.monotonic() - start:.0f} s', flush=True)
       failed |= any(r.status == 'failed' for r in results)
     try:
+      directory = report_dir(args, e)  # <base>/<paper>/<experiment>
       path = core.write_report(e, args.scale, args.root_output_dir,
-                               report_dir(args, e), args.seeds)
+                               directory, args.seeds)
       print(f'report: {path}', flush=True)
+      core.write_index(list(reproduce.EXPERIMENTS.values()),
+                       os.path.dirname(os.path.dirname(directory)), e.paper)
     except ValueError as error:
       print(f'error: {e.paper} {e.name}: {error}', file=sys.stderr)
       failed = True

@@ -24,6 +24,7 @@ from adabest_tff import client_state_store
 from adabest_tff import stateful_process
 from experiment_driver import build
 from experiment_driver import families
+from experiment_driver import flag_groups as f
 from experiment_driver import flag_rules
 from experiment_driver import outputs
 from experiment_driver import runtime
@@ -227,6 +228,8 @@ def test_each_flag_changes_the_run_or_is_refused(algorithm, small_task,
 
   silently_ignored = []
   for name, value in NON_DEFAULT.items():
+    if name == 'clipping':  # its default depends on the algorithm
+      value = str(not f.clipping_default(algorithm)).lower()
     for context in ({}, CONTEXT.get(name)):
       if context is None or name in context:
         continue
@@ -287,6 +290,21 @@ def test_a_default_value_given_explicitly_is_refused_too():
                      server_momentum='0.9'):
     with pytest.raises(flag_rules.UnusedFlagError, match='server_momentum'):
       flag_rules.check_flags()
+
+
+@pytest.mark.parametrize('algorithm, given, clipping', [
+    ('fedavgcm_gel', {}, False),  # GeL's paper clips nothing
+    ('fednova_budgeted', {}, False),
+    ('fedavgcm_gel', {'clipping': 'true'}, True),
+    ('fedopt', {}, True),  # the large-cohort paper clips after Section 3.1
+    ('fedopt', {'clipping': 'false'}, False),
+])
+def test_clipping_defaults_per_family_and_is_recorded(algorithm, given,
+                                                      clipping):
+  with _command_line(algorithm=algorithm, task='synthetic', **given):
+    recorded = build.hparams()
+    assert recorded['clipping'] is clipping
+    assert f.clipping_enabled(algorithm, f.CLIPPING.value) is clipping
 
 
 def test_hparams_record_only_the_flags_in_use_and_the_derived_values():

@@ -223,7 +223,7 @@ def test_side_by_side_puts_the_papers_numbers_beside_the_packages():
   assert table.values.tolist() == [
       ['c', 'q', '—', '1 (n=1)', ''],
       ['a', 'q', '148', '150.5 ± 3.25 (n=5)', 'Table 1'],
-      ['b', 'q', '0.5 ± 0.1', 'not run', 'Table 2'],
+      ['b', 'q', '0.5 ± 0.1', 'not at this scale', 'Table 2'],
   ]
   assert core.format_number(np.nan, np.nan, 0) == '— (n=0)'
 
@@ -292,3 +292,14 @@ def test_documented_reproduce_commands_parse(args, tmp_path, capsys):
   extra = [] if '--list' in args else ['--dry_run']
   assert cli.main([*args, *extra, f'--root_output_dir={tmp_path}']) == 0
   assert capsys.readouterr().out
+
+
+def test_index_links_reports_and_names_commands_for_the_rest(tmp_path):
+  base = str(tmp_path)
+  os.makedirs(tmp_path / 'gel' / 'table1')
+  (tmp_path / 'gel' / 'table1' / 'README.md').write_text('# report\n')
+  path = core.write_index(list(reproduce.EXPERIMENTS.values()), base, 'gel')
+  text = open(path).read()
+  assert '[table1/README.md](table1/README.md)' in text
+  assert 'not run yet: `python -m reproduce gel table2`' in text
+  assert 'fig_catastrophic' not in text
