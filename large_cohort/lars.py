@@ -24,9 +24,14 @@ authors' implementation of the large-cohort experiments. A layer whose weights
 or momentum are all zero (e.g. a zero-initialized bias at the first server
 round) gets `r = 1`, i.e. an SGD-with-momentum step of size `η`.
 
-This differs from the formula of You et al. 2017 (Algorithm 1 there) in two
-ways the large-cohort paper does not discuss: the 2017 trust ratio is computed
-from the gradient (`‖x‖/(‖g‖ + λ‖x‖)`, times a trust coefficient) and applied
+Settled against the authors' code: the paper's implementation
+(google-research/federated, whose `large_cohort` trainer takes its LARS from
+`utils/optimizers/lars.py`) computes exactly this update — the EMA momentum
+with `(1 − β)`, the trust ratio from the momentum with `ε` in the denominator,
+ratio 1 for a zero-norm layer. It is followed here rather than the paper's
+citation, You et al. 2017, whose Algorithm 1 differs in two ways the
+large-cohort paper does not discuss: the 2017 trust ratio is computed from the
+gradient (`‖x‖/(‖g‖ + λ‖x‖)`, times a trust coefficient) and applied
 before heavy-ball momentum; here it is computed from the momentum, as in the
 2020 restatement. Used as a server optimizer the gradient is TFF's `−Δ`.
 """
