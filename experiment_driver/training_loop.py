@@ -11,6 +11,7 @@ computes (`round_inputs`). The server state may stay on the worker between
 rounds (`worker_state`); it is fetched for each checkpoint.
 """
 
+import collections
 import dataclasses
 import functools
 import os
@@ -203,9 +204,32 @@ def _stateful_clients(process, run_dir: outputs.RunDirectory, start_round):
 
   def round_runner(process, state, round_num, client_ids, datasets):
     del process  # The runner's.
-    return runner.next(state, client_ids, datasets, round_num)
+    output = runner.next(state, client_ids, datasets, round_num)
+    metrics = collections.OrderedDict(output.metrics)
+    metrics[CLIENT_STATES_METRICS] = collections.OrderedDict(
+        mean_norm=mean_state_norm(runner.store.load(client_ids)))
+    return tff.learning.templates.LearningProcessOutput(output.state,
+                                                        metrics)
 
   return round_runner, runner.store.commit
+
+
+CLIENT_STATES_METRICS = 'client_states'
+
+
+def mean_state_norm(states: Sequence[Any]) -> float:
+  """The cohort's mean of `‖s_i‖₂`, each state's float leaves as one vector.
+
+  Logged per round as `client_states/mean_norm`: AdaBest's and FedDyn's
+  `h_i`, SCAFFOLD's `c_i`, as saved after the round, so that FedDyn's
+  instability (Varno et al. 2022, Figure 1) can be read beside `‖x‖` and the
+  server's `‖h‖`.
+  """
+  norms = [np.sqrt(sum(float(np.sum(np.square(leaf, dtype=np.float64)))
+                       for leaf in map(np.asarray, tf.nest.flatten(state))
+                       if np.issubdtype(leaf.dtype, np.floating)))
+           for state in states]
+  return float(np.mean(norms)) if norms else float('nan')
 
 
 def run_training(

@@ -135,12 +135,11 @@ def instability_grids(scale: str) -> tuple[core.Grid, ...]:
 
 def _norm_columns(frame: pd.DataFrame) -> list[str]:
   """The norms the stateful algorithms log: ‖x‖ (`model_norms/...`), the
-  server's ‖h‖ (`finalizer/..._norm`) and the clients' (`client_work/..._norm`).
-  """
+  server's ‖h‖ (`finalizer/..._norm`) and the cohort's mean client-state norm
+  (`client_states/mean_norm`: h_i, or SCAFFOLD's c_i)."""
   return [c for c in frame.columns
-          if c.startswith('model_norms/') or (
-              c.endswith('_norm') and c.startswith(('finalizer/',
-                                                    'client_work/')))]
+          if c.startswith(('model_norms/', 'client_states/')) or (
+              c.endswith('_norm') and c.startswith('finalizer/'))]
 
 
 def analyze_instability(frame: pd.DataFrame, output_dir: str

@@ -14,6 +14,7 @@ import stat
 import subprocess
 import time
 
+import numpy as np
 import pandas as pd
 import pytest
 import tensorflow as tf
@@ -225,3 +226,8 @@ def test_outputs_have_one_file_mode(reference_runs):
   modes = {name: stat.S_IMODE(os.stat(os.path.join(run_dir, name)).st_mode)
            for name in ('hparams.json', 'metrics.csv')}
   assert modes['hparams.json'] == modes['metrics.csv'], modes
+
+
+def test_stateful_runs_log_the_cohorts_mean_client_state_norm(reference_runs):
+  norms = _metrics(reference_runs['adabest'])['client_states/mean_norm']
+  assert len(norms) == 4 and np.isfinite(norms).all() and (norms > 0).all()

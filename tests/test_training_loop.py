@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 import numpy as np
+import pytest
 import tensorflow as tf
 import tensorflow_federated as tff
 
@@ -161,3 +162,14 @@ def test_a_round_in_which_no_client_contributed_reads_nan_and_warns():
       flat, 'sparse_categorical_accuracy')
   assert summary['train/loss'] == 0.0
   assert 'WARNING' not in outputs.progress_line(1, 10, 0.1, 0.1, summary)
+
+
+def test_mean_state_norm_is_the_cohorts_mean_over_float_leaves():
+  states = [
+      {'h': [np.array([3.0, 0.0], np.float32), np.array([[4.0]], np.float32)],
+       'last_round': np.int32(7)},  # ints are not part of the norm
+      {'h': [np.zeros(2, np.float32), np.zeros((1, 1), np.float32)],
+       'last_round': np.int32(0)},
+  ]
+  assert training_loop.mean_state_norm(states) == pytest.approx(2.5)
+  assert np.isnan(training_loop.mean_state_norm([]))
