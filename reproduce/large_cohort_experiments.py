@@ -110,6 +110,16 @@ def _long(per_group: pd.DataFrame, row_fn, quantity: str, value: str,
   })
 
 
+def _in_setting_order(table: pd.DataFrame, groups: pd.DataFrame,
+                      row_fn) -> pd.DataFrame:
+  """`table` with its rows in the numeric order of `groups` (by cohort size
+  as a number, not as text), quantities in their order of appearance."""
+  order = {row: i for i, row in enumerate(
+      dict.fromkeys(row_fn(r) for _, r in groups.iterrows()))}
+  return table.sort_values(core.ROW, key=lambda rows: rows.map(order),
+                           kind='stable').reset_index(drop=True)
+
+
 def _failure_table(frame: pd.DataFrame, by) -> pd.DataFrame:
   failures = analysis.catastrophic_failures(frame, by=by)
   failures['failed'] = failures['failures'] > 0
@@ -147,7 +157,7 @@ def analyze_catastrophic(frame: pd.DataFrame, output_dir: str
           n=('accuracy', 'size')).reset_index(), rows_fn,
             'final_test_accuracy', 'value', 'std', 'n'),
   ], ignore_index=True)
-  table = table.sort_values(core.ROW, kind='stable')
+  table = _in_setting_order(table, failures, rows_fn)
   figures = []
   for clip in sorted(frame[CLIPPING].unique()):
     part = frame[frame[CLIPPING] == clip]
@@ -198,8 +208,9 @@ def analyze_optimizers(frame: pd.DataFrame, output_dir: str
         n=('rounds', 'count')).reset_index()
     parts.append(_long(stats, rows_fn, f'rounds_to_{target:g}', 'value',
                        'std', 'n'))
-  table = pd.concat(parts, ignore_index=True).sort_values(core.ROW,
-                                                          kind='stable')
+  table = _in_setting_order(pd.concat(parts, ignore_index=True),
+                            accuracy[by].drop_duplicates().sort_values(by),
+                            rows_fn)
   figures = []
   name = 'accuracy_vs_cohort_size.png'
   plots.plot_accuracy_vs_cohort_size(frame, os.path.join(output_dir, name),
@@ -278,11 +289,13 @@ def analyze_percentiles(frame: pd.DataFrame, output_dir: str
 
 
 def lr_scaling_grids(scale: str) -> tuple[core.Grid, ...]:
+  # SPEC.md: scaled from the reference cohort M = 50, linear warmup over
+  # W = 100 rounds (20 of the local scale's 200).
   warmup = '100' if scale == 'paper' else '20'
   return (core.Grid(
       f'lr_scaling_{_common(scale)["task"]}',
       {**_common(scale), 'server_optimizer': 'sgd', **_rates('sgd'),
-       'reference_cohort_size': '10', 'server_warmup_rounds': warmup},
+       'reference_cohort_size': '50', 'server_warmup_rounds': warmup},
       _rounds(scale),
       axes=(sweep.Axis('server_lr_scaling', ('sqrt', 'linear')),
             sweep.Axis(M, _cohorts(scale)))),
@@ -302,7 +315,8 @@ def analyze_lr_scaling(frame: pd.DataFrame, output_dir: str
   table = pd.concat([
       _long(failures, rows_fn, 'failure_percent', 'failure_percent', n='n'),
       _long(accuracy, rows_fn, 'final_test_accuracy', 'value', 'std', 'n'),
-  ], ignore_index=True).sort_values(core.ROW, kind='stable')
+  ], ignore_index=True)
+  table = _in_setting_order(table, failures, rows_fn)
   name = 'accuracy_vs_cohort_size.png'
   plots.plot_accuracy_vs_cohort_size(frame, os.path.join(output_dir, name),
                                      by=['server_lr_scaling'])
