@@ -133,6 +133,9 @@ def instability_grids(scale: str) -> tuple[core.Grid, ...]:
                     seed_flag='partition_seed'),)
 
 
+COLLAPSE_DROP = 0.1  # best minus final test accuracy
+
+
 def _norm_columns(frame: pd.DataFrame) -> list[str]:
   """The norms the stateful algorithms log: ‖x‖ (`model_norms/...`), the
   server's ‖h‖ (`finalizer/..._norm`) and the cohort's mean client-state norm
@@ -172,6 +175,15 @@ def analyze_instability(frame: pd.DataFrame, output_dir: str
   notes = []
   if not _norm_columns(frame):
     notes.append('The runs log none of ‖x‖, ‖h‖, mean ‖h_i‖.')
+  drops = accuracy.groupby(ALGORITHM)['drop'].mean()
+  collapsed = sorted(drops[drops > COLLAPSE_DROP].index)
+  notes.append(
+      (f'Collapsed (test accuracy fell by more than {COLLAPSE_DROP:g} from its'
+       f' best, mean over seeds): {", ".join(collapsed)}.' if collapsed else
+       f'No algorithm\'s test accuracy fell by more than {COLLAPSE_DROP:g}'
+       ' from its best.') +
+      ' The paper reports FedDyn collapsing and AdaBest stable (Figure 1);'
+      ' read ‖x‖ (`model_norms/global_model_norm`) beside the accuracy.')
   return core.Analysis(pd.DataFrame(rows).sort_values(core.ROW,
                                                       kind='stable'),
                        figures, notes)
