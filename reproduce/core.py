@@ -64,6 +64,7 @@ VALUE = 'value'
 STD = 'std'
 NUM_RUNS = 'n'
 SOURCE = 'source'
+PAPER_ROW = 'paper_row'  # optional: the paper's row a package row stands by
 
 
 @dataclasses.dataclass(frozen=True)
@@ -297,23 +298,34 @@ def _short(value: float) -> str:
 def side_by_side(paper: pd.DataFrame, package: pd.DataFrame) -> pd.DataFrame:
   """Outer join of the paper's numbers and the package's on (row, quantity).
 
+  A package row may name the paper's row it stands beside in a `paper_row`
+  column (e.g. a digits run beside the paper's EMNIST-L row); otherwise, or
+  where it is empty, its own `row` is matched.
+
   Returns:
     Columns `row`, `quantity`, `paper`, `package`, `source` (strings),
     the package's order first, then rows only the paper has.
   """
-  package = package.copy()
+  package = package.copy().reset_index(drop=True)
   package['package'] = [format_number(v, s, n) for v, s, n in zip(
       package[VALUE], package[STD], package[NUM_RUNS])]
+  key = package[ROW]
+  if PAPER_ROW in package:
+    key = package[PAPER_ROW].where(package[PAPER_ROW].notna(), package[ROW])
+  package['_key'] = key
+  package['_order'] = range(len(package))
   paper = paper.copy()
   paper['paper'] = [format_number(v, s) for v, s in zip(paper[VALUE],
                                                         paper[STD])]
-  merged = package[[ROW, QUANTITY, 'package']].merge(
-      paper[[ROW, QUANTITY, 'paper', SOURCE]], on=[ROW, QUANTITY],
+  paper = paper.rename(columns={ROW: '_key'})
+  merged = package[[ROW, '_key', QUANTITY, 'package', '_order']].merge(
+      paper[['_key', QUANTITY, 'paper', SOURCE]], on=['_key', QUANTITY],
       how='outer', sort=False)
-  order = {key: i for i, key in enumerate(zip(package[ROW], package[QUANTITY]))}
-  merged['_order'] = [order.get(key, len(order) + i) for i, key in
-                      enumerate(zip(merged[ROW], merged[QUANTITY]))]
-  merged = merged.sort_values('_order').drop(columns='_order')
+  merged[ROW] = merged[ROW].where(merged[ROW].notna(), merged['_key'])
+  merged['_order'] = merged['_order'].fillna(
+      pd.Series(range(len(package), len(package) + len(merged)),
+                index=merged.index))
+  merged = merged.sort_values('_order', kind='stable')
   return merged.fillna({'package': 'not at this scale', 'paper': '—',
                         SOURCE: ''})[
       [ROW, QUANTITY, 'paper', 'package', SOURCE]].reset_index(drop=True)

@@ -16,6 +16,7 @@ import pytest
 
 import reproduce
 from reproduce import __main__ as cli
+from reproduce import adabest_experiments
 from reproduce import core
 from reproduce import gel_experiments
 from reproduce import large_cohort_experiments
@@ -303,3 +304,61 @@ def test_index_links_reports_and_names_commands_for_the_rest(tmp_path):
   assert '[table1/README.md](table1/README.md)' in text
   assert 'not run yet: `python -m reproduce gel table2`' in text
   assert 'fig_catastrophic' not in text
+
+
+def test_a_package_row_can_stand_beside_a_differently_named_paper_row():
+  paper = pd.DataFrame({core.ROW: ['p=1% iid', 'p=10% iid'],
+                        core.QUANTITY: ['acc', 'acc'], core.VALUE: [94.0, 93.0],
+                        core.STD: [0.1, np.nan], core.SOURCE: ['T2', 'T2']})
+  package = pd.DataFrame({core.ROW: ['p=1% iid (digits)', 'p=1% iid (synth)',
+                                     'p=1% iid (cifar10)'],
+                          core.PAPER_ROW: ['p=1% iid', 'p=1% iid', None],
+                          core.QUANTITY: ['acc'] * 3,
+                          core.VALUE: [90.0, 80.0, 50.0],
+                          core.STD: [np.nan] * 3, core.NUM_RUNS: [1] * 3})
+  assert core.side_by_side(paper, package).values.tolist() == [
+      ['p=1% iid (digits)', 'acc', '94 ± 0.1', '90 (n=1)', 'T2'],
+      ['p=1% iid (synth)', 'acc', '94 ± 0.1', '80 (n=1)', 'T2'],
+      ['p=1% iid (cifar10)', 'acc', '—', '50 (n=1)', ''],
+      ['p=10% iid', 'acc', '93', 'not at this scale', 'T2'],
+  ]
+
+
+def test_adabest_table2_labels_fedavg_partitions_and_lines_up_with_the_paper(
+    tmp_path):
+  root = str(tmp_path)
+  points = []
+  for name, algorithm, beta, alpha, seed, accuracy in (
+      ('avg0', 'adabest', 0.0, None, 0, 0.90),
+      ('avg1', 'adabest', 0.0, None, 1, 0.92),
+      ('ada0', 'adabest', 0.96, None, 0, 0.95),
+      ('dyn0', 'feddyn', None, 0.3, 0, 0.80)):
+    hparams = {'algorithm': algorithm, 'task': 'digits',
+               'partition_seed': seed}
+    if beta is not None:
+      hparams.update(adabest_beta=beta, adabest_mu=0.0 if beta == 0 else 0.02)
+    if alpha is not None:
+      hparams['dirichlet_alpha'] = alpha
+    run_directories.write_run(root, name, hparams, {
+        'round': [1, 2], 'clients_per_round': [1, 1],
+        'test/accuracy': [0.1, accuracy]})
+    points.append(core.sweep.SweepPoint(name, {}, (), os.path.join(root, name),
+                                        2))
+  frame = core.load_finished_runs(points)
+  table = adabest_experiments.analyze_table2(frame, root).table
+  table = table.set_index([core.ROW, core.QUANTITY])
+  row = 'participation=1% iid (digits)'
+  assert table.loc[(row, 'test_accuracy/fedavg'), core.VALUE] == 91.0
+  assert table.loc[(row, 'test_accuracy/fedavg'), core.NUM_RUNS] == 2
+  assert table.loc[(row, 'test_accuracy/adabest'), core.VALUE] == 95.0
+  assert table.loc[(row, 'test_accuracy/fedavg'), core.PAPER_ROW] == (
+      'participation=1% iid')
+  assert table.loc[('participation=1% alpha=0.3 (digits)',
+                    'test_accuracy/feddyn'), core.VALUE] == pytest.approx(80)
+  side = core.side_by_side(core.paper_numbers('adabest', 'table2'),
+                           table.reset_index())
+  fedavg = side[(side[core.ROW] == row)
+                & (side[core.QUANTITY] == 'test_accuracy/fedavg')]
+  # The paper's EMNIST-L, CP 1 %, IID, beside the digits runs.
+  assert fedavg[['paper', 'package']].values.tolist() == [
+      ['94.04 ± 1.37', '91 ± 1.41 (n=2)']]
