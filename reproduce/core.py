@@ -29,7 +29,6 @@ import json
 import math
 import os
 import shlex
-import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Optional
 
