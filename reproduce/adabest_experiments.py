@@ -116,10 +116,7 @@ def analyze_table2(frame: pd.DataFrame, output_dir: str) -> core.Analysis:
   return core.Analysis(table, figures, notes)
 
 
-def _table2_setting(scale: str) -> core.Setting:
-  return core.Setting(table2_grids(scale), seeds=5 if scale == 'paper' else 3,
-                      substitutes='' if scale == 'paper' else
-                      LOCAL_SUBSTITUTES)
+_table2_setting = core.setting_fn(table2_grids, 3, LOCAL_SUBSTITUTES)
 
 
 INSTABILITY_SUBSTITUTES = (
@@ -235,13 +232,8 @@ def _sensitivity(flag: str, by):
   return analyze
 
 
-def _simple_setting(grids_fn, substitutes, seeds_local=2):
-  def setting(scale: str) -> core.Setting:
-    if scale == 'paper':
-      return core.Setting(grids_fn(scale), seeds=5)
-    return core.Setting(grids_fn(scale), seeds=seeds_local,
-                        substitutes=substitutes)
-  return setting
+def _simple_setting(grids_fn, substitutes):
+  return core.setting_fn(grids_fn, local_seeds=2, substitutes=substitutes)
 
 
 EXPERIMENTS = (

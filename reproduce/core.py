@@ -117,6 +117,19 @@ class Experiment:
   analyze: Callable[[pd.DataFrame, str], Analysis]  # (runs, output dir)
 
 
+def setting_fn(grids_fn: Callable[[str], tuple[Grid, ...]],
+               local_seeds: int, substitutes: str = '',
+               paper_seeds: int = 5) -> Callable[[str], Setting]:
+  """`Experiment.setting` from a grids function: the papers' seeds at the
+  paper scale, `local_seeds` and the `substitutes` text at the local one."""
+  def setting(scale: str) -> Setting:
+    if scale == 'paper':
+      return Setting(grids_fn(scale), seeds=paper_seeds)
+    return Setting(grids_fn(scale), seeds=local_seeds,
+                   substitutes=substitutes)
+  return setting
+
+
 def seed_values(count: int) -> tuple[str, ...]:
   return tuple(str(seed) for seed in range(count))
 

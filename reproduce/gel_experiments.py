@@ -74,11 +74,8 @@ def table1_grids(scale: str) -> tuple[core.Grid, ...]:
 
 
 def _setting(grids_fn, seeds=5):
-  def setting(scale: str) -> core.Setting:
-    return core.Setting(grids_fn(scale), seeds=seeds,
-                        substitutes=LOCAL_SUBSTITUTES if scale == 'local'
-                        else '')
-  return setting
+  """`seeds` at the local scale, the paper's 5 at its own."""
+  return core.setting_fn(grids_fn, seeds, LOCAL_SUBSTITUTES)
 
 
 def per_run_targets(frame: pd.DataFrame, by) -> pd.DataFrame:

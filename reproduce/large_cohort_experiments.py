@@ -91,12 +91,7 @@ def cohort_grid(scale: str, optimizer: str,
 
 
 def _setting(grids_fn, seeds_local=3, substitutes=LOCAL_SUBSTITUTES):
-  def setting(scale: str) -> core.Setting:
-    if scale == 'paper':
-      return core.Setting(grids_fn(scale), seeds=5)
-    return core.Setting(grids_fn(scale), seeds=seeds_local,
-                        substitutes=substitutes)
-  return setting
+  return core.setting_fn(grids_fn, seeds_local, substitutes)
 
 
 def _long(per_group: pd.DataFrame, row_fn, quantity: str, value: str,
