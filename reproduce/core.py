@@ -19,6 +19,10 @@ Scales:
   two values of its first axis and one of the others, `SMOKE_ROUNDS` rounds
   and one seed, so that CI runs every experiment's code end to end.
 
+Why one module: an experiment's grids, runs, reading and report are one
+pipeline over the same conventions (run names, scales, the long-form table);
+split, each part would re-import the others.
+
 Grids of one paper share a run root (`<root>/<paper>/<scale>/`): a grid that
 two experiments name alike (GeL's Table 1 runs, read again by Figure 4) runs
 once.
