@@ -262,7 +262,9 @@ def _run_point(point: SweepPoint, log_dir: str) -> PointResult:
 def run_sweep(points: Sequence[SweepPoint],
               parallel: int = 1,
               log_dir: Optional[str] = None,
-              print_fn: Callable[[str], None] = print) -> list[PointResult]:
+              print_fn: Callable[[str], None] = print,
+              on_result: Optional[Callable[[PointResult], None]] = None,
+              ) -> list[PointResult]:
   """Runs the unfinished points, `parallel` at a time, in grid order.
 
   Args:
@@ -271,6 +273,8 @@ def run_sweep(points: Sequence[SweepPoint],
     log_dir: Where each point's stdout/stderr go; default
       `<root_output_dir>/sweep_logs` of the first point.
     print_fn: Receives one line per event.
+    on_result: Called with each run point's result as it ends (one at a
+      time), so that what a sweep records survives its interruption.
 
   Returns:
     One result per point, in the order of `points`.
@@ -301,6 +305,9 @@ def run_sweep(points: Sequence[SweepPoint],
     report(index, 'running' + (' (resuming)' if os.path.isdir(point.run_dir)
                                else ''))
     result = _run_point(point, log_dir)
+    if on_result is not None:
+      with lock:
+        on_result(result)
     if result.status == 'succeeded':
       report(index, 'done')
     else:

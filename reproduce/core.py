@@ -205,12 +205,13 @@ def read_timings(experiment: Experiment, scale: str,
     return {}
 
 
-def _record_timings(experiment: Experiment, scale: str, root: str,
-                    results: Sequence[sweep.PointResult]) -> None:
+def _record_timing(experiment: Experiment, scale: str, root: str,
+                   result: sweep.PointResult) -> None:
+  """Adds a finished run's wall time to the paper's `timings.json`."""
+  if result.status != 'succeeded' or result.elapsed_sec is None:
+    return
   timings = read_timings(experiment, scale, root)
-  for result in results:
-    if result.status == 'succeeded' and result.elapsed_sec is not None:
-      timings[result.point.experiment_name] = round(result.elapsed_sec, 1)
+  timings[result.point.experiment_name] = round(result.elapsed_sec, 1)
   path = _timings_path(experiment, scale, root)
   os.makedirs(os.path.dirname(path), exist_ok=True)
   with open(path + '.tmp', 'w') as f:
@@ -222,15 +223,16 @@ def run_experiment(experiment: Experiment, scale: str, root: str,
                    seeds: Optional[int] = None, parallel: int = 2,
                    print_fn: Callable[[str], None] = print,
                    ) -> list[sweep.PointResult]:
-  """Runs the experiment's unfinished points; records their wall times."""
+  """Runs the experiment's unfinished points, recording each one's wall time
+  as it ends."""
   points = build_points(experiment, scale, root, seeds)
-  results = sweep.run_sweep(
+  return sweep.run_sweep(
       points, parallel,
       log_dir=os.path.join(run_root(root, experiment, scale),
                            sweep.LOG_DIR_NAME),
-      print_fn=print_fn)
-  _record_timings(experiment, scale, root, results)
-  return results
+      print_fn=print_fn,
+      on_result=lambda result: _record_timing(experiment, scale, root,
+                                              result))
 
 
 def load_finished_runs(points: Sequence[sweep.SweepPoint]) -> pd.DataFrame:
@@ -342,7 +344,7 @@ def side_by_side(paper: pd.DataFrame, package: pd.DataFrame) -> pd.DataFrame:
       pd.Series(range(len(package), len(package) + len(merged)),
                 index=merged.index))
   merged = merged.sort_values('_order', kind='stable')
-  return merged.fillna({'package': 'not at this scale', 'paper': '—',
+  return merged.fillna({'package': 'not run here', 'paper': '—',
                         SOURCE: ''})[
       [ROW, QUANTITY, 'paper', 'package', SOURCE]].reset_index(drop=True)
 
@@ -364,6 +366,12 @@ def command_line(experiment: Experiment, scale: str,
   if seeds is not None:
     parts.append(f'--seeds={seeds}')
   return shlex.join(parts)
+
+
+def _training_seconds(frame: pd.DataFrame) -> float:
+  columns = [c for c in ('round_time_sec', 'eval_time_sec')
+             if c in frame.columns]
+  return float(frame[columns].sum().sum()) if columns else 0.0
 
 
 def write_report(experiment: Experiment, scale: str, root: str,
@@ -399,7 +407,9 @@ def write_report(experiment: Experiment, scale: str, root: str,
       f'Scale `{scale}`: {len(finished)} of {len(points)} runs finished'
       f' (`{run_root(root, experiment, scale)}`). Each run\'s wall time'
       f' from the command line summed: {sum(run_seconds):.0f} s over'
-      f' {len(run_seconds)} runs (two run at a time by default).'
+      f' {len(run_seconds)} runs (two run at a time by default); their'
+      f' rounds and evaluations alone (`metrics.csv`):'
+      f' {_training_seconds(frame):.0f} s.'
       ' Rerunning the command skips finished runs and regenerates this'
       ' report from their directories.',
       '',

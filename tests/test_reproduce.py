@@ -224,7 +224,7 @@ def test_side_by_side_puts_the_papers_numbers_beside_the_packages():
   assert table.values.tolist() == [
       ['c', 'q', '—', '1 (n=1)', ''],
       ['a', 'q', '148', '150.5 ± 3.25 (n=5)', 'Table 1'],
-      ['b', 'q', '0.5 ± 0.1', 'not at this scale', 'Table 2'],
+      ['b', 'q', '0.5 ± 0.1', 'not run here', 'Table 2'],
   ]
   assert core.format_number(np.nan, np.nan, 0) == '— (n=0)'
 
@@ -320,7 +320,7 @@ def test_a_package_row_can_stand_beside_a_differently_named_paper_row():
       ['p=1% iid (digits)', 'acc', '94 ± 0.1', '90 (n=1)', 'T2'],
       ['p=1% iid (synth)', 'acc', '94 ± 0.1', '80 (n=1)', 'T2'],
       ['p=1% iid (cifar10)', 'acc', '—', '50 (n=1)', ''],
-      ['p=10% iid', 'acc', '93', 'not at this scale', 'T2'],
+      ['p=10% iid', 'acc', '93', 'not run here', 'T2'],
   ]
 
 

@@ -239,3 +239,22 @@ def test_command_line(tmp_path, fake_driver, capsys):
   assert 'both an axis and fixed' in capsys.readouterr().err
   with pytest.raises(SystemExit):
     sweep.main(['--preset=cohort'])  # --total_rounds is required
+
+
+def test_run_sweep_reports_each_run_as_it_ends_with_its_wall_time(
+    tmp_path, fake_driver):
+  command, _ = fake_driver
+  points = sweep.build_points(
+      [sweep.Axis('seed', ('0', '1')), sweep.Axis('clients_per_round', ('5',))],
+      str(tmp_path / 'runs'), total_rounds=2, command=command)
+  seen = []
+  results = sweep.run_sweep(points, parallel=2, print_fn=lambda _: None,
+                            on_result=seen.append)
+  assert sorted(r.point.experiment_name for r in seen) == sorted(
+      p.experiment_name for p in points)
+  assert all(r.elapsed_sec is not None and r.elapsed_sec >= 0 for r in seen)
+  # Finished points are skipped on a rerun: no run, nothing reported.
+  seen.clear()
+  sweep.run_sweep(points, print_fn=lambda _: None, on_result=seen.append)
+  assert seen == []
+  assert [r.status for r in results] == ['succeeded', 'succeeded']
