@@ -24,6 +24,7 @@ setuptools.setup(
         'pandas~=2.1.0',
         'scikit-learn>=1.3',
         'matplotlib~=3.8.0',
+        'tensorboard~=2.14.0',  # experiment_driver.outputs writes with it
         'tensorflow==2.14.1',
         'tensorflow-datasets==4.9.3',
     ],

@@ -5,7 +5,7 @@ Layout of `<root_output_dir>/<experiment_name>/`:
     run.lock         the pid of the run holding the directory's lock
     hparams.json     the flags of the run (rerunning with other flags is refused)
     metrics.csv      one row per round (`tff.program.CSVFileReleaseManager`)
-    tensorboard/     scalars per round (`tff.program.TensorBoardReleaseManager`)
+    tensorboard/     scalars per round (`TensorBoardScalars`)
     checkpoints/     program state (`tff.program.FileProgramStateManager`)
 
 Metrics are released through TFF's program release managers; the CSV manager
@@ -34,6 +34,8 @@ import tempfile
 from collections.abc import Mapping
 from typing import Any, Optional
 
+import numpy as np
+from tensorboard import summary as tb_summary
 import tensorflow_federated as tff
 
 LOCK_NAME = 'run.lock'
@@ -52,6 +54,34 @@ class RunLockedError(RunDirectoryError):
 
 class CheckpointError(RuntimeError):
   """A saved checkpoint cannot be read."""
+
+
+class TensorBoardScalars(tff.program.ReleaseManager):
+  """A release manager writing a flat mapping of scalars to TensorBoard.
+
+  `tff.program.TensorBoardReleaseManager` writes each value with an eager
+  `tf.summary.scalar`: about 1 ms per scalar, 25-40 ms for a round's 30
+  metrics, which was as long as a whole small-model round. This writes the
+  same scalar summaries (the scalars plugin's tensor events, which
+  TensorBoard and `tf.compat.v1.train.summary_iterator` read as before)
+  through TensorBoard's own pure-Python writer, `tensorboard.summary.Writer`,
+  in microseconds, flushed after each release so that a killed run keeps
+  every released round.
+  """
+
+  def __init__(self, summary_dir: str):
+    os.makedirs(summary_dir, exist_ok=True)
+    self._writer = tb_summary.Writer(summary_dir)
+
+  async def release(self, value: Mapping[str, Any], key: int) -> None:
+    for name, scalar in value.items():
+      array = np.asarray(scalar)
+      if array.shape == () and array.dtype.kind in 'biuf':
+        self._writer.add_scalar(name, array, step=key)
+    self._writer.flush()
+
+  def close(self) -> None:
+    self._writer.close()
 
 
 def _umask() -> int:
@@ -189,6 +219,10 @@ class RunDirectory:
     """Releases the lock; a directory this run created and left empty goes."""
     if self._lock_fd is None:
       return
+    for manager in self._release_managers:
+      if isinstance(manager, TensorBoardScalars):
+        manager.close()
+    self._release_managers = []
     _remove_interrupted_writes(self.path)
     _remove_interrupted_writes(self.checkpoint_dir)
     if self._created and os.listdir(self.path) == [LOCK_NAME]:
@@ -245,7 +279,7 @@ class RunDirectory:
           ) from e
     self._release_managers = [
         csv_manager,
-        tff.program.TensorBoardReleaseManager(self.tensorboard_dir),
+        TensorBoardScalars(self.tensorboard_dir),
     ]
 
   def _rewrite_tensorboard(self, resumed_round: int) -> None:
@@ -255,7 +289,7 @@ class RunDirectory:
         rows = [row for row in csv.DictReader(f)
                 if row.get('round') and int(row['round']) <= resumed_round]
     shutil.rmtree(self.tensorboard_dir, ignore_errors=True)
-    manager = tff.program.TensorBoardReleaseManager(self.tensorboard_dir)
+    manager = TensorBoardScalars(self.tensorboard_dir)
     for row in rows:
       values = {}
       for key, text in row.items():
@@ -266,6 +300,7 @@ class RunDirectory:
       values.pop('round', None)
       self._loop.run_until_complete(
           manager.release(values, key=int(row['round'])))
+    manager.close()
 
   def release_metrics(self, metrics: Mapping[str, float], round_num: int):
     """Writes one round's flat metrics to the CSV and TensorBoard."""

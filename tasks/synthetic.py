@@ -141,13 +141,19 @@ def generate_synthetic_clients(
       np.arange(1, num_features + 1, dtype=np.float64)
       ** _FEATURE_COVARIANCE_EXPONENT
   )
+  # `rng.multivariate_normal(mean, covariance, n)`'s own arithmetic (one SVD
+  # of the covariance, then standard normals times its factor), with the
+  # SVD done once instead of per client: the same draws, bit for bit.
+  _, singular_values, v = np.linalg.svd(covariance)
+  covariance_factor = np.sqrt(singular_values)[:, None] * v
   cluster_center = rng.normal(rng.normal(0.0, 1.0), 1.0, 1)
   clients = []
   for size in sizes:
     rng.choice(1, p=[1.0])  # LEAF draws the client's (only) cluster.
     feature_shift = rng.normal(0.0, beta)
     feature_mean = rng.normal(feature_shift, 1.0, num_features)
-    x = rng.multivariate_normal(feature_mean, covariance, size)
+    x = rng.standard_normal((size, num_features)) @ covariance_factor
+    x += feature_mean
     model_scale = rng.normal(cluster_center, alpha, cluster_center.shape)
     weights = shared_model @ model_scale  # [num_features + 1, num_classes]
     x_with_bias_input = np.concatenate([np.ones((size, 1)), x], axis=1)
