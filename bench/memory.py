@@ -100,14 +100,16 @@ def _process(
 
 
 def _shards_fn(task: tff.simulation.baselines.BaselineTask):
-  """The driver's shards of a round's clients (one per core)."""
+  """The driver's shards of a round's clients (one per core, cut to
+  `shards.MAX_AUTO_SHARD_BYTES`)."""
   data = task.datasets
 
   def client_datasets_fn(round_num, client_ids):
     return shards.shards_for_round(
         data.train_data, data.train_preprocess_fn, client_ids,
         shards.auto_clients_per_shard(len(client_ids)),
-        np.random.default_rng(round_num))
+        np.random.default_rng(round_num),
+        max_shard_bytes=shards.MAX_AUTO_SHARD_BYTES)
 
   return client_datasets_fn
 

@@ -20,9 +20,10 @@ Three processes, all FedAvg (client SGD at the workload's rate, server SGD at
 
 * `fused` — the full round on fused shards (`large_cohort.fused`): the
   same algorithm and aggregator, the cohort's clients grouped into one shard
-  per core (`shards.auto_clients_per_shard`), each trained in one call of one
-  TensorFlow graph, the shards' batches made from the clients' arrays in
-  NumPy each round (`shards.shards_from_arrays`, as the driver makes
+  per core (`shards.auto_clients_per_shard`, cut to
+  `shards.MAX_AUTO_SHARD_BYTES` as the driver cuts them), each trained in
+  one call of one TensorFlow graph, the shards' batches made from the
+  clients' arrays in NumPy each round (`shards.shards_from_arrays`, as the driver makes
   Synthetic's), the next round's while a round computes.
 
 `tff_reduce` and `fedavg` get the client datasets prebuilt: they measure
@@ -135,11 +136,11 @@ def datasets_fn_for(workload: workloads.Workload,
             x=arrays.x.reshape((-1,) + arrays.x.shape[2:]),
             y=arrays.y.reshape((-1,) + arrays.y.shape[2:]))
         rows = np.arange(len(flat['x'])).reshape(arrays.num_clients, -1)
-        return shards.shards_from_arrays(
+        return shards.split_shards(shards.shards_from_arrays(
             flat, list(rows),
             shards.BatchRecipe(batch_size=workload.batch_size, shuffle=False),
             shards.auto_clients_per_shard(arrays.num_clients),
-            np.random.default_rng(0))
+            np.random.default_rng(0)), shards.MAX_AUTO_SHARD_BYTES)
       return [
           workload.preprocess(client_data.create_tf_dataset_for_client(i))
           for i in client_ids]

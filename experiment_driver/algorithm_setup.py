@@ -73,7 +73,8 @@ def shards_fn(
     steps_fn: Optional[Callable[[int, int], Sequence[int]]] = None,
 ) -> 'ClientDatasetsFn':
   """The `client_datasets_fn` of a fused process: each round's clients in
-  shards of `ctx.clients_per_shard`, or one per core of every worker
+  shards of `ctx.clients_per_shard`, or one per core of every worker, cut
+  to at most `shards.MAX_AUTO_SHARD_BYTES` each
   (`fl_common.shards.shards_for_round`).
 
   Args:
@@ -90,7 +91,9 @@ def shards_fn(
     return shards.shards_for_round(
         data.train_data, data.train_preprocess_fn, client_ids, per_shard,
         np.random.default_rng([ctx.seed, round_num]),
-        steps_fn(round_num, len(client_ids)) if steps_fn else None)
+        steps_fn(round_num, len(client_ids)) if steps_fn else None,
+        max_shard_bytes=(None if ctx.clients_per_shard else
+                         shards.MAX_AUTO_SHARD_BYTES))
 
   return client_datasets_fn
 

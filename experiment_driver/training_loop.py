@@ -155,7 +155,8 @@ class Evaluator:
       if max_clients and len(ids) > max_clients:
         ids = sorted(rng.choice(ids, size=max_clients, replace=False))
       self._splits[name] = shards.shards_for_round(
-          data, preprocess, ids, shards.auto_clients_per_shard(len(ids)), rng)
+          data, preprocess, ids, shards.auto_clients_per_shard(len(ids)), rng,
+          max_shard_bytes=shards.MAX_AUTO_SHARD_BYTES)
 
   def __call__(self, model_weights) -> dict[str, float]:
     metrics = {}

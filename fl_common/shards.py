@@ -55,6 +55,56 @@ def auto_clients_per_shard(num_clients: int,
   return max(1, -(-num_clients // cores))
 
 
+# The automatic shard size's cap on a shard's examples (`split_shards`): a
+# shard is sent whole to its worker each round, and a call's shards are
+# held there at once. 1,000 EMNIST-sized clients in one shard per core made
+# 157 MB shards and a 2.3 GB worker; in shards of at most this size, sent in
+# calls of at most `MAX_CALL_BYTES` (`experiment_driver.runtime`), the
+# worker's peak stays near the slices-of-50 one-call-per-client figure.
+MAX_AUTO_SHARD_BYTES = 16 << 20
+
+
+def shard_bytes(shard: Mapping[str, Any]) -> int:
+  """The bytes of a shard's arrays (its examples and batch sizes)."""
+  return sum(np.asarray(a).nbytes for a in tf.nest.flatten(shard))
+
+
+def split_shards(shards: Sequence[Mapping[str, Any]],
+                 max_bytes: int) -> list[collections.OrderedDict]:
+  """`shards` with each cut, at client boundaries and in order, into shards
+  of at most `max_bytes` of examples (a client larger than that alone in
+  its shard). The fused processes compute the same for any grouping of the
+  clients into shards (up to float summation order)."""
+  if max_bytes < 1:
+    raise ValueError(f'max_bytes must be positive, got {max_bytes}.')
+  pieces = []
+  for shard in shards:
+    examples = tf.nest.flatten(shard['examples'])
+    batch_sizes = np.asarray(shard['batch_sizes'])
+    num_examples = int(batch_sizes.sum())
+    example_bytes = sum(np.asarray(a).nbytes for a in examples)
+    if num_examples == 0 or example_bytes <= max_bytes:
+      pieces.append(shard)
+      continue
+    bytes_per_example = example_bytes / num_examples
+    # Per client: its last batch (the closing one) and examples so far.
+    ends = np.flatnonzero(batch_sizes == 0) + 1
+    rows_at = np.concatenate([[0], np.cumsum(batch_sizes)])
+    start_batch, start_row = 0, 0
+    for i, end in enumerate(ends):
+      last = i == len(ends) - 1
+      next_rows = None if last else rows_at[ends[i + 1]]
+      if not last and (next_rows - start_row) * bytes_per_example <= max_bytes:
+        continue  # The next client still fits in this piece.
+      end_row = rows_at[end]
+      pieces.append(collections.OrderedDict(
+          examples=tf.nest.map_structure(lambda a: a[start_row:end_row],
+                                         shard['examples']),
+          batch_sizes=batch_sizes[start_batch:end]))
+      start_batch, start_row = end, end_row
+  return pieces
+
+
 def _groups(items: Sequence[Any], size: int) -> list[Sequence[Any]]:
   if size < 1:
     raise ValueError(f'clients_per_shard must be >= 1, got {size}.')
@@ -267,6 +317,7 @@ def shards_for_round(
     clients_per_shard: int,
     rng: np.random.Generator,
     steps: Optional[Sequence[int]] = None,
+    max_shard_bytes: Optional[int] = None,
 ) -> list[collections.OrderedDict]:
   """A round's shards: in NumPy (`shards_from_arrays`, with `rng`) when the
   clients are rows of shared arrays (`client_data.arrays`,
@@ -276,19 +327,24 @@ def shards_for_round(
   clients' tf.data pipelines (`shards_from_client_data`; one pipeline per
   client for TFF's `TestClientData`, whose `serializable_dataset_fn` bakes
   every client's examples into each trace: 12 GB and 80 s for 1,000 EMNIST
-  clients)."""
+  clients). With `max_shard_bytes`, shards are then cut to that size
+  (`split_shards`)."""
   recipe = getattr(preprocess_fn, 'batch_recipe', None)
   client_rows = getattr(client_data, 'client_rows', None)
   if recipe is not None and client_rows is not None:
-    return shards_from_arrays(
+    shards = shards_from_arrays(
         client_data.arrays, [client_rows(i) for i in client_ids],
         BatchRecipe(**recipe), clients_per_shard, rng, steps)
-  if isinstance(client_data, tff.simulation.datasets.TestClientData):
+  elif isinstance(client_data, tff.simulation.datasets.TestClientData):
     preprocess_fn = preprocess_fn or (lambda d: d)
     datasets = [preprocess_fn(client_data.create_tf_dataset_for_client(i))
                 for i in client_ids]
     if steps is not None:
       datasets = [d.repeat().take(n) for d, n in zip(datasets, steps)]
-    return shards_from_datasets(datasets, clients_per_shard)
-  return shards_from_client_data(client_data, preprocess_fn, client_ids,
-                                 clients_per_shard, steps)
+    shards = shards_from_datasets(datasets, clients_per_shard)
+  else:
+    shards = shards_from_client_data(client_data, preprocess_fn, client_ids,
+                                     clients_per_shard, steps)
+  if max_shard_bytes is not None:
+    shards = split_shards(shards, max_shard_bytes)
+  return shards

@@ -35,13 +35,15 @@ def assert_close(a, b):
 
 
 def assert_same_round(per_client, on_shards, state, fused_state, datasets,
-                      clients_per_shard):
+                      clients_per_shard, max_shard_bytes=None):
   """Runs a round of both processes (the fused one on shards of
-  `datasets`), asserts equal states, metrics and metric structure, and
-  returns both outputs."""
+  `datasets`, cut to `max_shard_bytes` if given), asserts equal states,
+  metrics and metric structure, and returns both outputs."""
   output = per_client.next(state, datasets)
-  fused_output = on_shards.next(
-      fused_state, shards.shards_from_datasets(datasets, clients_per_shard))
+  round_shards = shards.shards_from_datasets(datasets, clients_per_shard)
+  if max_shard_bytes is not None:
+    round_shards = shards.split_shards(round_shards, max_shard_bytes)
+  fused_output = on_shards.next(fused_state, round_shards)
   assert_close(output.state, fused_output.state)
   assert_close(output.metrics, fused_output.metrics)
   assert (tf.nest.map_structure(lambda _: 0, output.metrics) ==

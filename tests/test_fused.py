@@ -121,6 +121,43 @@ def test_a_fused_round_with_the_normalized_update(weighting):
   np.testing.assert_allclose(np.linalg.norm(moved), 0.3, rtol=1e-5)
 
 
+def test_a_round_on_shards_cut_to_a_byte_cap_equals_the_per_client_round():
+  per_client, on_shards = _processes(
+      tff.learning.ClientWeighting.NUM_EXAMPLES, True,
+      tff.learning.optimizers.build_sgdm(1.0))
+  # 16 bytes per example: one shard of 7 clients cut at 100 bytes into
+  # [5, 1, 0], [8] (alone, over the cap), [3], [4, 2].
+  datasets = fused_checks.client_datasets([5, 1, 0, 8, 3, 4, 2], nan_client=4)
+  state = per_client.initialize()
+  fused_checks.assert_same_round(per_client, on_shards, state, state,
+                                 datasets, 7, max_shard_bytes=100)
+
+
+def test_split_shards_cut_at_client_boundaries_within_the_cap():
+  sizes = [5, 1, 0, 8, 3, 4, 2]
+  datasets = fused_checks.client_datasets(sizes)
+  [whole] = shards.shards_from_datasets(datasets, len(sizes))
+  pieces = shards.split_shards([whole], 100)
+  clients = [shards.num_clients(p) for p in pieces]
+  assert clients == [3, 1, 1, 2]
+  for piece, n in zip(pieces, clients):
+    example_bytes = sum(a.nbytes for a in piece['examples'].values())
+    assert example_bytes <= 100 or n == 1
+    assert piece['batch_sizes'][-1] == 0  # closed by its last client's batch
+    assert len(piece['examples']['x']) == piece['batch_sizes'].sum()
+  for key in ('x', 'y'):
+    np.testing.assert_array_equal(
+        np.concatenate([p['examples'][key] for p in pieces]),
+        whole['examples'][key])
+  np.testing.assert_array_equal(
+      np.concatenate([p['batch_sizes'] for p in pieces]),
+      whole['batch_sizes'])
+  # Within the cap, or empty: as it was.
+  assert shards.split_shards([whole], 10**6)[0] is whole
+  with pytest.raises(ValueError, match='max_bytes'):
+    shards.split_shards([whole], 0)
+
+
 def test_shards_close_every_client_and_split_unevenly():
   datasets = fused_checks.client_datasets([3, 0, 2])
   made = shards.shards_from_datasets(datasets, 2)

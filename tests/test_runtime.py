@@ -9,6 +9,7 @@ import uuid
 
 import numpy as np
 import pytest
+import tensorflow as tf
 import tensorflow_federated as tff
 from tensorflow_federated.python.core.impl.context_stack import context_stack_impl
 
@@ -242,3 +243,33 @@ def test_importing_the_package_leaves_plain_tff_working(tmp_path):
   text = output.read_text()
   assert finished.returncode == 0, text[-3000:]
   assert 'plain TFF: 42' in text
+
+
+@tff.tensorflow.computation(tff.TensorType(np.float32, [256]))
+def _reduce_sum(array):
+  return tf.reduce_sum(array)
+
+
+@tff.federated_computation(
+    tff.FederatedType(np.float32, tff.SERVER),
+    tff.FederatedType(tff.TensorType(np.float32, [256]), tff.CLIENTS))
+def _sum_of_client_arrays(server_value, client_arrays):
+  sums = tff.federated_map(_reduce_sum, client_arrays)
+  return tff.federated_map(_add, (server_value, tff.federated_sum(sums)))
+
+
+def test_clients_arrays_past_the_byte_cap_are_sent_in_slices(monkeypatch):
+  # 5 clients of 1 KB with a 2.5 KB cap: 2 slices would hold 3 KB, so 3.
+  monkeypatch.setattr(runtime.contexts, 'MAX_BYTES_PER_SLICE', 2560)
+  arrays = [np.full([256], k, np.float32) for k in range(1, 6)]
+  with runtime.local_runtime(keep_state_on_worker=True):
+    splitting_context = context_stack_impl.context_stack.current
+    assert splitting_context._num_slices(
+        [np.float32(1.0), arrays],
+        _sum_of_client_arrays.type_signature.parameter) == 3
+    total = _sum_of_client_arrays(1.0, arrays)
+    assert len(splitting_context._merge_computations) == 1
+    # Scalars per client are under the cap: one call, unsplit.
+    assert _server_results(2.0, [1.0, 2.0])[1] == 1.5
+    assert len(splitting_context._merge_computations) == 1
+  assert total == 1.0 + 256 * 15

@@ -26,6 +26,7 @@ from tensorflow_federated.python.core.impl.context_stack import context_stack_im
 from tensorflow_federated.python.core.impl.context_stack import runtime_error_context
 from tensorflow_federated.python.core.impl.executors import remote_executor_grpc_stub
 
+from experiment_driver.runtime import contexts
 from experiment_driver.runtime.contexts import _CohortSplittingContext
 from experiment_driver.runtime.contexts import _sync_context
 from experiment_driver.runtime.contexts import _WorkerContext
@@ -91,7 +92,10 @@ def local_runtime(
       per client of a call: ~23 GB for 200 clients of the Stack Overflow
       LSTM). Sums are then taken in another order, equal up to float
       rounding, and a worker that dies ends the block with a
-      `WorkerUnavailableError` instead of TFF's endless retries.
+      `WorkerUnavailableError` instead of TFF's endless retries. Either way
+      (with `keep_state_on_worker` or a cap), a call whose clients' NumPy
+      arrays (fused shards) exceed `contexts.MAX_BYTES_PER_SLICE` is cut
+      into slices of at most that size.
     keep_state_on_worker: Whether `next` of a learning (or iterative)
       process leaves the new server state on the worker, returning a
       `worker_state.StateOnWorker` handle in its place, which the next call
@@ -122,7 +126,8 @@ def local_runtime(
                          probe_timeout_seconds=20.0)
       context = _CohortSplittingContext(
           [_WorkerContext(stub, keep_state_on_worker)],
-          max_clients_per_slice=max_clients_per_call)
+          max_clients_per_slice=max_clients_per_call,
+          max_bytes_per_slice=contexts.MAX_BYTES_PER_SLICE)
     with context_stack_impl.context_stack.install(context):
       yield address
   finally:
@@ -175,7 +180,8 @@ def remote_runtime(
           address, _connect(address, connect_timeout_seconds),
           probe_interval_seconds, probe_timeout_seconds))
     context = _CohortSplittingContext(
-        [_WorkerContext(s, keep_state_on_worker) for s in stubs])
+        [_WorkerContext(s, keep_state_on_worker) for s in stubs],
+        max_bytes_per_slice=contexts.MAX_BYTES_PER_SLICE)
     with context_stack_impl.context_stack.install(context):
       yield
   finally:

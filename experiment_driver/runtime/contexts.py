@@ -15,7 +15,9 @@ from collections.abc import Callable, Sequence
 from typing import Any, Optional
 
 from absl import logging
+import numpy as np
 import tensorflow_federated as tff
+import tree
 from tensorflow_federated.python.common_libs import async_utils
 from tensorflow_federated.python.common_libs import structure
 from tensorflow_federated.python.core.backends.native import compiler
@@ -41,6 +43,43 @@ _MergeableArg = (
     mergeable_comp_execution_context.MergeableCompExecutionContextValue)
 _join_result_slices = (
     mergeable_comp_execution_context._repackage_partitioned_values)  # pylint: disable=protected-access
+
+
+# A call's CLIENTS-placed arrays (fused shards, `fl_common.shards`) are sent
+# and held on the worker at once: beyond this, the cohort is cut into more
+# slices (two shards of `shards.MAX_AUTO_SHARD_BYTES`, one per core of this
+# machine's workers).
+MAX_BYTES_PER_SLICE = 32 << 20
+
+
+def _largest_client_bytes(value: Any, type_spec: Optional[tff.Type]) -> int:
+  """The most bytes of NumPy arrays that one client holds in `value`'s
+  CLIENTS-placed parts (a state kept on the worker, a tf.data dataset:
+  none)."""
+  per_client = {}
+
+  def add(value, type_spec):
+    if type_spec is None or value is None:
+      return
+    if isinstance(type_spec, tff.FederatedType):
+      if type_spec.placement is tff.CLIENTS and not type_spec.all_equal:
+        for k, client_value in enumerate(value):
+          per_client[k] = per_client.get(k, 0) + sum(
+              x.nbytes for x in tree.flatten(client_value)
+              if isinstance(x, np.ndarray))
+      return
+    if isinstance(type_spec, tff.StructType):
+      try:
+        elements = structure.from_container(value)
+      except TypeError:
+        return
+      for (_, element), (_, element_type) in zip(
+          structure.iter_elements(elements),
+          structure.iter_elements(type_spec)):
+        add(element, element_type)
+
+  add(value, type_spec)
+  return max(per_client.values(), default=0)
 
 
 def _executor_factory(stub, default_num_clients: int = 0):
@@ -125,21 +164,27 @@ class _CohortSplittingContext(context_base.SyncContext):
 
   With `max_clients_per_slice`, a cohort is cut into more slices when needed
   so that none holds more than that many clients; slice `i` runs on worker
-  `i mod K`, and each worker runs its slices one after the other. A
+  `i mod K`, and each worker runs its slices one after the other. Likewise
+  with `max_bytes_per_slice`, for the NumPy arrays of the clients'
+  arguments (fused shards): a slice holds as many clients as fit in it at
+  the largest client's size, at least one. A
   computation whose arguments make a single slice (one worker, a cohort
-  within the cap) runs whole on that worker, unsplit. A worker
+  within the caps) runs whole on that worker, unsplit. A worker
   holds every client's intermediate values (model updates, ...) of the
   computation it runs at once, so this bounds a worker's memory whatever the
   cohort size.
   """
 
   def __init__(self, workers: Sequence[_WorkerContext],
-               max_clients_per_slice: Optional[int] = None):
-    if max_clients_per_slice is not None and max_clients_per_slice < 1:
-      raise ValueError('max_clients_per_slice must be positive, got '
-                       f'{max_clients_per_slice}.')
+               max_clients_per_slice: Optional[int] = None,
+               max_bytes_per_slice: Optional[int] = None):
+    for name, cap in (('max_clients_per_slice', max_clients_per_slice),
+                      ('max_bytes_per_slice', max_bytes_per_slice)):
+      if cap is not None and cap < 1:
+        raise ValueError(f'{name} must be positive, got {cap}.')
     self._workers = list(workers)
     self._max_clients_per_slice = max_clients_per_slice
+    self._max_bytes_per_slice = max_bytes_per_slice
     self._compiler = compiler_pipeline.CompilerPipeline(
         mergeable_comp_compiler.compile_to_mergeable_comp_form)
     self._unsplittable = set()
@@ -176,12 +221,20 @@ class _CohortSplittingContext(context_base.SyncContext):
     num_slices = len(self._workers)
     # Only clients are sliced: an argument without any (e.g. a state kept on
     # the worker, for `get_model_weights`) is not inspected.
-    if (arg is not None and self._max_clients_per_slice is not None and
-        type_analysis.contains(arg_type, _is_at_clients)):
-      num_clients = cardinalities_utils.infer_cardinalities(
-          arg, arg_type).get(tff.CLIENTS, 0)
+    if (arg is None or (self._max_clients_per_slice is None and
+                        self._max_bytes_per_slice is None) or
+        not type_analysis.contains(arg_type, _is_at_clients)):
+      return num_slices
+    num_clients = cardinalities_utils.infer_cardinalities(
+        arg, arg_type).get(tff.CLIENTS, 0)
+    if self._max_clients_per_slice is not None:
       num_slices = max(num_slices,
                        -(-num_clients // self._max_clients_per_slice))
+    largest = (0 if self._max_bytes_per_slice is None else
+               _largest_client_bytes(arg, arg_type))
+    if largest:
+      per_slice = max(1, self._max_bytes_per_slice // largest)
+      num_slices = max(num_slices, -(-num_clients // per_slice))
     return num_slices
 
   async def _map_slices(self, fn: Callable[[_WorkerContext, Any], Any],
