@@ -289,6 +289,42 @@ def plot_accuracy_percentiles(frame: pd.DataFrame, path: str,
   return _save(fig, path)
 
 
+def plot_heatmap(grid: pd.DataFrame, path: str, *,
+                 xlabel: Optional[str] = None, ylabel: Optional[str] = None,
+                 colorbar_label: Optional[str] = None,
+                 best: Optional[tuple[Any, Any]] = None,
+                 title: Optional[str] = None, fmt: str = '.3f') -> str:
+  """Heatmap of a 2-D grid (index: rows, columns: columns) with each cell's
+  value written in it ('—' where NaN) and the `(row, column)` cell `best`
+  boxed."""
+  values = grid.to_numpy(float)
+  fig, ax = plt.subplots(figsize=(1.1 * values.shape[1] + 2.5,
+                                  0.8 * values.shape[0] + 1.8))
+  image = ax.imshow(np.ma.masked_invalid(values), cmap='viridis',
+                    origin='lower', aspect='auto')
+  fig.colorbar(image, ax=ax, label=colorbar_label)
+  ax.set_xticks(range(len(grid.columns)),
+                [_format_value(v) for v in grid.columns])
+  ax.set_yticks(range(len(grid.index)),
+                [_format_value(v) for v in grid.index])
+  ax.set_xlabel(xlabel or str(grid.columns.name or ''))
+  ax.set_ylabel(ylabel or str(grid.index.name or ''))
+  middle = np.nanmean(values) if np.isfinite(values).any() else 0.0
+  for (i, j), value in np.ndenumerate(values):
+    ax.text(j, i, format(value, fmt) if np.isfinite(value) else '—',
+            ha='center', va='center', fontsize=8,
+            color='black' if np.isfinite(value) and value > middle
+            else 'white')
+  if best is not None:
+    ax.add_patch(plt.Rectangle(
+        (list(grid.columns).index(best[1]) - 0.5,
+         list(grid.index).index(best[0]) - 0.5), 1, 1, fill=False,
+        edgecolor='red', linewidth=2))
+  if title:
+    ax.set_title(title)
+  return _save(fig, path)
+
+
 def plot_learning_rate_grid(
     frame: pd.DataFrame, path: str,
     rows: str = analysis.CLIENT_LEARNING_RATE,
@@ -299,30 +335,10 @@ def plot_learning_rate_grid(
   grid = analysis.learning_rate_grid(frame, rows, columns, accuracy_column,
                                      how)
   best_row, best_column, _ = analysis.best_learning_rates(grid)
-  values = grid.to_numpy(float)
-  fig, ax = plt.subplots(figsize=(1.1 * values.shape[1] + 2.5,
-                                  0.8 * values.shape[0] + 1.8))
-  image = ax.imshow(np.ma.masked_invalid(values), cmap='viridis',
-                    origin='lower', aspect='auto')
-  fig.colorbar(image, ax=ax, label=f'{how} {accuracy_column}')
-  ax.set_xticks(range(len(grid.columns)),
-                [_format_value(v) for v in grid.columns])
-  ax.set_yticks(range(len(grid.index)),
-                [_format_value(v) for v in grid.index])
-  ax.set_xlabel(_SHORT_NAMES.get(columns, columns))
-  ax.set_ylabel(_SHORT_NAMES.get(rows, rows))
-  middle = np.nanmean(values)
-  for (i, j), value in np.ndenumerate(values):
-    if np.isfinite(value):
-      ax.text(j, i, f'{value:.3f}', ha='center', va='center', fontsize=8,
-              color='black' if value > middle else 'white')
-  ax.add_patch(plt.Rectangle(
-      (list(grid.columns).index(best_column) - 0.5,
-       list(grid.index).index(best_row) - 0.5), 1, 1, fill=False,
-      edgecolor='red', linewidth=2))
-  if title:
-    ax.set_title(title)
-  return _save(fig, path)
+  return plot_heatmap(grid, path, xlabel=_SHORT_NAMES.get(columns, columns),
+                      ylabel=_SHORT_NAMES.get(rows, rows),
+                      colorbar_label=f'{how} {accuracy_column}',
+                      best=(best_row, best_column), title=title)
 
 
 FIGURES = ('accuracy_vs_rounds', 'accuracy_vs_examples',

@@ -408,30 +408,11 @@ def analyze_local_steps(frame: pd.DataFrame, output_dir: str
     source = rounds if column == 'rounds' else accuracy
     grid = source.pivot(index=M, columns='max_elements_per_client',
                         values='value')
-    _heatmap(grid, os.path.join(output_dir, name), title)
+    plots.plot_heatmap(grid, os.path.join(output_dir, name),
+                       xlabel='local steps (batch 1)', ylabel='cohort size M',
+                       title=title, fmt='.3g')
     figures.append(name)
   return core.Analysis(table, figures)
-
-
-def _heatmap(grid: pd.DataFrame, path: str, title: str) -> None:
-  from matplotlib import pyplot as plt  # pylint: disable=g-import-not-at-top
-  values = grid.to_numpy(float)
-  fig, ax = plt.subplots(figsize=(1.0 * values.shape[1] + 2.5,
-                                  0.7 * values.shape[0] + 1.8))
-  image = ax.imshow(np.ma.masked_invalid(values), origin='lower',
-                    aspect='auto', cmap='viridis')
-  fig.colorbar(image, ax=ax)
-  ax.set_xticks(range(len(grid.columns)), [f'{c:g}' for c in grid.columns])
-  ax.set_yticks(range(len(grid.index)), [f'{i:g}' for i in grid.index])
-  ax.set_xlabel('local steps (batch 1)')
-  ax.set_ylabel('cohort size M')
-  for (i, j), value in np.ndenumerate(values):
-    ax.text(j, i, '—' if np.isnan(value) else f'{value:.3g}', ha='center',
-            va='center', fontsize=8, color='white')
-  ax.set_title(title)
-  fig.tight_layout()
-  fig.savefig(path, dpi=100)
-  plt.close(fig)
 
 
 EXPERIMENTS = (
