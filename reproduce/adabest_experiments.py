@@ -1,4 +1,4 @@
-"""AdaBest (Varno et al. 2022): Table 2, FedDyn's instability, mu and beta.
+"""AdaBest (Varno et al. 2022): Table 2, Figure 3, FedDyn's instability, mu, beta.
 
 Local scale: the bundled digits (MLP 2x100, non-convex) and LEAF's Synthetic
 pooled and re-partitioned (`synthetic_partitioned`, logistic regression),
@@ -216,6 +216,54 @@ def beta_grids(scale: str) -> tuple[core.Grid, ...]:
                     seed_flag='partition_seed'),)
 
 
+SCALING_SUBSTITUTES = (
+    'The digits MLP stands in for CIFAR-100\'s ResNet: 1,000 and 100 clients'
+    ' (Dirichlet 0.3 label skew), balanced or with log-normal sizes'
+    ' (sigma 0.3, the paper\'s unbalanced setting), 10 clients per round;'
+    ' 300 rounds.')
+
+
+def scaling_grids(scale: str) -> tuple[core.Grid, ...]:
+  # Figure 3: 10 clients per round of 1,000 or 100, balanced or unbalanced.
+  task = 'cifar100_partitioned' if scale == 'paper' else 'digits'
+  return tuple(
+      core.Grid(f'fig3_{task}_{algorithm}',
+                {'task': task, 'rounds_per_eval': '10', M: '10',
+                 'dirichlet_alpha': '0.3', **_algorithm_flags(algorithm)},
+                5000 if scale == 'paper' else 300,
+                axes=(sweep.Axis('num_clients', ('1000', '100')),
+                      sweep.Axis('unbalanced_sigma', ('0', '0.3'))),
+                seed_flag='partition_seed')
+      for algorithm in ALGORITHMS)
+
+
+def analyze_scaling(frame: pd.DataFrame, output_dir: str) -> core.Analysis:
+  frame = frame.assign(label=_label(frame))
+  by = ['num_clients', 'unbalanced_sigma', 'label']
+  per_run = analysis.accuracy_by_run(frame, by=by)
+  per_run['accuracy'] *= 100
+  stats = core.over_seeds(per_run, by, ['accuracy'])
+  stats[core.ROW] = [
+      f'clients={int(n)} {"unbalanced" if s else "balanced"}'
+      for n, s in zip(stats['num_clients'], stats['unbalanced_sigma'])]
+  stats[core.QUANTITY] = [f'test_accuracy/{a}' for a in stats['label']]
+  figures = []
+  for (num_clients, sigma), part in frame.groupby(
+      ['num_clients', 'unbalanced_sigma'], sort=False):
+    name = (f'accuracy_vs_rounds_{int(num_clients)}_clients_'
+            f'{"unbalanced" if sigma else "balanced"}.png')
+    plots.plot_accuracy_vs_rounds(
+        part, os.path.join(output_dir, name), by=['label'],
+        title=f'{int(num_clients)} clients, '
+              f'{"unbalanced" if sigma else "balanced"}, 10 per round')
+    figures.append(name)
+  best = stats.loc[stats.groupby(core.ROW, sort=False)[core.VALUE].idxmax()]
+  notes = ['Best algorithm per setting (package): ' + '; '.join(
+      f'{r}: {a}' for r, a in zip(best[core.ROW], best['label'])) + '.']
+  return core.Analysis(stats[[core.ROW, core.QUANTITY, core.VALUE, core.STD,
+                              core.NUM_RUNS]], figures, notes)
+
+
 def _sensitivity(flag: str, by):
   def analyze(frame: pd.DataFrame, output_dir: str) -> core.Analysis:
     per_run = analysis.accuracy_by_run(frame, by=[*by, flag])
@@ -251,6 +299,15 @@ EXPERIMENTS = (
         ' accuracy collapses after peaking; AdaBest stays stable.',
         _simple_setting(instability_grids, INSTABILITY_SUBSTITUTES),
         analyze_instability),
+    core.Experiment(
+        'adabest', 'fig3',
+        'Figure 3 (1,000 vs 100 clients, balanced vs unbalanced, 10 per'
+        ' round)',
+        'On CIFAR-100 with 10 clients per round, AdaBest leads FedAvg, FedDyn'
+        ' and SCAFFOLD in all four settings, its gain largest with 1,000'
+        ' clients.',
+        _simple_setting(scaling_grids, SCALING_SUBSTITUTES),
+        analyze_scaling),
     core.Experiment(
         'adabest', 'fig_mu',
         'Supplementary Figure 6 (mu sensitivity, AdaBest vs FedDyn)',
