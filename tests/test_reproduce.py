@@ -362,3 +362,40 @@ def test_adabest_table2_labels_fedavg_partitions_and_lines_up_with_the_paper(
   # The paper's EMNIST-L, CP 1 %, IID, beside the digits runs.
   assert fedavg[['paper', 'package']].values.tolist() == [
       ['94.04 ± 1.37', '91 ± 1.41 (n=2)']]
+
+
+def test_adabest_fig3_reads_each_population_and_balance_per_algorithm(
+    tmp_path):
+  root = str(tmp_path)
+  points = []
+  for name, algorithm, beta, clients, sigma, seed, accuracy in (
+      ('avg_1000_b0', 'adabest', 0.0, 1000, 0.0, 0, 0.60),
+      ('avg_1000_b1', 'adabest', 0.0, 1000, 0.0, 1, 0.70),
+      ('ada_1000_b0', 'adabest', 0.96, 1000, 0.0, 0, 0.75),
+      ('ada_100_u0', 'adabest', 0.96, 100, 0.3, 0, 0.50),
+      ('dyn_100_u0', 'feddyn', None, 100, 0.3, 0, 0.55)):
+    hparams = {'algorithm': algorithm, 'task': 'digits',
+               'num_clients': clients, 'unbalanced_sigma': sigma,
+               'partition_seed': seed}
+    if beta is not None:
+      hparams.update(adabest_beta=beta, adabest_mu=0.0 if beta == 0 else 0.02)
+    run_directories.write_run(root, name, hparams, {
+        'round': [1, 2], 'clients_per_round': [10, 10],
+        'test/accuracy': [0.1, accuracy]})
+    points.append(core.sweep.SweepPoint(name, {}, (), os.path.join(root, name),
+                                        2))
+  frame = core.load_finished_runs(points)
+  result = adabest_experiments.analyze_scaling(frame, root)
+  table = result.table.set_index([core.ROW, core.QUANTITY])
+  fedavg = table.loc[('clients=1000 balanced', 'test_accuracy/fedavg')]
+  assert fedavg[core.VALUE] == pytest.approx(65.0)
+  assert fedavg[core.NUM_RUNS] == 2
+  assert table.loc[('clients=1000 balanced', 'test_accuracy/adabest'),
+                   core.VALUE] == pytest.approx(75.0)
+  assert table.loc[('clients=100 unbalanced', 'test_accuracy/feddyn'),
+                   core.VALUE] == pytest.approx(55.0)
+  assert sorted(result.figures) == [
+      'accuracy_vs_rounds_1000_clients_balanced.png',
+      'accuracy_vs_rounds_100_clients_unbalanced.png']
+  assert 'clients=1000 balanced: adabest' in result.notes[0]
+  assert 'clients=100 unbalanced: feddyn' in result.notes[0]
