@@ -256,8 +256,15 @@ def analyze_fig2(frame: pd.DataFrame, output_dir: str) -> core.Analysis:
   table[core.QUANTITY] = [f'rounds_to_target/{a}' for a in table[ALGORITHM]]
   figure = _curves(frame, output_dir, 'accuracy_vs_rounds.png',
                    by=[TASK, ALGORITHM], title='FedAvg vs FedAvgCM')
+  notes = []
+  for row, part in table.groupby(core.ROW, sort=False):
+    rounds = dict(zip(part[ALGORITHM], part[core.VALUE]))
+    if {'fedavg_budgeted', 'fedavgcm_budgeted'} <= set(rounds):
+      notes.append(f'{row}: FedAvg reaches the target in'
+                   f' {rounds["fedavg_budgeted"]:.0f} rounds, FedAvgCM in'
+                   f' {rounds["fedavgcm_budgeted"]:.0f} (mean over seeds).')
   return core.Analysis(table[[core.ROW, core.QUANTITY, core.VALUE, core.STD,
-                              core.NUM_RUNS]], [figure])
+                              core.NUM_RUNS]], [figure], notes)
 
 
 def _gel_variants(name: str, task: str, scale: str, guessed: tuple[str, ...],
@@ -285,6 +292,22 @@ def _variant(frame: pd.DataFrame) -> pd.Series:
        for a, g in zip(frame[ALGORITHM], guessed)], index=frame.index)
 
 
+def _speedup_notes(table: pd.DataFrame) -> list[str]:
+  """Per row of `table` (rounds_to_target per variant): each GeL variant's
+  rounds against the baseline's, as the mean speed-up over seeds."""
+  notes = []
+  for row, part in table.groupby(core.ROW, sort=False):
+    rounds = dict(zip(part['variant'], part[core.VALUE]))
+    base = rounds.get('fedavgcm_budgeted', np.nan)
+    parts = [f'{v.split("/")[-1]}: {base:.0f} -> {r:.0f} rounds'
+             f' ({(base - r) / base:+.0%} speed-up)'
+             for v, r in rounds.items() if v != 'fedavgcm_budgeted'
+             and np.isfinite(base) and np.isfinite(r)]
+    if parts:
+      notes.append(f'{row}, FedAvgCM -> GeL ' + '; '.join(parts) + '.')
+  return notes
+
+
 def analyze_fig8(frame: pd.DataFrame, output_dir: str) -> core.Analysis:
   frame = frame.assign(variant=_variant(frame))
   per_run = per_run_targets(frame, ['variant', TASK, 'seed'])
@@ -294,7 +317,8 @@ def analyze_fig8(frame: pd.DataFrame, output_dir: str) -> core.Analysis:
   figure = _curves(frame, output_dir, 'accuracy_vs_rounds.png',
                    by=[TASK, 'variant'], title="tau' = tau - tau_i vs infinite")
   return core.Analysis(table[[core.ROW, core.QUANTITY, core.VALUE, core.STD,
-                              core.NUM_RUNS]], [figure])
+                              core.NUM_RUNS]], [figure],
+                       _speedup_notes(table))
 
 
 # Figure 9 (Section F.2): budget ranges [a, b], tau = b + 5.
@@ -323,7 +347,8 @@ def analyze_fig9(frame: pd.DataFrame, output_dir: str) -> core.Analysis:
                    by=[TASK, 'budgets', 'variant'],
                    title='Budget ranges x tau\'')
   return core.Analysis(table[[core.ROW, core.QUANTITY, core.VALUE, core.STD,
-                              core.NUM_RUNS]], [figure])
+                              core.NUM_RUNS]], [figure],
+                       _speedup_notes(table))
 
 
 # Figure 7: (eta_l, eta) grids; local: 4 x 5 cells at 200 rounds, seed 0.
