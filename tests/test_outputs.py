@@ -1,4 +1,12 @@
-"""The per-round progress line of `experiment_driver.outputs`."""
+"""`experiment_driver.outputs`: the per-round progress line and the metrics
+CSV."""
+
+import asyncio
+import csv
+
+import numpy as np
+import pytest
+import tensorflow_federated as tff
 
 from experiment_driver import outputs
 
@@ -15,3 +23,51 @@ def test_progress_line_reports_discarded_client_updates():
   line = outputs.progress_line(1, 2, 1.0, 1.0, {'num_nonfinite_updates': 2.0,
                                                  'num_zero_updates': 1.0})
   assert line.endswith('num_nonfinite_updates 2 | num_zero_updates 1')
+
+
+def _release(manager, values, key):
+  asyncio.run(manager.release(values, key))
+
+
+def _read(path):
+  with open(path, newline='') as f:
+    return list(csv.DictReader(f))
+
+
+def test_metrics_csv_appends_rows_and_widens_the_header_for_new_metrics(
+    tmp_path):
+  path = str(tmp_path / 'metrics.csv')
+  manager = outputs.MetricsCsv(path)
+  _release(manager, {'loss': np.float32(0.5)}, 1)
+  _release(manager, {'loss': 0.25, 'accuracy': 0.75}, 2)
+  _release(manager, {'loss': 0.125}, 3)
+  rows = _read(path)
+  assert list(rows[0]) == ['round', 'loss', 'accuracy']
+  assert [(r['round'], r['loss'], r['accuracy']) for r in rows] == [
+      ('1', '0.5', ''), ('2', '0.25', '0.75'), ('3', '0.125', '')]
+  # The format TFF's CSV manager reads.
+  fieldnames, values = tff.program.CSVFileReleaseManager(
+      path, key_fieldname='round')._read_values()
+  assert fieldnames == ['round', 'loss', 'accuracy'] and len(values) == 3
+
+
+def test_metrics_csv_on_resume_drops_rows_past_the_resumed_round(tmp_path):
+  path = str(tmp_path / 'metrics.csv')
+  manager = outputs.MetricsCsv(path)
+  for key in (1, 2, 3, 4):
+    _release(manager, {'loss': float(key)}, key)
+  with open(path, 'a') as f:
+    f.write('5,')  # a row a killed run was writing
+  resumed = outputs.MetricsCsv(path, resumed_round=2)
+  assert [r['round'] for r in _read(path)] == ['1', '2']
+  _release(resumed, {'loss': 30.0}, 3)
+  assert [(r['round'], r['loss']) for r in _read(path)] == [
+      ('1', '1.0'), ('2', '2.0'), ('3', '30.0')]
+
+
+def test_metrics_csv_refuses_a_csv_without_a_round_column(tmp_path):
+  path = tmp_path / 'metrics.csv'
+  path.write_text('step,loss\n1,0.5\n')
+  with pytest.raises(outputs.RunDirectoryError, match='no round column'):
+    outputs.MetricsCsv(str(path))
+  assert path.read_text() == 'step,loss\n1,0.5\n'
