@@ -325,7 +325,15 @@ def analyze_lr_scaling(frame: pd.DataFrame, output_dir: str
   name = 'accuracy_vs_cohort_size.png'
   plots.plot_accuracy_vs_cohort_size(frame, os.path.join(output_dir, name),
                                      by=['server_lr_scaling'])
-  return core.Analysis(table, [name])
+  notes = []
+  for scaling, part in accuracy.groupby('server_lr_scaling', sort=False):
+    notes.append(f'server_lr_scaling={scaling}: final test accuracy ' + ', '.join(
+        f'{v:.3f} at M={int(m)}' for m, v in zip(part[M], part['value'])) +
+                 '; catastrophic failures in ' + ', '.join(
+        f'{p:.0f} %' for p in failures[failures['server_lr_scaling'] == scaling
+                                       ]['failure_percent']) +
+                 ' of runs (same order of M).')
+  return core.Analysis(table, [name], notes)
 
 
 def dynamic_grids(scale: str) -> tuple[core.Grid, ...]:
@@ -367,7 +375,15 @@ def analyze_dynamic(frame: pd.DataFrame, output_dir: str) -> core.Analysis:
   name = 'accuracy_vs_examples.png'
   plots.plot_accuracy_vs_examples(frame, os.path.join(output_dir, name),
                                   by=['cohort'])
-  return core.Analysis(table, [name])
+  final = dict(zip(accuracy['cohort'], accuracy['value']))
+  to_target = dict(zip(stats['cohort'], stats['value']))
+  reached = dict(zip(stats['cohort'], stats['n']))
+  runs = dict(zip(examples['cohort'], examples['n']))
+  notes = [f'{c}: final test accuracy {final[c]:.3f}; 80 % reached by'
+           f' {reached.get(c, 0)} of {runs[c]} runs' +
+           (f', after {to_target[c]:,.0f} examples trained (mean)'
+            if reached.get(c) else '') + '.' for c in final]
+  return core.Analysis(table, [name], notes)
 
 
 def local_steps_grids(scale: str) -> tuple[core.Grid, ...]:
@@ -412,7 +428,15 @@ def analyze_local_steps(frame: pd.DataFrame, output_dir: str
                        xlabel='local steps (batch 1)', ylabel='cohort size M',
                        title=title, fmt='.3g')
     figures.append(name)
-  return core.Analysis(table, figures)
+  by_steps = rounds.groupby('max_elements_per_client')['value'].mean()
+  by_m = rounds.groupby(M)['value'].mean()
+  notes = [
+      f'Rounds to {target:.0%} (evaluations every 10 rounds), mean over M,'
+      ' by local steps: ' + ', '.join(
+          f'{int(k)}: {v:.0f}' for k, v in by_steps.items()) +
+      '; mean over local steps, by M: ' + ', '.join(
+          f'{int(k)}: {v:.0f}' for k, v in by_m.items()) + '.']
+  return core.Analysis(table, figures, notes)
 
 
 EXPERIMENTS = (
