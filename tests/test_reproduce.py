@@ -399,3 +399,37 @@ def test_adabest_fig3_reads_each_population_and_balance_per_algorithm(
       'accuracy_vs_rounds_100_clients_unbalanced.png']
   assert 'clients=1000 balanced: adabest' in result.notes[0]
   assert 'clients=100 unbalanced: feddyn' in result.notes[0]
+
+
+def test_adabest_beta_is_the_papers_per_participation_and_tuned_at_one_percent(
+    tmp_path):
+  grids = adabest_experiments.table2_grids('local')
+  betas = {}
+  for grid in grids:
+    if not grid.name.startswith('table2_digits_iid_adabest'):
+      continue
+    cohort = [a.values for a in grid.axes if a.flag == 'clients_per_round']
+    beta_axis = [a.values for a in grid.axes if a.flag == 'adabest_beta']
+    betas[cohort[0][0]] = (beta_axis[0] if beta_axis
+                           else grid.flags['adabest_beta'])
+  assert betas == {'1': ('0.2', '0.4', '0.6'), '10': '0.96', '100': '0.98'}
+  # The analysis keeps AdaBest's best beta per setting and says so.
+  root = str(tmp_path)
+  points = []
+  for name, beta, seed, accuracy in (('b2_0', 0.2, 0, 0.50), ('b2_1', 0.2, 1,
+                                                              0.60),
+                                     ('b4_0', 0.4, 0, 0.80), ('b4_1', 0.4, 1,
+                                                              0.90)):
+    run_directories.write_run(root, name, {
+        'algorithm': 'adabest', 'task': 'digits', 'partition_seed': seed,
+        'adabest_beta': beta, 'adabest_mu': 0.02}, {
+            'round': [1, 2], 'clients_per_round': [1, 1],
+            'test/accuracy': [0.1, accuracy]})
+    points.append(core.sweep.SweepPoint(name, {}, (), os.path.join(root, name),
+                                        2))
+  result = adabest_experiments.analyze_table2(core.load_finished_runs(points),
+                                              root)
+  [row] = result.table.to_dict('records')
+  assert row[core.QUANTITY] == 'test_accuracy/adabest'
+  assert row[core.VALUE] == pytest.approx(85.0) and row[core.NUM_RUNS] == 2
+  assert any('0.2, 0.4' in note and ': 0.4 ' in note for note in result.notes)
