@@ -50,6 +50,18 @@ def _adabest_beta(participation: str):
   return BETA_BY_PARTICIPATION.get(participation, LOW_PARTICIPATION_BETAS)
 
 
+def _with_beta(algorithm: str, participation: str, flags: dict,
+               axes: tuple[sweep.Axis, ...]) -> tuple[dict, tuple]:
+  """`flags` and `axes` with AdaBest's beta at `participation` (a flag, or
+  an axis of the values searched); other algorithms' as they are."""
+  if algorithm != 'adabest':
+    return flags, axes
+  beta = _adabest_beta(participation)
+  if isinstance(beta, tuple):
+    return flags, (*axes, sweep.Axis(BETA, beta))
+  return {**flags, BETA: beta}, axes
+
+
 def _task_flags(task: str, num_clients: int) -> dict:
   return {'task': task, 'num_clients': str(num_clients),
           'rounds_per_eval': '10'}
@@ -77,15 +89,10 @@ def table2_grids(scale: str) -> tuple[core.Grid, ...]:
           if alpha:
             flags['dirichlet_alpha'] = alpha
           grid_name = f'table2_{task}_{name.replace("=", "")}_{algorithm}'
-          axes = (sweep.Axis(M, (cohort,)),)
-          if algorithm == 'adabest':
-            beta = _adabest_beta(participation)
-            if isinstance(beta, tuple):
-              axes += (sweep.Axis(BETA, beta),)
-            else:
-              flags[BETA] = beta
-              if beta != '0.96':  # the flag's default: same runs as before
-                grid_name += f'_beta{beta}'
+          flags, axes = _with_beta(algorithm, participation, flags,
+                                   (sweep.Axis(M, (cohort,)),))
+          if algorithm == 'adabest' and flags.get(BETA, '0.96') != '0.96':
+            grid_name += f'_beta{flags[BETA]}'  # 0.96: the flag's default
           grids.append(core.Grid(
               grid_name, flags,
               paper_rounds if scale == 'paper' else LOCAL_ROUNDS,
@@ -339,13 +346,9 @@ def scaling_grids(scale: str) -> tuple[core.Grid, ...]:
       flags = {'task': task, 'rounds_per_eval': '10', M: '10',
                'dirichlet_alpha': '0.3', 'num_clients': num_clients,
                **_algorithm_flags(algorithm)}
-      axes = (sweep.Axis('unbalanced_sigma', ('0', '0.3')),)
-      if algorithm == 'adabest':
-        beta = _adabest_beta(participation)
-        if isinstance(beta, tuple):
-          axes += (sweep.Axis(BETA, beta),)
-        else:
-          flags[BETA] = beta
+      flags, axes = _with_beta(
+          algorithm, participation, flags,
+          (sweep.Axis('unbalanced_sigma', ('0', '0.3')),))
       grids.append(core.Grid(f'fig3_{task}_{algorithm}_{num_clients}', flags,
                              5000 if scale == 'paper' else 300, axes=axes,
                              seed_flag='partition_seed'))
