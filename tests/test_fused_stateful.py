@@ -14,6 +14,8 @@ from adabest_tff import feddyn
 from adabest_tff import runner as runner_lib
 from adabest_tff import scaffold
 from adabest_tff import stateful_process
+from experiment_driver import runtime
+from experiment_driver import worker_state
 from fl_common import communication
 from fl_common import diagnosed_mean
 from fl_common import shards
@@ -145,3 +147,29 @@ def test_one_clients_bytes_are_the_per_client_processs(name):
   model_bytes = communication.type_size_bytes(
       per_client.get_model_weights.type_signature.result)
   assert cost.bytes_down > model_bytes and cost.bytes_up > model_bytes
+
+
+def test_a_round_sent_in_byte_capped_slices_equals_the_whole_call(
+    monkeypatch, tmp_path):
+  # The driver's runtime slices a call whose shards exceed
+  # `contexts.MAX_BYTES_PER_SLICE`: here every shard alone (1-byte cap),
+  # the client states concatenated back in shard order.
+  _, on_shards = _processes('adabest',
+                            tff.learning.ClientWeighting.NUM_EXAMPLES)
+  datasets = fused_checks.client_datasets(_SIZES, nan_client=_NAN_CLIENT)
+  ids = [str(k) for k in range(len(_SIZES))]
+  round_shards = shards.shards_from_datasets(datasets, 3)
+  state = on_shards.initialize()
+  whole_runner = runner_lib.StatefulClientRunner(on_shards)
+  whole = whole_runner.next(state, ids, round_shards)
+  monkeypatch.setattr(runtime.contexts, 'MAX_BYTES_PER_SLICE', 1)
+  sliced_runner = runner_lib.StatefulClientRunner(on_shards)
+  with runtime.local_runtime(keep_state_on_worker=True):
+    splitting = tff.framework.get_context_stack().current
+    sliced = sliced_runner.next(state, ids, round_shards)
+    sliced_state = worker_state.fetch(sliced.state)
+    assert splitting._merge_computations  # the call was split
+  fused_checks.assert_close(whole.state, sliced_state)
+  fused_checks.assert_close(whole.metrics, sliced.metrics)
+  fused_checks.assert_close(whole_runner.store.load(ids),
+                            sliced_runner.store.load(ids))
