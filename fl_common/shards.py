@@ -59,9 +59,10 @@ def auto_clients_per_shard(num_clients: int,
 # shard is sent whole to its worker each round, and a call's shards are
 # held there at once. 1,000 EMNIST-sized clients in one shard per core made
 # 157 MB shards and a 2.3 GB worker; in shards of at most this size, sent in
-# calls of at most `MAX_CALL_BYTES` (`experiment_driver.runtime`), the
-# worker's peak stays near the slices-of-50 one-call-per-client figure.
-MAX_AUTO_SHARD_BYTES = 16 << 20
+# calls of at most `experiment_driver.runtime.contexts.MAX_BYTES_PER_SLICE`
+# (two shards, one per core), the worker's peak is below that of one call
+# per client in slices of 50 clients (bench's memory section).
+MAX_AUTO_SHARD_BYTES = 8 << 20
 
 
 def shard_bytes(shard: Mapping[str, Any]) -> int:

@@ -49,7 +49,7 @@ _join_result_slices = (
 # and held on the worker at once: beyond this, the cohort is cut into more
 # slices (two shards of `shards.MAX_AUTO_SHARD_BYTES`, one per core of this
 # machine's workers).
-MAX_BYTES_PER_SLICE = 32 << 20
+MAX_BYTES_PER_SLICE = 16 << 20
 
 
 def _largest_client_bytes(value: Any, type_spec: Optional[tff.Type]) -> int:
