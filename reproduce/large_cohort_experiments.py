@@ -333,6 +333,14 @@ def analyze_lr_scaling(frame: pd.DataFrame, output_dir: str
         f'{p:.0f} %' for p in failures[failures['server_lr_scaling'] == scaling
                                        ]['failure_percent']) +
                  ' of runs (same order of M).')
+  small = failures[(failures[M] < 50) & (failures['failure_percent'] > 0)]
+  if len(small):
+    notes.append(
+        'The failures below the reference cohort (M = 50) are where scaling'
+        ' lowers the server rate under 1: a failure is the cohort\'s train'
+        ' accuracy halving from one round to the next, which on 10 clients\''
+        ' batches and a slow start near chance accuracy is noise, not a'
+        ' divergence (read the final accuracies).')
   return core.Analysis(table, [name], notes)
 
 
