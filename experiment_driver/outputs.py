@@ -4,13 +4,13 @@ Layout of `<root_output_dir>/<experiment_name>/`:
 
     run.lock         the pid of the run holding the directory's lock
     hparams.json     the flags of the run (rerunning with other flags is refused)
-    metrics.csv      one row per round (`MetricsCsv`)
-    tensorboard/     scalars per round (`TensorBoardScalars`)
+    metrics.csv      one row per round (`release_managers.MetricsCsv`)
+    tensorboard/     scalars per round (`release_managers.TensorBoardScalars`)
     checkpoints/     program state (`tff.program.FileProgramStateManager`)
 
 Metrics are released through release managers (TFF's interface,
 `tff.program.ReleaseManager`; TFF's own CSV and TensorBoard managers cost
-more than a small-model round, see `MetricsCsv`, `TensorBoardScalars`). On
+more than a small-model round: `experiment_driver.release_managers`). On
 a resume the CSV loses the rows past the resumed round, so a resumed run's
 CSV equals an uninterrupted run's, and the TensorBoard events are rewritten
 from the CSV up to the resumed round, so that they too hold each round once.
@@ -27,22 +27,20 @@ deleted to resume from the one before.
 import asyncio
 import csv
 import fcntl
-import io
 import json
 import math
 import os
 import re
 import shutil
-import tempfile
 from collections.abc import Mapping
 from typing import Any, Optional
 
-import numpy as np
-from tensorboard import summary as tb_summary
 import tensorflow_federated as tff
 
+from experiment_driver import release_managers
+
 LOCK_NAME = 'run.lock'
-_TEMP_PREFIX = '.tmp-'
+_TEMP_PREFIX = release_managers.TEMP_PREFIX
 # TFF's release and program-state managers write `<name>_temp<4 digits>`.
 _TFF_TEMP = re.compile(r'_temp\d{4}$')
 
@@ -57,117 +55,6 @@ class RunLockedError(RunDirectoryError):
 
 class CheckpointError(RuntimeError):
   """A saved checkpoint cannot be read."""
-
-
-class TensorBoardScalars(tff.program.ReleaseManager):
-  """A release manager writing a flat mapping of scalars to TensorBoard.
-
-  `tff.program.TensorBoardReleaseManager` writes each value with an eager
-  `tf.summary.scalar`: about 1 ms per scalar, 25-40 ms for a round's 30
-  metrics, which was as long as a whole small-model round. This writes the
-  same scalar summaries (the scalars plugin's tensor events, which
-  TensorBoard and `tf.compat.v1.train.summary_iterator` read as before)
-  through TensorBoard's own pure-Python writer, `tensorboard.summary.Writer`,
-  in microseconds, flushed after each release so that a killed run keeps
-  every released round.
-  """
-
-  def __init__(self, summary_dir: str):
-    os.makedirs(summary_dir, exist_ok=True)
-    self._writer = tb_summary.Writer(summary_dir)
-
-  async def release(self, value: Mapping[str, Any], key: int) -> None:
-    for name, scalar in value.items():
-      array = np.asarray(scalar)
-      if array.shape == () and array.dtype.kind in 'biuf':
-        self._writer.add_scalar(name, array, step=key)
-    self._writer.flush()
-
-  def close(self) -> None:
-    self._writer.close()
-
-
-class MetricsCsv(tff.program.ReleaseManager):
-  """A release manager appending one row per round to a CSV keyed `round`.
-
-  The format of `tff.program.CSVFileReleaseManager` (a header of the
-  fieldnames, new ones added at the end, empty where a round has no value),
-  without its cost: in `APPEND` mode TFF 0.87 reads and rewrites the whole
-  file at every release (its check for rows past the released key passes
-  for every key), 10-20 ms a round at a few hundred rounds and growing with
-  the file. Here a row is one `write` to the file opened for appending; the
-  file is rewritten (atomically) only when a round brings new fieldnames,
-  and once on a resume, without the rows past the resumed round.
-
-  Raises (constructor):
-    RunDirectoryError: If `path` exists with rows but no `round` column.
-  """
-
-  def __init__(self, path: str, resumed_round: int = 0):
-    self._path = path
-    self._fieldnames: list[str] = []
-    if not os.path.exists(path):
-      return
-    with open(path, newline='') as f:
-      reader = csv.DictReader(f)
-      fieldnames = list(reader.fieldnames or [])
-      if fieldnames and 'round' not in fieldnames:
-        raise RunDirectoryError(
-            f'{path} has no round column: it was not written by this'
-            ' package; move it away or pass another --experiment_name')
-      rows = list(reader)
-    # A row a killed run was writing has missing fields: it goes too.
-    kept = [row for row in rows
-            if None not in row.values() and row['round'] and
-            int(row['round']) <= resumed_round]
-    if len(kept) != len(rows) or not fieldnames:
-      self._rewrite(fieldnames, kept)
-    self._fieldnames = fieldnames
-
-  def _rewrite(self, fieldnames: list[str], rows: list[Mapping[str, Any]]):
-    text = io.StringIO()
-    if fieldnames:
-      writer = csv.DictWriter(text, fieldnames=fieldnames)
-      writer.writeheader()
-      writer.writerows(rows)
-    _write_atomically(self._path, text.getvalue())
-
-  async def release(self, value: Mapping[str, Any], key: int) -> None:
-    row = {'round': int(key)}
-    row.update((name, np.asarray(v).tolist()) for name, v in value.items())
-    new = [name for name in row if name not in self._fieldnames]
-    if new:
-      rows = []
-      if self._fieldnames:
-        with open(self._path, newline='') as f:
-          rows = list(csv.DictReader(f))
-      self._fieldnames = self._fieldnames + new
-      self._rewrite(self._fieldnames, rows + [row])
-      return
-    text = io.StringIO()
-    csv.DictWriter(text, fieldnames=self._fieldnames).writerow(row)
-    fd = os.open(self._path, os.O_WRONLY | os.O_APPEND)
-    try:
-      os.write(fd, text.getvalue().encode())  # one write: a whole row or none
-    finally:
-      os.close(fd)
-
-
-def _umask() -> int:
-  mask = os.umask(0)
-  os.umask(mask)
-  return mask
-
-
-def _write_atomically(path: str, text: str) -> None:
-  """Writes `path` via a temporary file and a rename, with the mode a plain
-  `open` would give it (not `tempfile`'s 0600)."""
-  directory = os.path.dirname(path)
-  with tempfile.NamedTemporaryFile('w', dir=directory, delete=False,
-                                   prefix=_TEMP_PREFIX) as f:
-    f.write(text)
-  os.chmod(f.name, 0o666 & ~_umask())
-  os.replace(f.name, path)
 
 
 def _remove_interrupted_writes(directory: str) -> None:
@@ -289,7 +176,7 @@ class RunDirectory:
     if self._lock_fd is None:
       return
     for manager in self._release_managers:
-      if isinstance(manager, TensorBoardScalars):
+      if isinstance(manager, release_managers.TensorBoardScalars):
         manager.close()
     self._release_managers = []
     _remove_interrupted_writes(self.path)
@@ -333,14 +220,21 @@ class RunDirectory:
     its directory untouched.
     """
     os.makedirs(self.path, exist_ok=True)
-    _write_atomically(self.hparams_json,
+    release_managers.write_atomically(self.hparams_json,
                       json.dumps(self.hparams, indent=2, sort_keys=True))
-    csv_manager = MetricsCsv(self.metrics_csv, resumed_round)
+    try:
+      csv_manager = release_managers.MetricsCsv(self.metrics_csv,
+                                                resumed_round)
+    except release_managers.CsvWithoutRoundError as e:
+      raise RunDirectoryError(
+          f'{self.metrics_csv} has no round column: it was not written by'
+          ' this package; move it away or pass another --experiment_name'
+          ) from e
     if resumed_round:
       self._rewrite_tensorboard(resumed_round)
     self._release_managers = [
         csv_manager,
-        TensorBoardScalars(self.tensorboard_dir),
+        release_managers.TensorBoardScalars(self.tensorboard_dir),
     ]
 
   def _rewrite_tensorboard(self, resumed_round: int) -> None:
@@ -350,7 +244,7 @@ class RunDirectory:
         rows = [row for row in csv.DictReader(f)
                 if row.get('round') and int(row['round']) <= resumed_round]
     shutil.rmtree(self.tensorboard_dir, ignore_errors=True)
-    manager = TensorBoardScalars(self.tensorboard_dir)
+    manager = release_managers.TensorBoardScalars(self.tensorboard_dir)
     for row in rows:
       values = {}
       for key, text in row.items():

@@ -7,6 +7,10 @@ each over the paper's 100 training clients (IID or Dirichlet label skew 0.3,
 partition seeds, as the paper's ("5 random data partitioning seeds").
 FedAvg is AdaBest with beta = mu = 0 (`adabest_tff`: tested equal to TFF's
 FedAvg), so that all four share every client setting.
+
+Why one module: the six experiments share the paper's tasks, its four
+algorithms, AdaBest's beta by participation (`_with_beta`, `best_beta`) and
+the instability reading (supplementary Figures 4-5 reuse Figure 1's).
 """
 
 import os

@@ -54,6 +54,9 @@ FedAvg with server SGD lr 1,
 0.03, 0.1, 0.3: 64.2, 66.4, 69.6, 71.0, 68.6 %. 0.1 is best, and is GeL's
 tuned FedAvg rate (its Table 5); its curve at rounds 10/30/50/70/100:
 41.0, 59.2, 56.8, 67.9, 71.0 %.
+
+Why one module: the generator, LEAF's per-client split and the TFF task
+share LEAF's constants and random stream.
 """
 
 import collections
@@ -141,9 +144,7 @@ def generate_synthetic_clients(
       np.arange(1, num_features + 1, dtype=np.float64)
       ** _FEATURE_COVARIANCE_EXPONENT
   )
-  # `rng.multivariate_normal(mean, covariance, n)`'s own arithmetic (one SVD
-  # of the covariance, then standard normals times its factor), with the
-  # SVD done once instead of per client: the same draws, bit for bit.
+  # multivariate_normal's own arithmetic, its SVD once: the same draws.
   _, singular_values, v = np.linalg.svd(covariance)
   covariance_factor = np.sqrt(singular_values)[:, None] * v
   cluster_center = rng.normal(rng.normal(0.0, 1.0), 1.0, 1)

@@ -1,5 +1,5 @@
-"""`experiment_driver.outputs`: the per-round progress line and the metrics
-CSV."""
+"""`experiment_driver.outputs`' per-round progress line and
+`experiment_driver.release_managers`' metrics CSV."""
 
 import asyncio
 import csv
@@ -9,6 +9,7 @@ import pytest
 import tensorflow_federated as tff
 
 from experiment_driver import outputs
+from experiment_driver import release_managers
 
 
 def test_progress_line_has_round_time_eta_and_key_metrics():
@@ -37,7 +38,7 @@ def _read(path):
 def test_metrics_csv_appends_rows_and_widens_the_header_for_new_metrics(
     tmp_path):
   path = str(tmp_path / 'metrics.csv')
-  manager = outputs.MetricsCsv(path)
+  manager = release_managers.MetricsCsv(path)
   _release(manager, {'loss': np.float32(0.5)}, 1)
   _release(manager, {'loss': 0.25, 'accuracy': 0.75}, 2)
   _release(manager, {'loss': 0.125}, 3)
@@ -53,12 +54,12 @@ def test_metrics_csv_appends_rows_and_widens_the_header_for_new_metrics(
 
 def test_metrics_csv_on_resume_drops_rows_past_the_resumed_round(tmp_path):
   path = str(tmp_path / 'metrics.csv')
-  manager = outputs.MetricsCsv(path)
+  manager = release_managers.MetricsCsv(path)
   for key in (1, 2, 3, 4):
     _release(manager, {'loss': float(key)}, key)
   with open(path, 'a') as f:
     f.write('5,')  # a row a killed run was writing
-  resumed = outputs.MetricsCsv(path, resumed_round=2)
+  resumed = release_managers.MetricsCsv(path, resumed_round=2)
   assert [r['round'] for r in _read(path)] == ['1', '2']
   _release(resumed, {'loss': 30.0}, 3)
   assert [(r['round'], r['loss']) for r in _read(path)] == [
@@ -68,6 +69,7 @@ def test_metrics_csv_on_resume_drops_rows_past_the_resumed_round(tmp_path):
 def test_metrics_csv_refuses_a_csv_without_a_round_column(tmp_path):
   path = tmp_path / 'metrics.csv'
   path.write_text('step,loss\n1,0.5\n')
-  with pytest.raises(outputs.RunDirectoryError, match='no round column'):
-    outputs.MetricsCsv(str(path))
+  with pytest.raises(release_managers.CsvWithoutRoundError,
+                     match='no round column'):
+    release_managers.MetricsCsv(str(path))
   assert path.read_text() == 'step,loss\n1,0.5\n'
