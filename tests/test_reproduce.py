@@ -433,3 +433,30 @@ def test_adabest_beta_is_the_papers_per_participation_and_tuned_at_one_percent(
   assert row[core.QUANTITY] == 'test_accuracy/adabest'
   assert row[core.VALUE] == pytest.approx(85.0) and row[core.NUM_RUNS] == 2
   assert any('0.2, 0.4' in note and ': 0.4 ' in note for note in result.notes)
+
+
+def test_adabest_instability_names_each_beta_and_flags_the_collapse(tmp_path):
+  root = str(tmp_path)
+  points = []
+  for name, algorithm, beta, accuracies in (
+      ('dyn', 'feddyn', None, [0.5, 0.8, 0.85]),
+      ('ada9', 'adabest', 0.9, [0.5, 0.8, 0.1]),
+      ('ada5', 'adabest', 0.5, [0.5, 0.8, 0.9])):
+    hparams = {'algorithm': algorithm, 'task': 'digits', 'partition_seed': 0}
+    if beta is not None:
+      hparams['adabest_beta'] = beta
+    run_directories.write_run(root, name, hparams, {
+        'round': [1, 2, 3], 'clients_per_round': [5] * 3,
+        'test/accuracy': accuracies})
+    points.append(core.sweep.SweepPoint(name, {}, (), os.path.join(root, name),
+                                        3))
+  result = adabest_experiments.analyze_instability(
+      core.load_finished_runs(points), root)
+  table = result.table.set_index([core.ROW, core.QUANTITY])[core.VALUE]
+  assert table[('adabest beta=0.9', 'final_test_accuracy')] == pytest.approx(
+      0.1)
+  assert table[('adabest beta=0.5', 'final_test_accuracy')] == pytest.approx(
+      0.9)
+  assert table[('feddyn', 'best_minus_final')] == pytest.approx(0.0)
+  assert any('Collapsed' in n and 'adabest beta=0.9' in n and
+             'beta=0.5' not in n for n in result.notes)
