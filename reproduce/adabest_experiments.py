@@ -408,15 +408,23 @@ def _sensitivity(flag: str, by):
   def analyze(frame: pd.DataFrame, output_dir: str) -> core.Analysis:
     per_run = analysis.accuracy_by_run(frame, by=[*by, flag])
     stats = core.over_seeds(per_run, [*by, flag], ['accuracy'])
-    stats[core.ROW] = [' '.join(f'{c}={r[c]}' for c in by)
-                       for _, r in stats.iterrows()]
+    stats[core.ROW] = [' '.join(
+        f'{c}={r[c]:g}' if isinstance(r[c], (int, float)) else f'{c}={r[c]}'
+        for c in by) for _, r in stats.iterrows()]
     stats[core.QUANTITY] = [f'final_test_accuracy/{flag}={v:g}'
                             for v in stats[flag]]
     name = f'accuracy_vs_{flag}.png'
     plots.plot_accuracy_vs_rounds(frame, os.path.join(output_dir, name),
                                   by=[*by, flag], title=f'{flag} sensitivity')
+    notes = []
+    for row, part in stats.groupby(core.ROW, sort=False):
+      best = part.loc[part[core.VALUE].idxmax()]
+      notes.append(
+          f'{row}: best {flag} {best[flag]:g} (final test accuracy'
+          f' {best[core.VALUE]:.3f}); range over {flag}'
+          f' {part[core.VALUE].min():.3f}-{part[core.VALUE].max():.3f}.')
     return core.Analysis(stats[[core.ROW, core.QUANTITY, core.VALUE,
-                                core.STD, core.NUM_RUNS]], [name])
+                                core.STD, core.NUM_RUNS]], [name], notes)
   return analyze
 
 
