@@ -131,7 +131,9 @@ def best_beta(per_run: pd.DataFrame, setting: list[str]
   keep = ~adabest
   notes = []
   for key, part in tuned.groupby(setting, sort=False):
-    means = part.groupby(BETA)['accuracy'].mean()
+    means = part.groupby(BETA)['accuracy'].mean().dropna()
+    if means.empty:
+      continue
     best = means.idxmax()
     keep |= per_run.index.isin(part.index[part[BETA] == best])
     if len(means) > 1:
@@ -417,7 +419,8 @@ def _sensitivity(flag: str, by):
     plots.plot_accuracy_vs_rounds(frame, os.path.join(output_dir, name),
                                   by=[*by, flag], title=f'{flag} sensitivity')
     notes = []
-    for row, part in stats.groupby(core.ROW, sort=False):
+    for row, part in stats.dropna(subset=[core.VALUE]).groupby(
+        core.ROW, sort=False):
       best = part.loc[part[core.VALUE].idxmax()]
       notes.append(
           f'{row}: best {flag} {best[flag]:g} (final test accuracy'
