@@ -386,7 +386,22 @@ def analyze_fig7(frame: pd.DataFrame, output_dir: str) -> core.Analysis:
                    core.QUANTITY: f'{quantity}/{algorithm}',
                    core.VALUE: float(value), core.STD: np.nan,
                    core.NUM_RUNS: int(grid.notna().sum().sum())})
-  return core.Analysis(pd.DataFrame(rows), figures)
+  notes = []
+  grids = {(t, a): analysis.learning_rate_grid(p, accuracy_column=ACCURACY)
+           for (t, a), p in frame.groupby([TASK, ALGORITHM], sort=False)}
+  for (task, algorithm), gel in grids.items():
+    base = grids.get((task, algorithm.replace('_gel', '_budgeted')))
+    if not algorithm.endswith('_gel') or base is None:
+      continue
+    difference = (gel - base).stack().dropna()
+    if len(difference):
+      notes.append(
+          f'task={task} {algorithm} vs {algorithm.replace("_gel", "")}: GeL'
+          f' is more accurate in {int((difference > 0).sum())} of'
+          f' {len(difference)} (client, server) rate cells, by'
+          f' {difference.mean():+.3f} on average (from {difference.min():+.3f}'
+          f' to {difference.max():+.3f}).')
+  return core.Analysis(pd.DataFrame(rows), figures, notes)
 
 
 EXPERIMENTS = (
