@@ -65,11 +65,6 @@ def auto_clients_per_shard(num_clients: int,
 MAX_AUTO_SHARD_BYTES = 8 << 20
 
 
-def shard_bytes(shard: Mapping[str, Any]) -> int:
-  """The bytes of a shard's arrays (its examples and batch sizes)."""
-  return sum(np.asarray(a).nbytes for a in tf.nest.flatten(shard))
-
-
 def split_shards(shards: Sequence[Mapping[str, Any]],
                  max_bytes: int) -> list[collections.OrderedDict]:
   """`shards` with each cut, at client boundaries and in order, into shards
