@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 DEMO_DIR ?= /tmp/fl_papers_demo
 
-.PHONY: install demo test bench bazel-test reproduce reproduce-smoke clean
+.PHONY: install demo test bench bench-small bazel-test reproduce reproduce-smoke clean
 
 install: $(STAMP)
 
@@ -42,6 +42,18 @@ bench: $(STAMP)
 # The papers' tables and figures at the local scale (hours on 2 cores): run
 # directories under REPRODUCE_ROOT, reports in results/<paper>/<experiment>/.
 REPRODUCE_ROOT ?= /tmp/fl_papers/reproduce
+# The small-model rows and the end-to-end Synthetic run only (~10 min): the
+# fused, resident and limit rounds of emnist_linear and synthetic_lr.
+bench-small: $(STAMP)
+	mkdir -p $(BENCH_DIR)/small_models
+	{ echo '$$ python -m bench.round_time --sections=ratios,e2e --workloads= --output=$(BENCH_DIR)/small_models/bench.json'; \
+	  $(PY) -m bench.round_time --sections=ratios,e2e --workloads= \
+	    --output=$(BENCH_DIR)/small_models/bench.json; \
+	} > $(BENCH_DIR)/small_models/bench_run.log.tmp
+	mv $(BENCH_DIR)/small_models/bench_run.log.tmp $(BENCH_DIR)/small_models/bench_run.log
+	$(PY) -m bench.report $(BENCH_DIR)/small_models/bench_run.log $(BENCH_DIR)/small_models/README.md bench-small
+	cat $(BENCH_DIR)/small_models/README.md
+
 reproduce: $(STAMP)
 	$(PY) -m reproduce all --scale=local --root_output_dir=$(REPRODUCE_ROOT)
 
