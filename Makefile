@@ -43,7 +43,7 @@ bench: $(STAMP)
 # directories under REPRODUCE_ROOT, reports in results/<paper>/<experiment>/.
 REPRODUCE_ROOT ?= /tmp/fl_papers/reproduce
 # The small-model rows and the end-to-end Synthetic run only (~10 min): the
-# fused, resident and limit rounds of emnist_linear and synthetic_lr.
+# TFF, fused and limit rounds of emnist_linear and synthetic_lr.
 bench-small: $(STAMP)
 	mkdir -p $(BENCH_DIR)/small_models
 	{ echo '$$ python -m bench.round_time --sections=ratios,e2e --workloads= --output=$(BENCH_DIR)/small_models/bench.json'; \

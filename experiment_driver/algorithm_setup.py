@@ -68,21 +68,9 @@ def fuses(ctx: BuildContext) -> bool:
   return ctx.clients_per_shard != 1 and fused.can_fuse(ctx.model_aggregator)
 
 
-def resident_examples(ctx: BuildContext) -> Optional[Any]:
-  """The training population's examples for a fused process to hold
-  (`fl_common.fused.shard_examples`), so that rounds send the rows of each
-  client's batches instead of their examples: the task's shared arrays when
-  its clients are rows of them with a batch recipe (Synthetic, the
-  partitioned image tasks without augmentation) and they take at most
-  `shards.MAX_RESIDENT_BYTES`; else None (shards carry examples)."""
-  data = ctx.task.datasets
-  return shards.resident_examples(data.train_data, data.train_preprocess_fn)
-
-
 def shards_fn(
     ctx: BuildContext,
     steps_fn: Optional[Callable[[int, int], Sequence[int]]] = None,
-    rows_only: bool = False,
 ) -> 'ClientDatasetsFn':
   """The `client_datasets_fn` of a fused process: each round's clients in
   shards of `ctx.clients_per_shard`, or one per core of every worker, cut
@@ -93,8 +81,6 @@ def shards_fn(
     ctx: The build context.
     steps_fn: `(round_num, num_clients) -> batches per client` (e.g. GeL's
       step budgets), or None for the task's pipeline as it is.
-    rows_only: Whether shards are rows of the arrays that the process
-      holds (`resident_examples(ctx)`), not examples.
   """
   data = ctx.task.datasets
   cores = ctx.num_workers * (os.cpu_count() or 1)
@@ -107,22 +93,9 @@ def shards_fn(
         np.random.default_rng([ctx.seed, round_num]),
         steps_fn(round_num, len(client_ids)) if steps_fn else None,
         max_shard_bytes=(None if ctx.clients_per_shard else
-                         shards.MAX_AUTO_SHARD_BYTES),
-        rows_only=rows_only)
+                         shards.MAX_AUTO_SHARD_BYTES))
 
   return client_datasets_fn
-
-
-def fused_setup(ctx: BuildContext, build_fn: Callable[..., Any],
-                steps_fn: Optional[Callable[[int, int], Sequence[int]]] = None,
-                **kwargs) -> tuple[Any, 'ClientDatasetsFn']:
-  """`(build_fn(model_fn, resident_examples=..., **kwargs), its
-  client_datasets_fn)`: a fused process holding the population's examples
-  when `resident_examples(ctx)` has them (shards of rows), else taking
-  shards of examples."""
-  resident = resident_examples(ctx)
-  process = build_fn(ctx.task.model_fn, resident_examples=resident, **kwargs)
-  return process, shards_fn(ctx, steps_fn, rows_only=resident is not None)
 
 
 @dataclasses.dataclass(frozen=True)

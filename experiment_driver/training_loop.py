@@ -130,11 +130,9 @@ class Evaluator:
   def __init__(self, task: tff.simulation.baselines.BaselineTask,
                accuracy_name: str, max_clients: int, sample_seed: int):
     # Every split's clients in shards, one per core, each evaluated in one
-    # call (`per_client_evaluation.build_fused_per_client_evaluation`); a
-    # split's examples held by its computation on the worker when they fit
-    # (`shards.resident_from_shards`): each call then sends their rows.
-    self._evaluate = {}
-    self._shared_evaluate = None
+    # call (`per_client_evaluation.build_fused_per_client_evaluation`).
+    self._evaluate = per_client_evaluation.build_fused_per_client_evaluation(
+        task.model_fn)
     self._finalize = per_client_evaluation.MetricsFinalizer(task.model_fn)
     if accuracy_name not in self._finalize.metric_names:
       raise ValueError(
@@ -159,24 +157,11 @@ class Evaluator:
       self._splits[name] = shards.shards_for_round(
           data, preprocess, ids, shards.auto_clients_per_shard(len(ids)), rng,
           max_shard_bytes=shards.MAX_AUTO_SHARD_BYTES)
-    for name, split_shards in self._splits.items():
-      held = shards.resident_from_shards(split_shards)
-      if held is None:
-        if self._shared_evaluate is None:
-          self._shared_evaluate = (
-              per_client_evaluation.build_fused_per_client_evaluation(
-                  task.model_fn))
-        self._evaluate[name] = self._shared_evaluate
-      else:
-        resident, self._splits[name] = held
-        self._evaluate[name] = (
-            per_client_evaluation.build_fused_per_client_evaluation(
-                task.model_fn, resident_examples=resident))
 
   def __call__(self, model_weights) -> dict[str, float]:
     metrics = {}
     for name, split_shards in self._splits.items():
-      per_shard = self._evaluate[name](model_weights, split_shards)
+      per_shard = self._evaluate(model_weights, split_shards)
       totals = self._finalize(per_client_evaluation.sum_over_shards(
           [shard['unfinalized'] for shard in per_shard]))
       for key, value in totals.items():

@@ -266,15 +266,13 @@ def stacked_type(type_spec: tff.Type) -> tff.Type:
 def shard_computation(model_fn: ModelFn, program_fn: ProgramFn,
                       aggregation: FusedAggregation, weights_type: tff.Type,
                       hparams_type: tff.Type, data_type: tff.Type,
-                      client_state_type: Optional[tff.Type] = None,
-                      resident_examples: Optional[Any] = None
+                      client_state_type: Optional[tff.Type] = None
                       ) -> tff.Computation:
   """`<weights, hparams[, clipping_norm], shard[, client_states]> -> <sums,
   unfinalized metrics, counters[, new client states]>`: the shard's clients
   trained in turn by `program_fn`'s program, a `StatefulClientProgram` when
   `client_state_type` (one client's state) is given, whose states come in
-  and go out stacked (`stacked_type`) in the shard's client order. With
-  `resident_examples`, shards are rows of those arrays (`shard_examples`)."""
+  and go out stacked (`stacked_type`) in the shard's client order."""
   clipping = aggregation.clipping
   stateful = client_state_type is not None
   arg_types = [('weights', weights_type), ('hparams', hparams_type)]
@@ -379,8 +377,7 @@ def shard_computation(model_fn: ModelFn, program_fn: ProgramFn,
       return outputs
 
     return train_shard(args['weights'], args['hparams'],
-                       shard_examples(args['shard'], resident_examples),
-                       args['shard']['batch_sizes'],
+                       args['shard']['examples'], args['shard']['batch_sizes'],
                        args['client_states'] if stateful else ())
 
   return shard_work
@@ -393,69 +390,14 @@ def batched_spec(input_spec):
       input_spec)
 
 
-def shard_type(model_fn: ModelFn,
-               resident_examples: Optional[Any] = None) -> tff.Type:
-  """The TFF type of a shard of `model_fn`'s data (`fl_common.shards`):
-  `<examples, batch_sizes>`, or with `resident_examples` (checked against
-  the model's input spec, `check_resident_examples`) `<rows, batch_sizes>`.
-  """
-  spec = batched_spec(model_fn().input_spec)
-  if resident_examples is not None:
-    check_resident_examples(resident_examples, spec)
-    first = ('rows', tff.TensorType(np.int64, [None]))
-  else:
-    first = ('examples', tff.types.tensorflow_to_type(spec))
+def shard_type(model_fn: ModelFn) -> tff.Type:
+  """The TFF type of a shard of `model_fn`'s data (`fl_common.shards`)."""
+  element_type = tff.types.tensorflow_to_type(
+      batched_spec(model_fn().input_spec))
   return tff.StructWithPythonType(
-      [first, ('batch_sizes', tff.TensorType(np.int64, [None]))],
+      [('examples', element_type),
+       ('batch_sizes', tff.TensorType(np.int64, [None]))],
       collections.OrderedDict)
-
-
-# Resident examples are constants of the shard computation's graph: a
-# GraphDef over 2 GB cannot be serialized, and the worker holds them once
-# per concurrent call (`shards.MAX_RESIDENT_BYTES` is what the driver
-# chooses them for).
-_MAX_RESIDENT_GRAPH_BYTES = 1 << 30
-
-
-def check_resident_examples(resident_examples: Any, spec: Any) -> None:
-  """Raises `ValueError` unless `resident_examples` (NumPy arrays, one row
-  per example) has the structure, dtypes and example shapes of the
-  batched `spec`, and fits in a graph."""
-  try:
-    tf.nest.assert_same_structure(resident_examples, spec)
-  except (ValueError, TypeError) as e:
-    raise ValueError(f'resident examples are not shaped as the model\'s '
-                     f'input {spec}: {e}') from e
-  total = 0
-  for array, s in zip(tf.nest.flatten(resident_examples),
-                      tf.nest.flatten(spec)):
-    array = np.asarray(array)
-    if (tf.as_dtype(array.dtype) != s.dtype or
-        not s.shape[1:].is_compatible_with(array.shape[1:])):
-      raise ValueError(f'resident examples of dtype {array.dtype} and shape '
-                       f'{array.shape} do not match the input {s}.')
-    total += array.nbytes
-  if total > _MAX_RESIDENT_GRAPH_BYTES:
-    raise ValueError(f'resident examples take {total} bytes, more than a '
-                     f'graph holds ({_MAX_RESIDENT_GRAPH_BYTES}).')
-
-
-def shard_examples(shard: Any, resident_examples: Optional[Any]) -> Any:
-  """In a shard computation's graph: the shard's examples, as sent
-  (`shard.examples`) or, with `resident_examples`, gathered by the shard's
-  `rows` from those arrays, which are constants of the graph.
-
-  Why: a round sends its shards to the worker; for a small model, copying
-  the examples there (serialized, sent, parsed) took longer than training
-  on them. Resident examples go to each worker once, inside the
-  computation, which the runtime sends once and calls by reference
-  (`experiment_driver.worker_state`); a round sends 8 bytes per example.
-  """
-  if resident_examples is None:
-    return shard['examples']
-  rows = shard['rows']
-  return tf.nest.map_structure(lambda a: tf.gather(tf.constant(a), rows),
-                               resident_examples)
 
 
 def build_fused_process(
@@ -469,7 +411,6 @@ def build_fused_process(
     metrics_aggregator: Optional[
         tff.learning.metrics.MetricsAggregatorType] = None,
     shard_model_fn: Optional[ModelFn] = None,
-    resident_examples: Optional[Any] = None,
 ) -> tff.learning.templates.LearningProcess:
   """A `LearningProcess` on shards, state-compatible with
   `compose_learning_process(initial weights, build_broadcast_process,
@@ -493,10 +434,6 @@ def build_fused_process(
       are overwritten with the broadcast ones (e.g.
       `large_cohort.fedopt.client_model_fn(model_fn)`, which skips their
       initializers); `model_fn` when `None`.
-    resident_examples: The population's examples (NumPy arrays shaped as
-      the model's input, one row per example), held in the shard
-      computation; shards are then rows of them (`shard_type`,
-      `shard_examples`, `fl_common.shards.shards_from_arrays`).
   """
   metrics_aggregator = (metrics_aggregator or
                         tff.learning.metrics.sum_then_finalize)
@@ -533,11 +470,10 @@ def build_fused_process(
         model_weights, state.distributor, state.client_work, state.aggregator,
         state.finalizer)
 
-  data_type = shard_type(model_fn, resident_examples)
+  data_type = shard_type(model_fn)
   shard_work = shard_computation(shard_model_fn or model_fn, program_fn,
                                  aggregation, weights_type,
-                                 state_type.client_work, data_type,
-                                 resident_examples=resident_examples)
+                                 state_type.client_work, data_type)
   metrics_type = shard_work.type_signature.result[1]
   has_counters = bool(tf.nest.flatten(tff.types.type_to_tf_tensor_specs(
       shard_work.type_signature.result[2])))

@@ -7,12 +7,6 @@ batch (size 0):
     OrderedDict(examples=<structure of [examples, ...] arrays>,
                 batch_sizes=int64 [batches])
 
-or, for a process that holds the population's examples (`resident_examples`:
-clients stored as rows of shared arrays, at most `MAX_RESIDENT_BYTES`), the
-rows of those arrays in the same order, 8 bytes per example:
-
-    OrderedDict(rows=int64 [examples], batch_sizes=int64 [batches])
-
 `large_cohort.fused` trains a shard's clients one after the other in one
 TensorFlow graph; `fl_common.per_client_evaluation` evaluates them. The
 shards are made in the driver, from the clients' tf.data pipelines
@@ -195,7 +189,6 @@ def shards_from_arrays(
     clients_per_shard: int,
     rng: np.random.Generator,
     steps: Optional[Sequence[int]] = None,
-    rows_only: bool = False,
 ) -> list[collections.OrderedDict]:
   """The fused process's client data for clients stored as rows of shared
   arrays (client `k` owns rows `client_rows[k]` of every array), batched by
@@ -206,11 +199,6 @@ def shards_from_arrays(
   output repeated (each run a new order) and cut, as
   `gel_tff.budgets.limit_to_steps` does; a client without examples gets
   none.
-
-  With `rows_only`, a shard holds the rows of `examples` instead of the
-  examples (`OrderedDict(rows, batch_sizes)`), for a process that holds
-  `resident_examples(examples, recipe)`: the same batches, drawn with the
-  same `rng`.
 
   Raises:
     ValueError: If `clients_per_shard` < 1 or there are no clients.
@@ -236,10 +224,6 @@ def shards_from_arrays(
       batch_sizes += sizes + [0]
       indices.append(order)
     flat = np.concatenate(indices).astype(np.int64)
-    if rows_only:
-      shards.append(collections.OrderedDict(
-          rows=flat, batch_sizes=np.asarray(batch_sizes, np.int64)))
-      continue
     gathered = collections.OrderedDict(
         (name, array[flat]) for name, array in examples.items())
     if recipe.transform is not None:
@@ -247,67 +231,6 @@ def shards_from_arrays(
     shards.append(collections.OrderedDict(
         examples=gathered, batch_sizes=np.asarray(batch_sizes, np.int64)))
   return shards
-
-
-# The most bytes of examples that the driver makes resident
-# (`resident_examples`): a fused process then holds them in its shard
-# computation, once per worker and per concurrent call, and its computation
-# carries them (fl_common.fused: under 1 GB).
-MAX_RESIDENT_BYTES = 256 << 20
-
-
-def resident_examples(
-    client_data: tff.simulation.datasets.ClientData,
-    preprocess_fn: Optional[Callable[[tf.data.Dataset], tf.data.Dataset]],
-    max_bytes: Optional[int] = None,
-) -> Optional[collections.OrderedDict]:
-  """The examples that a fused process can hold for `client_data` so that
-  rounds send rows, not examples (`fl_common.fused.shard_examples`): its
-  shared arrays after `preprocess_fn`'s element-wise transform, when its
-  clients are rows of shared arrays and `preprocess_fn` says what it does
-  (as for `shards_for_round`'s NumPy path) and they take at most
-  `max_bytes` (default `MAX_RESIDENT_BYTES`); else None."""
-  recipe = getattr(preprocess_fn, 'batch_recipe', None)
-  arrays = getattr(client_data, 'arrays', None)
-  if (recipe is None or arrays is None or
-      getattr(client_data, 'client_rows', None) is None):
-    return None
-  transform = BatchRecipe(**recipe).transform
-  examples = collections.OrderedDict(arrays)
-  if transform is not None:
-    examples = transform(examples)
-  if max_bytes is None:
-    max_bytes = MAX_RESIDENT_BYTES
-  if sum(np.asarray(a).nbytes for a in tf.nest.flatten(examples)) > max_bytes:
-    return None
-  return examples
-
-
-def resident_from_shards(
-    shards: Sequence[Mapping[str, Any]],
-    max_bytes: Optional[int] = None,
-) -> Optional[tuple[Any, list[collections.OrderedDict]]]:
-  """For shards sent again and again (an evaluation's fixed clients):
-  `(resident examples, the same shards as rows of them)`, every shard's
-  examples concatenated in order; None if they take more than `max_bytes`
-  (default `MAX_RESIDENT_BYTES`).
-  """
-  if max_bytes is None:
-    max_bytes = MAX_RESIDENT_BYTES
-  examples = [s['examples'] for s in shards]
-  if sum(np.asarray(a).nbytes for e in examples
-         for a in tf.nest.flatten(e)) > max_bytes:
-    return None
-  resident = tf.nest.map_structure(lambda *parts: np.concatenate(parts),
-                                   *examples)
-  row_shards, start = [], 0
-  for shard in shards:
-    size = int(np.asarray(shard['batch_sizes']).sum())
-    row_shards.append(collections.OrderedDict(
-        rows=np.arange(start, start + size, dtype=np.int64),
-        batch_sizes=np.asarray(shard['batch_sizes'], np.int64)))
-    start += size
-  return resident, row_shards
 
 
 def shards_from_datasets(datasets: Sequence[tf.data.Dataset],
@@ -391,7 +314,6 @@ def shards_for_round(
     rng: np.random.Generator,
     steps: Optional[Sequence[int]] = None,
     max_shard_bytes: Optional[int] = None,
-    rows_only: bool = False,
 ) -> list[collections.OrderedDict]:
   """A round's shards: in NumPy (`shards_from_arrays`, with `rng`) when the
   clients are rows of shared arrays (`client_data.arrays`,
@@ -402,25 +324,13 @@ def shards_for_round(
   client for TFF's `TestClientData`, whose `serializable_dataset_fn` bakes
   every client's examples into each trace: 12 GB and 80 s for 1,000 EMNIST
   clients). With `max_shard_bytes`, shards are then cut to that size
-  (`split_shards`). With `rows_only` (for a process holding
-  `resident_examples(client_data, preprocess_fn)`), shards are rows of the
-  arrays, not cut.
-
-  Raises:
-    ValueError: With `rows_only`, if the clients are not rows of shared
-      arrays with a batch recipe.
-  """
+  (`split_shards`)."""
   recipe = getattr(preprocess_fn, 'batch_recipe', None)
   client_rows = getattr(client_data, 'client_rows', None)
-  if rows_only and (recipe is None or client_rows is None):
-    raise ValueError('rows_only needs clients stored as rows of shared arrays'
-                     ' and a pipeline with a batch recipe.')
   if recipe is not None and client_rows is not None:
     shards = shards_from_arrays(
         client_data.arrays, [client_rows(i) for i in client_ids],
-        BatchRecipe(**recipe), clients_per_shard, rng, steps, rows_only)
-    if rows_only:
-      return shards
+        BatchRecipe(**recipe), clients_per_shard, rng, steps)
   elif isinstance(client_data, tff.simulation.datasets.TestClientData):
     preprocess_fn = preprocess_fn or (lambda d: d)
     datasets = [preprocess_fn(client_data.create_tf_dataset_for_client(i))

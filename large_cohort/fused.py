@@ -18,7 +18,7 @@ gradients at the broadcast model.
 
 import collections
 from collections.abc import Callable
-from typing import Any, Optional
+from typing import Optional
 
 import tensorflow as tf
 import tensorflow_federated as tff
@@ -83,7 +83,6 @@ def build_fused_fedopt(
     model_aggregator: Optional[fused.DiagnosedMeanFactory] = None,
     metrics_aggregator: Optional[
         tff.learning.metrics.MetricsAggregatorType] = None,
-    resident_examples: Optional[Any] = None,
 ) -> tff.learning.templates.LearningProcess:
   """Builds FedOpt (Algorithm 1) on shards of clients (module docstring).
 
@@ -103,10 +102,6 @@ def build_fused_fedopt(
       with diagnostics, without clipping.
     metrics_aggregator: Aggregates training metrics; TFF's
       `sum_then_finalize` when `None`.
-    resident_examples: The population's examples (NumPy arrays shaped as
-      the model's input, one row per example), held by the shard
-      computation on its worker; each round's shards are then rows of them
-      (`fl_common.fused.shard_examples`). Default: shards carry examples.
 
   Raises:
     TypeError: If `model_aggregator` is not a diagnosed mean of the right
@@ -136,8 +131,7 @@ def build_fused_fedopt(
       client_measurements_fn=lambda train, counters: collections.OrderedDict(
           train=train),
       metrics_aggregator=metrics_aggregator,
-      shard_model_fn=fedopt.client_model_fn(model_fn),
-      resident_examples=resident_examples)
+      shard_model_fn=fedopt.client_model_fn(model_fn))
 
 
 def _fedsgd_program() -> fused.ProgramFn:
@@ -189,7 +183,6 @@ def build_fused_fedsgd(
     model_aggregator: Optional[fused.DiagnosedMeanFactory] = None,
     metrics_aggregator: Optional[
         tff.learning.metrics.MetricsAggregatorType] = None,
-    resident_examples: Optional[Any] = None,
 ) -> tff.learning.templates.LearningProcess:
   """Builds FedSGD (`build_fedsgd`) on shards of clients (module docstring).
 
@@ -200,10 +193,6 @@ def build_fused_fedsgd(
       default: the mean with diagnostics, without clipping.
     metrics_aggregator: Aggregates training metrics; TFF's
       `sum_then_finalize` when `None`.
-    resident_examples: The population's examples (NumPy arrays shaped as
-      the model's input, one row per example), held by the shard
-      computation on its worker; each round's shards are then rows of them
-      (`fl_common.fused.shard_examples`). Default: shards carry examples.
 
   Raises:
     TypeError: If `model_aggregator` is not a weighted diagnosed mean.
@@ -225,5 +214,4 @@ def build_fused_fedsgd(
       server_optimizer=server_optimizer,
       client_measurements_fn=lambda train, counters: collections.OrderedDict(
           train=train),
-      metrics_aggregator=metrics_aggregator,
-      resident_examples=resident_examples)
+      metrics_aggregator=metrics_aggregator)
