@@ -42,7 +42,7 @@ bench: $(STAMP)
 # The papers' tables and figures at the local scale (hours on 2 cores): run
 # directories under REPRODUCE_ROOT, reports in results/<paper>/<experiment>/.
 REPRODUCE_ROOT ?= /tmp/fl_papers/reproduce
-# The small-model rows and the end-to-end Synthetic run only (~10 min): the
+# The small-model rows and the end-to-end Synthetic run only (~5 min): the
 # TFF, fused and limit rounds of emnist_linear and synthetic_lr.
 bench-small: $(STAMP)
 	mkdir -p $(BENCH_DIR)/small_models

@@ -138,10 +138,11 @@ def best_beta(per_run: pd.DataFrame, setting: list[str]
     keep |= per_run.index.isin(part.index[part[BETA] == best])
     if len(means) > 1:
       key = key if isinstance(key, tuple) else (key,)
+      where = ' '.join(f'{k:g}' if isinstance(k, float) else str(k)
+                       for k in key)
       notes.append(
           f'AdaBest\'s beta tuned over {", ".join(f"{b:g}" for b in means.index)}'
-          f' at {" ".join(f"{k:g}" if isinstance(k, float) else str(k) for k in key)}:'
-          f' {best:g} (final test'
+          f' at {where}: {best:g} (final test'
           f' accuracy {", ".join(f"{v:.1f}" for v in means)}).')
   return per_run[keep], notes
 
