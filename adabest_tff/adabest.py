@@ -249,6 +249,7 @@ def build_adabest(
         None),
     metrics_aggregator: Optional[Callable[..., tff.Computation]] = None,
     on_shards: bool = False,
+    resident_examples: Optional[Any] = None,
 ) -> stateful_process.StatefulClientLearningProcess:
   """Builds the AdaBest learning process (Varno et al. 2022, Algorithm 1).
 
@@ -276,6 +277,12 @@ def build_adabest(
     on_shards: Whether a TFF client stands for a shard of clients
       (`fl_common.shards`) trained in one graph (`adabest_tff.fused`), each
       shard's client states stacked; the same rounds, fewer calls.
+    resident_examples: With `on_shards`, the population's examples held on
+      the worker (`fl_common.resident.ResidentExamples`, or NumPy arrays
+      shaped as the model's input, one row per example, to hold); each
+      round's shards are then rows of them (`fl_common.shards.
+      shards_from_arrays(..., rows_only=True)`). Default: shards carry
+      examples.
 
   Returns:
     A `stateful_process.StatefulClientLearningProcess`.
@@ -361,4 +368,5 @@ def build_adabest(
       client_learning_rate=client_learning_rate,
       client_learning_rate_decay=client_learning_rate_decay,
       model_aggregator=model_aggregator,
-      metrics_aggregator=metrics_aggregator)
+      metrics_aggregator=metrics_aggregator,
+      resident_examples=resident_examples)

@@ -136,6 +136,7 @@ def build_feddyn(
         None),
     metrics_aggregator: Optional[Callable[..., tff.Computation]] = None,
     on_shards: bool = False,
+    resident_examples: Optional[Any] = None,
 ) -> stateful_process.StatefulClientLearningProcess:
   """Builds the FedDyn learning process (Varno et al. 2022, Algorithm 1).
 
@@ -155,6 +156,7 @@ def build_feddyn(
       shards the diagnosed mean (`adabest_tff.fused`).
     metrics_aggregator: Optional, as in `tff.learning.algorithms`.
     on_shards: As in `adabest.build_adabest`: a TFF client trains a shard.
+    resident_examples: As in `adabest.build_adabest`.
 
   Returns:
     A `stateful_process.StatefulClientLearningProcess`.
@@ -225,4 +227,5 @@ def build_feddyn(
       client_learning_rate=client_learning_rate,
       client_learning_rate_decay=client_learning_rate_decay,
       model_aggregator=model_aggregator,
-      metrics_aggregator=metrics_aggregator)
+      metrics_aggregator=metrics_aggregator,
+      resident_examples=resident_examples)

@@ -28,7 +28,7 @@ The public entry point is `on_shards=True` of `build_adabest`,
 
 import collections
 from collections.abc import Callable
-from typing import Optional
+from typing import Any, Optional
 
 import numpy as np
 import tensorflow as tf
@@ -93,8 +93,13 @@ def compose(model_fn: ModelFn,
   """`compose_fused` if `on_shards`, else `stateful_process.
   compose_algorithm` (one TFF client per client), with the same `kwargs`:
   what a builder's `on_shards` chooses."""
+  resident_examples = kwargs.pop('resident_examples', None)
   if on_shards:
-    return compose_fused(model_fn, algorithm, **kwargs)
+    return compose_fused(model_fn, algorithm,
+                         resident_examples=resident_examples, **kwargs)
+  if resident_examples is not None:
+    raise ValueError('resident_examples needs on_shards=True: one client per'
+                     ' TFF client takes its tf.data dataset.')
   return stateful_process.compose_algorithm(model_fn, algorithm, **kwargs)
 
 
@@ -106,6 +111,7 @@ def compose_fused(
     client_learning_rate_decay: float,
     model_aggregator: Optional[diagnosed_mean.WeightedDiagnosedMeanFactory],
     metrics_aggregator: Optional[Callable[..., tff.Computation]] = None,
+    resident_examples: Optional[Any] = None,
 ) -> stateful_process.StatefulClientLearningProcess:
   """`algorithm` on shards (module docstring), with the per-client
   process's state and metrics:
@@ -124,6 +130,8 @@ def compose_fused(
       factory. TFF's `MeanFactory` cannot be split into shards.
     metrics_aggregator: Aggregates training metrics; TFF's
       `sum_then_finalize` when `None`.
+    resident_examples: As `fl_common.fused.build_fused_process`'s: shards
+      are then rows of these arrays.
 
   Raises:
     TypeError: If `model_aggregator` is not a weighted diagnosed mean.
@@ -156,11 +164,12 @@ def compose_fused(
         aggregation.initialize(), finalizer.initialize()))
 
   state_type = initialize_fn.type_signature.result.member
-  data_type = fused.shard_type(model_fn)
+  resident_examples = fused.as_resident(resident_examples)
+  data_type = fused.shard_type(model_fn, resident_examples)
   shard_work = fused.shard_computation(
       model_fn, _program(algorithm.steps), aggregation, weights_type,
       work_state.round_context.type_signature.result, data_type,
-      client_state_type)
+      client_state_type, resident_examples=resident_examples)
   metrics_type = shard_work.type_signature.result[1]
   counters_type = shard_work.type_signature.result[2]
   update_work_state = work_state.build_update(counters_type.summed_values)

@@ -26,7 +26,7 @@ keeps its server optimizer state in its client work; `Σ(c_i⁺ − c_i)` is a
 
 import collections
 from collections.abc import Callable
-from typing import Optional
+from typing import Any, Optional
 
 import tensorflow as tf
 import tensorflow_federated as tff
@@ -51,6 +51,7 @@ def build_scaffold(
         None),
     metrics_aggregator: Optional[Callable[..., tff.Computation]] = None,
     on_shards: bool = False,
+    resident_examples: Optional[Any] = None,
 ) -> stateful_process.StatefulClientLearningProcess:
   """Builds the SCAFFOLD (option II) learning process.
 
@@ -69,6 +70,7 @@ def build_scaffold(
       shards the diagnosed mean (`adabest_tff.fused`).
     metrics_aggregator: Optional, as in `tff.learning.algorithms`.
     on_shards: As in `adabest.build_adabest`: a TFF client trains a shard.
+    resident_examples: As in `adabest.build_adabest`.
 
   Returns:
     A `stateful_process.StatefulClientLearningProcess`.
@@ -147,4 +149,5 @@ def build_scaffold(
       client_learning_rate=client_learning_rate,
       client_learning_rate_decay=client_learning_rate_decay,
       model_aggregator=model_aggregator,
-      metrics_aggregator=metrics_aggregator)
+      metrics_aggregator=metrics_aggregator,
+      resident_examples=resident_examples)

@@ -45,12 +45,15 @@ def measure_ratios(workload: workloads.Workload, cohorts: Sequence[int],
   for num_clients in cohorts:
     if num_clients < 1:
       raise ValueError(f'Cohort sizes must be positive, got {num_clients}.')
-  processes = {v: tff_rounds.build_process(workload, v) for v in variants}
+  processes = {v: tff_rounds.build_process(workload, v) for v in variants
+               if v not in tff_rounds.PER_COHORT_VARIANTS}
   rows = []
   for num_clients in cohorts:
     arrays = workload.client_arrays(num_clients)
     rounds = {LIMIT: limit.LimitRound(workload, arrays)}
-    for variant, process in processes.items():
+    for variant in variants:
+      process = processes.get(variant) or tff_rounds.build_process(
+          workload, variant, arrays)
       rounds[variant] = tff_rounds.round_for(process, workload, arrays,
                                              variant)
     timings = timing.time_interleaved(rounds, repeats)

@@ -26,12 +26,20 @@ Three processes, all FedAvg (client SGD at the workload's rate, server SGD at
   clients' arrays in NumPy each round (`shards.shards_from_arrays`, as the driver makes
   Synthetic's), the next round's while a round computes.
 
+* `resident` — the fused round of a process that holds the cohort's
+  examples (`fl_common.fused.shard_examples`): each round's shards are the
+  rows of the clients' batches, made in NumPy as for `fused`; what the
+  driver runs for clients stored as rows of shared arrays (Synthetic, the
+  partitioned image tasks: `experiment_driver.algorithm_setup.
+  resident_examples`). Built per cohort, since it holds its examples.
+
 `tff_reduce` and `fedavg` get the client datasets prebuilt: they measure
 TFF's round alone.
 """
 
 import collections
 from collections.abc import Callable
+from typing import Optional
 
 import numpy as np
 
@@ -46,7 +54,9 @@ from large_cohort import fedopt
 from large_cohort import fused
 from large_cohort import optimizers
 
-VARIANTS = ('tff_reduce', 'fedavg', 'package', 'fused')
+VARIANTS = ('tff_reduce', 'fedavg', 'package', 'fused', 'resident')
+# Variants whose process holds the cohort's examples: built per cohort.
+PER_COHORT_VARIANTS = ('resident',)
 
 
 def driver_default_aggregator() -> tff.aggregators.WeightedAggregationFactory:
@@ -55,12 +65,15 @@ def driver_default_aggregator() -> tff.aggregators.WeightedAggregationFactory:
 
 
 def build_process(
-    workload: workloads.Workload,
-    variant: str) -> tff.learning.templates.LearningProcess:
-  """The FedAvg learning process of `variant` for `workload`.
+    workload: workloads.Workload, variant: str,
+    arrays: Optional[workloads.ClientArrays] = None,
+) -> tff.learning.templates.LearningProcess:
+  """The FedAvg learning process of `variant` for `workload` (for
+  `resident`, holding `arrays`' examples).
 
   Raises:
-    ValueError: If `variant` is not one of `VARIANTS`.
+    ValueError: If `variant` is not one of `VARIANTS`, or is `resident`
+      without `arrays`.
   """
   model_fn = workload.tff_model_fn()
   client_optimizer = optimizers.build_optimizer('sgd', workload.learning_rate)
@@ -76,11 +89,15 @@ def build_process(
     return fedopt.build_fedopt(model_fn, client_optimizer=client_optimizer,
                                server_optimizer=server_optimizer,
                                model_aggregator=driver_default_aggregator())
-  if variant == 'fused':
+  if variant in ('fused', 'resident'):
+    if variant == 'resident' and arrays is None:
+      raise ValueError('the resident variant holds the cohort\'s arrays.')
     return fused.build_fused_fedopt(
         model_fn, client_optimizer=client_optimizer,
         server_optimizer=server_optimizer,
-        model_aggregator=driver_default_aggregator())
+        model_aggregator=driver_default_aggregator(),
+        resident_examples=(_flat_examples(arrays) if variant == 'resident'
+                           else None))
   raise ValueError(f'Unknown variant {variant!r}; expected one of {VARIANTS}.')
 
 
@@ -113,34 +130,43 @@ class TffRound:
         lambda datasets: self.process.next(self.state, datasets)).state
 
 
+def _flat_examples(arrays: workloads.ClientArrays) -> collections.OrderedDict:
+  """Every client's examples as rows of two arrays, client after client."""
+  return collections.OrderedDict(
+      x=arrays.x.reshape((-1,) + arrays.x.shape[2:]),
+      y=arrays.y.reshape((-1,) + arrays.y.shape[2:]))
+
+
 def round_for(process: tff.learning.templates.LearningProcess,
               workload: workloads.Workload, arrays: workloads.ClientArrays,
               variant: str) -> TffRound:
   """`variant`'s rounds of `process` on `arrays` (module docstring)."""
   return TffRound(process, datasets_fn_for(workload, arrays, variant),
-                  overlap_datasets=variant in ('package', 'fused'))
+                  overlap_datasets=variant in ('package', 'fused',
+                                               'resident'))
 
 
 def datasets_fn_for(workload: workloads.Workload,
                     arrays: workloads.ClientArrays,
                     variant: str) -> Callable[[], list[tf.data.Dataset]]:
   """Where `variant`'s rounds get their client datasets (module docstring)."""
-  if variant in ('package', 'fused'):
+  if variant in ('package', 'fused', 'resident'):
     client_data = workload.client_data(arrays)
     client_ids = client_data.client_ids
 
     def datasets_fn():
-      if variant == 'fused':
+      if variant in ('fused', 'resident'):
         # As the driver batches array-backed clients (Synthetic): in NumPy.
-        flat = collections.OrderedDict(
-            x=arrays.x.reshape((-1,) + arrays.x.shape[2:]),
-            y=arrays.y.reshape((-1,) + arrays.y.shape[2:]))
+        flat = _flat_examples(arrays)
         rows = np.arange(len(flat['x'])).reshape(arrays.num_clients, -1)
-        return shards.split_shards(shards.shards_from_arrays(
+        round_shards = shards.shards_from_arrays(
             flat, list(rows),
             shards.BatchRecipe(batch_size=workload.batch_size, shuffle=False),
             shards.auto_clients_per_shard(arrays.num_clients),
-            np.random.default_rng(0)), shards.MAX_AUTO_SHARD_BYTES)
+            np.random.default_rng(0), rows_only=variant == 'resident')
+        if variant == 'resident':
+          return round_shards
+        return shards.split_shards(round_shards, shards.MAX_AUTO_SHARD_BYTES)
       return [
           workload.preprocess(client_data.create_tf_dataset_for_client(i))
           for i in client_ids]

@@ -151,17 +151,22 @@ def _build_setup(
   """`build_process` with the flags the three algorithms share, on shards
   unless `--clients_per_shard=1`, and its bytes per round."""
   on_shards = ctx.clients_per_shard != 1
-  process = build_process(
-      ctx.task.model_fn,
+  kwargs = dict(
       client_learning_rate=ctx.client_learning_rate,
       client_learning_rate_decay=CLIENT_LR_DECAY.value,
       client_weighting=_CLIENT_WEIGHTING[CLIENT_WEIGHTING.value],
       model_aggregator=diagnosed_mean.diagnosed_mean_factory(clipping=False),
       on_shards=on_shards,
       **algorithm_args)
+  if on_shards:
+    process, client_datasets_fn = algorithm_setup.fused_setup(
+        ctx, build_process, **kwargs)
+  else:
+    process, client_datasets_fn = build_process(ctx.task.model_fn,
+                                                **kwargs), None
   return algorithm_setup.AlgorithmSetup(
       process=process,
-      client_datasets_fn=algorithm_setup.shards_fn(ctx) if on_shards else None,
+      client_datasets_fn=client_datasets_fn,
       round_metrics_fn=_bytes_metrics(process))
 
 

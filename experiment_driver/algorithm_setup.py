@@ -17,6 +17,7 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from fl_common import fused
+from fl_common import resident
 from fl_common import shards
 
 # round number (1-based), sampled client ids -> one dataset per client.
@@ -59,6 +60,10 @@ class BuildContext:
       tff.learning.ClientWeighting.NUM_EXAMPLES)
   # --clients_per_shard: None picks one shard per core, 1 is per client.
   clients_per_shard: Optional[int] = None
+  # Whether fused processes may hold the population's examples on the
+  # workers (`fl_common.resident.ResidentExamples`, files they memory-map):
+  # when they run on this machine, i.e. without --worker_addresses.
+  hold_examples: bool = True
 
 
 def fuses(ctx: BuildContext) -> bool:
@@ -68,9 +73,24 @@ def fuses(ctx: BuildContext) -> bool:
   return ctx.clients_per_shard != 1 and fused.can_fuse(ctx.model_aggregator)
 
 
+def resident_examples(
+    ctx: BuildContext) -> Optional[resident.ResidentExamples]:
+  """The training population's examples for a fused process to hold on
+  the workers (`fl_common.resident.ResidentExamples`), so that rounds send
+  the rows of each client's batches instead of their examples: the task's
+  shared arrays when its clients are rows of them with a batch recipe
+  (Synthetic, the partitioned image tasks without augmentation) and
+  `ctx.hold_examples`; else None (shards carry examples)."""
+  if not ctx.hold_examples:
+    return None
+  data = ctx.task.datasets
+  return resident.resident_examples(data.train_data, data.train_preprocess_fn)
+
+
 def shards_fn(
     ctx: BuildContext,
     steps_fn: Optional[Callable[[int, int], Sequence[int]]] = None,
+    rows_only: bool = False,
 ) -> 'ClientDatasetsFn':
   """The `client_datasets_fn` of a fused process: each round's clients in
   shards of `ctx.clients_per_shard`, or one per core of every worker, cut
@@ -81,6 +101,8 @@ def shards_fn(
     ctx: The build context.
     steps_fn: `(round_num, num_clients) -> batches per client` (e.g. GeL's
       step budgets), or None for the task's pipeline as it is.
+    rows_only: Whether shards are rows of the arrays that the process
+      holds (`resident_examples(ctx)`), not examples.
   """
   data = ctx.task.datasets
   cores = ctx.num_workers * (os.cpu_count() or 1)
@@ -93,9 +115,22 @@ def shards_fn(
         np.random.default_rng([ctx.seed, round_num]),
         steps_fn(round_num, len(client_ids)) if steps_fn else None,
         max_shard_bytes=(None if ctx.clients_per_shard else
-                         shards.MAX_AUTO_SHARD_BYTES))
+                         shards.MAX_AUTO_SHARD_BYTES),
+        rows_only=rows_only)
 
   return client_datasets_fn
+
+
+def fused_setup(ctx: BuildContext, build_fn: Callable[..., Any],
+                steps_fn: Optional[Callable[[int, int], Sequence[int]]] = None,
+                **kwargs) -> tuple[Any, 'ClientDatasetsFn']:
+  """`(build_fn(model_fn, resident_examples=..., **kwargs), its
+  client_datasets_fn)`: a fused process holding the population's examples
+  when `resident_examples(ctx)` has them (shards of rows), else taking
+  shards of examples."""
+  resident = resident_examples(ctx)
+  process = build_fn(ctx.task.model_fn, resident_examples=resident, **kwargs)
+  return process, shards_fn(ctx, steps_fn, rows_only=resident is not None)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -160,6 +160,7 @@ def build_context(
       total_rounds=f.TOTAL_ROUNDS.value,
       seed=f.SEED.value,
       num_workers=max(1, len(f.WORKER_ADDRESSES.value)),
+      hold_examples=not f.WORKER_ADDRESSES.value,
       clients_per_shard=f.CLIENTS_PER_SHARD.value,
       **built,
   )
@@ -223,6 +224,7 @@ def loop_config(task: tff.simulation.baselines.BaselineTask,
       extra_metrics_fns=[m for m in [straggler_metrics_fn(task)]
                          if m is not None],
       print_fn=print_fn,
+      hold_examples=not f.WORKER_ADDRESSES.value,
   )
 
 

@@ -60,9 +60,10 @@ def _setup(ctx: algorithm_setup.BuildContext, build_fn, build_fused_fn,
   """The fused process on shards when the context allows it, else the
   per-client one."""
   if algorithm_setup.fuses(ctx):
+    process, client_datasets_fn = algorithm_setup.fused_setup(
+        ctx, build_fused_fn, **kwargs)
     return algorithm_setup.AlgorithmSetup(
-        process=build_fused_fn(ctx.task.model_fn, **kwargs),
-        client_datasets_fn=algorithm_setup.shards_fn(ctx))
+        process=process, client_datasets_fn=client_datasets_fn)
   return algorithm_setup.AlgorithmSetup(
       process=build_fn(ctx.task.model_fn, **kwargs))
 

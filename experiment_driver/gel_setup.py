@@ -271,18 +271,17 @@ def _build_setup(base: str, use_gel: bool,
   )
   if use_gel:
     build_fn = gel.build_fused_gel if on_shards else gel.build_gel
-    process = build_fn(
-        ctx.task.model_fn,
+    common.update(
         expected_steps=EXPECTED_STEPS.value or budgets.budget_max + 5,
-        guessed_steps=parse_guessed_steps(GUESSED_STEPS.value),
-        **common)
+        guessed_steps=parse_guessed_steps(GUESSED_STEPS.value))
   else:
     build_fn = (gel.build_fused_budgeted_baseline if on_shards else
                 gel.build_budgeted_baseline)
-    process = build_fn(ctx.task.model_fn, **common)
   if on_shards:
-    client_datasets_fn = algorithm_setup.shards_fn(ctx, budgets.draw)
+    process, client_datasets_fn = algorithm_setup.fused_setup(
+        ctx, build_fn, budgets.draw, **common)
   else:
+    process = build_fn(ctx.task.model_fn, **common)
     client_datasets_fn = budgets_lib.build_client_datasets_fn(
         ctx.task.datasets.train_data, ctx.task.datasets.train_preprocess_fn,
         budgets)

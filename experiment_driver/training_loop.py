@@ -32,6 +32,7 @@ from experiment_driver import round_inputs
 from experiment_driver import worker_state
 from fl_common import diagnostics
 from fl_common import per_client_evaluation
+from fl_common import resident
 from fl_common import shards
 
 # Per-round metrics whose running totals are kept (as `cumulative_<name>`).
@@ -55,6 +56,9 @@ class LoopConfig:
   # Extra per-round scalars beside the algorithm's own (e.g. straggler time).
   extra_metrics_fns: Sequence[algorithm_setup.RoundMetricsFn] = ()
   print_fn: Callable[[str], Any] = print
+  # Whether evaluation holds its splits' examples on the worker
+  # (`Evaluator`): when the workers run on this machine.
+  hold_examples: bool = True
 
 
 def _preprocessed(client_data: tff.simulation.datasets.ClientData,
@@ -128,11 +132,14 @@ class Evaluator:
   """
 
   def __init__(self, task: tff.simulation.baselines.BaselineTask,
-               accuracy_name: str, max_clients: int, sample_seed: int):
+               accuracy_name: str, max_clients: int, sample_seed: int,
+               hold_examples: bool = True):
     # Every split's clients in shards, one per core, each evaluated in one
-    # call (`per_client_evaluation.build_fused_per_client_evaluation`).
-    self._evaluate = per_client_evaluation.build_fused_per_client_evaluation(
-        task.model_fn)
+    # call (`per_client_evaluation.build_fused_per_client_evaluation`); with
+    # `hold_examples`, a split's numeric examples held on the worker
+    # (`resident.resident_from_shards`): each call then sends their rows.
+    self._evaluate = {}
+    self._shared_evaluate = None
     self._finalize = per_client_evaluation.MetricsFinalizer(task.model_fn)
     if accuracy_name not in self._finalize.metric_names:
       raise ValueError(
@@ -157,11 +164,25 @@ class Evaluator:
       self._splits[name] = shards.shards_for_round(
           data, preprocess, ids, shards.auto_clients_per_shard(len(ids)), rng,
           max_shard_bytes=shards.MAX_AUTO_SHARD_BYTES)
+    for name, split_shards in self._splits.items():
+      held = (resident.resident_from_shards(split_shards) if hold_examples
+              else None)
+      if held is None:
+        if self._shared_evaluate is None:
+          self._shared_evaluate = (
+              per_client_evaluation.build_fused_per_client_evaluation(
+                  task.model_fn))
+        self._evaluate[name] = self._shared_evaluate
+      else:
+        examples, self._splits[name] = held
+        self._evaluate[name] = (
+            per_client_evaluation.build_fused_per_client_evaluation(
+                task.model_fn, resident_examples=examples))
 
   def __call__(self, model_weights) -> dict[str, float]:
     metrics = {}
     for name, split_shards in self._splits.items():
-      per_shard = self._evaluate(model_weights, split_shards)
+      per_shard = self._evaluate[name](model_weights, split_shards)
       totals = self._finalize(per_client_evaluation.sum_over_shards(
           [shard['unfinalized'] for shard in per_shard]))
       for key, value in totals.items():
@@ -258,7 +279,8 @@ def run_training(
       lambda _, ids: _preprocessed(train_data,
                                    task.datasets.train_preprocess_fn, ids))
   evaluator = Evaluator(task, config.accuracy_name, config.max_eval_clients,
-                        sample_seed=EVAL_SAMPLE_SEED)
+                        sample_seed=EVAL_SAMPLE_SEED,
+                        hold_examples=config.hold_examples)
 
   structure = _initial_program_state(process.initialize())
   program_state, start_round = run_dir.load_latest_checkpoint(structure)

@@ -9,8 +9,9 @@ the mean, adaptive clipping and the paper's diagnostics; or FedNova's
 normalized averaging around it), in which a TFF client stands for a *shard*:
 several real clients' batches, read in the driver into plain tensors
 (`fl_common.shards`: every batch's examples concatenated plus the batch
-sizes, each client closed by an empty batch). No tf.data pipeline runs on
-the worker. One call of the shard computation, one TensorFlow graph (an
+sizes, each client closed by an empty batch), or the rows of those
+examples in arrays that the worker holds (`resident.ResidentExamples`,
+`shard_examples`). No tf.data pipeline runs on the worker. One call of the shard computation, one TensorFlow graph (an
 outer `tf.while_loop` over the shard's clients, an inner one over a
 client's batches; no AutoGraph, whose conversion of a Keras model takes
 seconds of start-up), trains every client of the shard in turn:
@@ -57,6 +58,7 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from fl_common import diagnosed_mean
+from fl_common import resident
 
 ModelFn = Callable[[], tff.learning.models.VariableModel]
 DiagnosedMeanFactory = Union[diagnosed_mean.WeightedDiagnosedMeanFactory,
@@ -266,13 +268,16 @@ def stacked_type(type_spec: tff.Type) -> tff.Type:
 def shard_computation(model_fn: ModelFn, program_fn: ProgramFn,
                       aggregation: FusedAggregation, weights_type: tff.Type,
                       hparams_type: tff.Type, data_type: tff.Type,
-                      client_state_type: Optional[tff.Type] = None
+                      client_state_type: Optional[tff.Type] = None,
+                      resident_examples: Optional[
+                          resident.ResidentExamples] = None
                       ) -> tff.Computation:
   """`<weights, hparams[, clipping_norm], shard[, client_states]> -> <sums,
   unfinalized metrics, counters[, new client states]>`: the shard's clients
   trained in turn by `program_fn`'s program, a `StatefulClientProgram` when
   `client_state_type` (one client's state) is given, whose states come in
-  and go out stacked (`stacked_type`) in the shard's client order."""
+  and go out stacked (`stacked_type`) in the shard's client order. With
+  `resident_examples`, shards are rows of them (`shard_examples`)."""
   clipping = aggregation.clipping
   stateful = client_state_type is not None
   arg_types = [('weights', weights_type), ('hparams', hparams_type)]
@@ -377,7 +382,8 @@ def shard_computation(model_fn: ModelFn, program_fn: ProgramFn,
       return outputs
 
     return train_shard(args['weights'], args['hparams'],
-                       args['shard']['examples'], args['shard']['batch_sizes'],
+                       shard_examples(args['shard'], resident_examples),
+                       args['shard']['batch_sizes'],
                        args['client_states'] if stateful else ())
 
   return shard_work
@@ -390,14 +396,59 @@ def batched_spec(input_spec):
       input_spec)
 
 
-def shard_type(model_fn: ModelFn) -> tff.Type:
-  """The TFF type of a shard of `model_fn`'s data (`fl_common.shards`)."""
-  element_type = tff.types.tensorflow_to_type(
-      batched_spec(model_fn().input_spec))
+def shard_type(model_fn: ModelFn,
+               resident_examples: Optional[Any] = None) -> tff.Type:
+  """The TFF type of a shard of `model_fn`'s data (`fl_common.shards`):
+  `<examples, batch_sizes>`, or with `resident_examples` (checked against
+  the model's input spec, `check_resident_examples`) `<rows, batch_sizes>`.
+  """
+  spec = batched_spec(model_fn().input_spec)
+  if resident_examples is not None:
+    check_resident_examples(resident_examples, spec)
+    first = ('rows', tff.TensorType(np.int64, [None]))
+  else:
+    first = ('examples', tff.types.tensorflow_to_type(spec))
   return tff.StructWithPythonType(
-      [('examples', element_type),
-       ('batch_sizes', tff.TensorType(np.int64, [None]))],
+      [first, ('batch_sizes', tff.TensorType(np.int64, [None]))],
       collections.OrderedDict)
+
+
+def as_resident(resident_examples: Any) -> Optional[resident.ResidentExamples]:
+  """A builder's `resident_examples`: `resident.ResidentExamples`, a structure
+  of NumPy arrays to hold (written to files now), or None."""
+  if resident_examples is None or isinstance(resident_examples,
+                                             resident.ResidentExamples):
+    return resident_examples
+  return resident.ResidentExamples(resident_examples)
+
+
+def check_resident_examples(resident_examples: resident.ResidentExamples,
+                            spec: Any) -> None:
+  """Raises `ValueError` unless `resident_examples` has the structure,
+  dtypes and example shapes of the batched `spec`."""
+  try:
+    tf.nest.assert_same_structure(resident_examples.spec, spec)
+  except (ValueError, TypeError) as e:
+    raise ValueError(f'resident examples are not shaped as the model\'s '
+                     f'input {spec}: {e}') from e
+  for held, s in zip(tf.nest.flatten(resident_examples.spec),
+                     tf.nest.flatten(spec)):
+    if (held.dtype != s.dtype or
+        not s.shape[1:].is_compatible_with(held.shape[1:])):
+      raise ValueError(f'resident examples of dtype {held.dtype.name} and '
+                       f'shape {held.shape} do not match the input {s}.')
+
+
+def shard_examples(shard: Any,
+                   resident_examples: Optional[resident.ResidentExamples]
+                   ) -> Any:
+  """In a shard computation's graph: the shard's examples, as sent
+  (`shard.examples`) or, with `resident_examples`, gathered by the shard's
+  `rows` from the arrays that the worker memory-maps
+  (`resident.ResidentExamples`, which says why)."""
+  if resident_examples is None:
+    return shard['examples']
+  return resident_examples.gather(shard['rows'])
 
 
 def build_fused_process(
@@ -411,6 +462,7 @@ def build_fused_process(
     metrics_aggregator: Optional[
         tff.learning.metrics.MetricsAggregatorType] = None,
     shard_model_fn: Optional[ModelFn] = None,
+    resident_examples: Optional[Any] = None,
 ) -> tff.learning.templates.LearningProcess:
   """A `LearningProcess` on shards, state-compatible with
   `compose_learning_process(initial weights, build_broadcast_process,
@@ -434,6 +486,11 @@ def build_fused_process(
       are overwritten with the broadcast ones (e.g.
       `large_cohort.fedopt.client_model_fn(model_fn)`, which skips their
       initializers); `model_fn` when `None`.
+    resident_examples: The population's examples held on the worker
+      (`fl_common.resident.ResidentExamples`, or NumPy arrays shaped as the
+      model's input, one row per example, to hold); shards are then rows
+      of them (`shard_type`, `shard_examples`,
+      `fl_common.shards.shards_from_arrays(..., rows_only=True)`).
   """
   metrics_aggregator = (metrics_aggregator or
                         tff.learning.metrics.sum_then_finalize)
@@ -470,10 +527,12 @@ def build_fused_process(
         model_weights, state.distributor, state.client_work, state.aggregator,
         state.finalizer)
 
-  data_type = shard_type(model_fn)
+  resident_examples = as_resident(resident_examples)
+  data_type = shard_type(model_fn, resident_examples)
   shard_work = shard_computation(shard_model_fn or model_fn, program_fn,
                                  aggregation, weights_type,
-                                 state_type.client_work, data_type)
+                                 state_type.client_work, data_type,
+                                 resident_examples=resident_examples)
   metrics_type = shard_work.type_signature.result[1]
   has_counters = bool(tf.nest.flatten(tff.types.type_to_tf_tensor_specs(
       shard_work.type_signature.result[2])))

@@ -22,11 +22,13 @@ summarizes the latter.
 
 import collections
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, Optional
 
 import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
+
+from fl_common import fused
 
 DEFAULT_PERCENTILES = (5, 25, 50, 75, 95)
 
@@ -96,7 +98,9 @@ def build_per_client_evaluation(model_fn: ModelFn) -> tff.Computation:
   return per_client_evaluation
 
 
-def build_fused_per_client_evaluation(model_fn: ModelFn) -> tff.Computation:
+def build_fused_per_client_evaluation(
+    model_fn: ModelFn,
+    resident_examples: Optional[Any] = None) -> tff.Computation:
   """`build_per_client_evaluation` for shards of clients (`fl_common.shards`):
   one call evaluates every client of a shard, in one TensorFlow graph.
 
@@ -105,6 +109,9 @@ def build_fused_per_client_evaluation(model_fn: ModelFn) -> tff.Computation:
     {<finalized=F, unfinalized=U>}@CLIENTS)` whose every tensor has a
     leading dimension over the shard's clients, in order (`split_clients`
     turns a call's result into `build_per_client_evaluation`'s list).
+    With `resident_examples` (the population's examples held on the worker:
+    `fl_common.resident.ResidentExamples`, or NumPy arrays to hold), a shard
+    is `<rows, batch_sizes>`.
 
   Raises:
     ValueError: If `model_fn` does not return a `VariableModel`.
@@ -112,13 +119,8 @@ def build_fused_per_client_evaluation(model_fn: ModelFn) -> tff.Computation:
   with tf.Graph().as_default():
     model = _check_model(model_fn())
     weights_type = tff.learning.models.weights_type_from_model(model)
-    batch_type = tff.types.tensorflow_to_type(tf.nest.map_structure(
-        lambda spec: tf.TensorSpec([None, *spec.shape[1:]], spec.dtype),
-        model.input_spec))
-  shard_type = tff.StructWithPythonType(
-      [('examples', batch_type),
-       ('batch_sizes', tff.TensorType(np.int64, [None]))],
-      collections.OrderedDict)
+  resident_examples = fused.as_resident(resident_examples)
+  shard_type = fused.shard_type(model_fn, resident_examples)
 
   @tff.tensorflow.computation(weights_type, shard_type)
   def evaluate_shard(incoming_weights, shard):
@@ -180,7 +182,9 @@ def build_fused_per_client_evaluation(model_fn: ModelFn) -> tff.Computation:
           (tf.constant(0), tf.constant(0), arrays))
       return tf.nest.map_structure(lambda array: array.stack(), arrays)
 
-    return evaluate(incoming_weights, shard['examples'], shard['batch_sizes'])
+    return evaluate(incoming_weights,
+                    fused.shard_examples(shard, resident_examples),
+                    shard['batch_sizes'])
 
   @tff.federated_computation(
       tff.FederatedType(weights_type, tff.SERVER),

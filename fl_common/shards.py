@@ -7,6 +7,12 @@ batch (size 0):
     OrderedDict(examples=<structure of [examples, ...] arrays>,
                 batch_sizes=int64 [batches])
 
+or, for a process that holds the population's examples on the worker
+(`fl_common.resident`: clients stored as rows of shared arrays), the rows
+of those arrays in the same order, 8 bytes per example:
+
+    OrderedDict(rows=int64 [examples], batch_sizes=int64 [batches])
+
 `large_cohort.fused` trains a shard's clients one after the other in one
 TensorFlow graph; `fl_common.per_client_evaluation` evaluates them. The
 shards are made in the driver, from the clients' tf.data pipelines
@@ -189,6 +195,7 @@ def shards_from_arrays(
     clients_per_shard: int,
     rng: np.random.Generator,
     steps: Optional[Sequence[int]] = None,
+    rows_only: bool = False,
 ) -> list[collections.OrderedDict]:
   """The fused process's client data for clients stored as rows of shared
   arrays (client `k` owns rows `client_rows[k]` of every array), batched by
@@ -199,6 +206,11 @@ def shards_from_arrays(
   output repeated (each run a new order) and cut, as
   `gel_tff.budgets.limit_to_steps` does; a client without examples gets
   none.
+
+  With `rows_only`, a shard holds the rows of `examples` instead of the
+  examples (`OrderedDict(rows, batch_sizes)`), for a process that holds
+  `resident_examples(examples, recipe)`: the same batches, drawn with the
+  same `rng`.
 
   Raises:
     ValueError: If `clients_per_shard` < 1 or there are no clients.
@@ -224,6 +236,10 @@ def shards_from_arrays(
       batch_sizes += sizes + [0]
       indices.append(order)
     flat = np.concatenate(indices).astype(np.int64)
+    if rows_only:
+      shards.append(collections.OrderedDict(
+          rows=flat, batch_sizes=np.asarray(batch_sizes, np.int64)))
+      continue
     gathered = collections.OrderedDict(
         (name, array[flat]) for name, array in examples.items())
     if recipe.transform is not None:
@@ -314,6 +330,7 @@ def shards_for_round(
     rng: np.random.Generator,
     steps: Optional[Sequence[int]] = None,
     max_shard_bytes: Optional[int] = None,
+    rows_only: bool = False,
 ) -> list[collections.OrderedDict]:
   """A round's shards: in NumPy (`shards_from_arrays`, with `rng`) when the
   clients are rows of shared arrays (`client_data.arrays`,
@@ -324,13 +341,25 @@ def shards_for_round(
   client for TFF's `TestClientData`, whose `serializable_dataset_fn` bakes
   every client's examples into each trace: 12 GB and 80 s for 1,000 EMNIST
   clients). With `max_shard_bytes`, shards are then cut to that size
-  (`split_shards`)."""
+  (`split_shards`). With `rows_only` (for a process holding
+  `resident_examples(client_data, preprocess_fn)`), shards are rows of the
+  arrays, not cut.
+
+  Raises:
+    ValueError: With `rows_only`, if the clients are not rows of shared
+      arrays with a batch recipe.
+  """
   recipe = getattr(preprocess_fn, 'batch_recipe', None)
   client_rows = getattr(client_data, 'client_rows', None)
+  if rows_only and (recipe is None or client_rows is None):
+    raise ValueError('rows_only needs clients stored as rows of shared arrays'
+                     ' and a pipeline with a batch recipe.')
   if recipe is not None and client_rows is not None:
     shards = shards_from_arrays(
         client_data.arrays, [client_rows(i) for i in client_ids],
-        BatchRecipe(**recipe), clients_per_shard, rng, steps)
+        BatchRecipe(**recipe), clients_per_shard, rng, steps, rows_only)
+    if rows_only:
+      return shards
   elif isinstance(client_data, tff.simulation.datasets.TestClientData):
     preprocess_fn = preprocess_fn or (lambda d: d)
     datasets = [preprocess_fn(client_data.create_tf_dataset_for_client(i))

@@ -20,7 +20,7 @@ The public builders are `gel_tff.gel.build_fused_gel` and
 import collections
 import functools
 from collections.abc import Callable
-from typing import Optional
+from typing import Any, Optional
 
 import tensorflow as tf
 import tensorflow_federated as tff
@@ -72,8 +72,10 @@ def compose_fused(
     report_normalizer: bool,
     model_aggregator: Optional[fused.DiagnosedMeanFactory],
     metrics_aggregator: Optional[tff.learning.metrics.MetricsAggregatorType],
+    resident_examples: Optional[Any] = None,
 ) -> tff.learning.templates.LearningProcess:
-  """One row of Table 3 on shards (arguments as `gel_tff.gel`'s `_build`).
+  """One row of Table 3 on shards (arguments as `gel_tff.gel`'s `_build`;
+  `resident_examples` as `fl_common.fused.build_fused_process`'s).
 
   `model_aggregator` is a `diagnosed_mean.diagnosed_mean_factory`, weighted
   or not (the per-client process takes the unweighted one through
@@ -119,4 +121,5 @@ def compose_fused(
       aggregation=aggregation,
       server_optimizer=server_optimizer,
       client_measurements_fn=client_measurements,
-      metrics_aggregator=metrics_aggregator)
+      metrics_aggregator=metrics_aggregator,
+      resident_examples=resident_examples)

@@ -25,7 +25,7 @@ batch it is given.
 """
 
 from collections.abc import Callable
-from typing import Optional
+from typing import Any, Optional
 
 import numpy as np
 import tensorflow_federated as tff
@@ -91,6 +91,7 @@ def _build(
     model_aggregator: Optional[tff.aggregators.WeightedAggregationFactory],
     metrics_aggregator: Optional[tff.learning.metrics.MetricsAggregatorType],
     on_shards: bool = False,
+    resident_examples: Optional[Any] = None,
 ) -> tff.learning.templates.LearningProcess:
   """Composes the four slots for one row of Table 3 (on shards of clients,
   `gel_tff.fused`, if `on_shards`)."""
@@ -106,7 +107,8 @@ def _build(
         proximal_strength=proximal_strength if base == 'fedprox' else 0.0,
         client_weighting=client_weighting, report_normalizer=is_fednova,
         model_aggregator=model_aggregator,
-        metrics_aggregator=metrics_aggregator)
+        metrics_aggregator=metrics_aggregator,
+        resident_examples=resident_examples)
   if (model_aggregator is not None and not isinstance(
       model_aggregator, tff.aggregators.WeightedAggregationFactory)):
     raise TypeError(
@@ -267,6 +269,7 @@ def build_fused_gel(
     model_aggregator: Optional[fused.DiagnosedMeanFactory] = None,
     metrics_aggregator: Optional[
         tff.learning.metrics.MetricsAggregatorType] = None,
+    resident_examples: Optional[Any] = None,
 ) -> tff.learning.templates.LearningProcess:
   """`build_gel` on shards of clients (`gel_tff.fused`).
 
@@ -282,6 +285,11 @@ def build_fused_gel(
     model_aggregator: A `fl_common.diagnosed_mean.diagnosed_mean_factory`
       (weighted, or unweighted with `UNIFORM` weighting); `None` is the
       weighted mean without clipping, `build_gel`'s default.
+    resident_examples: The population's examples held on the worker
+      (`fl_common.resident.ResidentExamples`, or NumPy arrays shaped as the
+      model's input, one row per example, to hold); each round's shards are
+      then rows of them (`shards_from_arrays(..., rows_only=True)`).
+      Default: shards carry examples.
 
   Raises:
     TypeError: If `model_aggregator` is not a diagnosed mean.
@@ -295,7 +303,8 @@ def build_fused_gel(
       guessed_steps=guessed_steps, server_optimizer=server_optimizer,
       proximal_strength=proximal_strength, client_weighting=client_weighting,
       model_aggregator=model_aggregator,
-      metrics_aggregator=metrics_aggregator, on_shards=True)
+      metrics_aggregator=metrics_aggregator, on_shards=True,
+      resident_examples=resident_examples)
 
 
 def build_fused_budgeted_baseline(
@@ -311,6 +320,7 @@ def build_fused_budgeted_baseline(
     model_aggregator: Optional[fused.DiagnosedMeanFactory] = None,
     metrics_aggregator: Optional[
         tff.learning.metrics.MetricsAggregatorType] = None,
+    resident_examples: Optional[Any] = None,
 ) -> tff.learning.templates.LearningProcess:
   """`build_budgeted_baseline` on shards of clients (`gel_tff.fused`);
   arguments as in `build_fused_gel`."""
@@ -322,4 +332,5 @@ def build_fused_budgeted_baseline(
       server_optimizer=server_optimizer,
       proximal_strength=proximal_strength, client_weighting=client_weighting,
       model_aggregator=model_aggregator,
-      metrics_aggregator=metrics_aggregator, on_shards=True)
+      metrics_aggregator=metrics_aggregator, on_shards=True,
+      resident_examples=resident_examples)

@@ -18,7 +18,7 @@ gradients at the broadcast model.
 
 import collections
 from collections.abc import Callable
-from typing import Optional
+from typing import Any, Optional
 
 import tensorflow as tf
 import tensorflow_federated as tff
@@ -83,6 +83,7 @@ def build_fused_fedopt(
     model_aggregator: Optional[fused.DiagnosedMeanFactory] = None,
     metrics_aggregator: Optional[
         tff.learning.metrics.MetricsAggregatorType] = None,
+    resident_examples: Optional[Any] = None,
 ) -> tff.learning.templates.LearningProcess:
   """Builds FedOpt (Algorithm 1) on shards of clients (module docstring).
 
@@ -102,6 +103,11 @@ def build_fused_fedopt(
       with diagnostics, without clipping.
     metrics_aggregator: Aggregates training metrics; TFF's
       `sum_then_finalize` when `None`.
+    resident_examples: The population's examples held on the worker
+      (`fl_common.resident.ResidentExamples`, or NumPy arrays shaped as the
+      model's input, one row per example, to hold); each round's shards are
+      then rows of them (`shards_from_arrays(..., rows_only=True)`).
+      Default: shards carry examples.
 
   Raises:
     TypeError: If `model_aggregator` is not a diagnosed mean of the right
@@ -131,7 +137,8 @@ def build_fused_fedopt(
       client_measurements_fn=lambda train, counters: collections.OrderedDict(
           train=train),
       metrics_aggregator=metrics_aggregator,
-      shard_model_fn=fedopt.client_model_fn(model_fn))
+      shard_model_fn=fedopt.client_model_fn(model_fn),
+      resident_examples=resident_examples)
 
 
 def _fedsgd_program() -> fused.ProgramFn:
@@ -183,6 +190,7 @@ def build_fused_fedsgd(
     model_aggregator: Optional[fused.DiagnosedMeanFactory] = None,
     metrics_aggregator: Optional[
         tff.learning.metrics.MetricsAggregatorType] = None,
+    resident_examples: Optional[Any] = None,
 ) -> tff.learning.templates.LearningProcess:
   """Builds FedSGD (`build_fedsgd`) on shards of clients (module docstring).
 
@@ -193,6 +201,11 @@ def build_fused_fedsgd(
       default: the mean with diagnostics, without clipping.
     metrics_aggregator: Aggregates training metrics; TFF's
       `sum_then_finalize` when `None`.
+    resident_examples: The population's examples held on the worker
+      (`fl_common.resident.ResidentExamples`, or NumPy arrays shaped as the
+      model's input, one row per example, to hold); each round's shards are
+      then rows of them (`shards_from_arrays(..., rows_only=True)`).
+      Default: shards carry examples.
 
   Raises:
     TypeError: If `model_aggregator` is not a weighted diagnosed mean.
@@ -214,4 +227,5 @@ def build_fused_fedsgd(
       server_optimizer=server_optimizer,
       client_measurements_fn=lambda train, counters: collections.OrderedDict(
           train=train),
-      metrics_aggregator=metrics_aggregator)
+      metrics_aggregator=metrics_aggregator,
+      resident_examples=resident_examples)

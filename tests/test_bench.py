@@ -97,8 +97,8 @@ def test_limit_round_matches_numpy():
 
 def _tff_round_against_the_limit(variant, arrays):
   """The TFF round's new model and the limit's mean client model."""
-  tff_round = tff_rounds.round_for(tff_rounds.build_process(TINY, variant),
-                                   TINY, arrays, variant)
+  tff_round = tff_rounds.round_for(
+      tff_rounds.build_process(TINY, variant, arrays), TINY, arrays, variant)
   start = [np.asarray(w) for w in
            tff_round.process.get_model_weights(tff_round.state).trainable]
   # The server model starts from the model's own initializer, not zeros.
@@ -122,7 +122,8 @@ def test_tff_round_computes_the_limit_client_work(variant):
     np.testing.assert_allclose(np.asarray(g), e, rtol=1e-5, atol=1e-6)
 
 
-@pytest.mark.parametrize('variant', ['fedavg', 'package', 'fused'])
+@pytest.mark.parametrize('variant', ['fedavg', 'package', 'fused',
+                                     'resident'])
 def test_tff_round_in_cohort_slices_computes_the_limit_client_work(variant):
   # 5 clients in slices of at most 2: three partial aggregates merged.
   with runtime.local_runtime(max_clients_per_call=2):

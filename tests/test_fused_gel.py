@@ -7,7 +7,6 @@ uneven client sizes, an empty client, a NaN client and uneven shards."""
 
 import numpy as np
 import pytest
-import tensorflow as tf
 import tensorflow_federated as tff
 
 from fl_common import diagnosed_mean
