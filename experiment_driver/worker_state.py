@@ -172,9 +172,22 @@ class StateKeepingContext(async_execution_context.AsyncExecutionContext):
   def __init__(self, runner: async_utils.AsyncThreadRunner, **kwargs: Any):
     super().__init__(**kwargs)
     self._runner = runner
-    # (executor, compiled computation) -> the computation on the worker:
-    # each is sent once per executor, not at every call.
+    # (executor, id of a compiled computation) -> the computation on the
+    # worker: each is sent once per executor, not at every call.
     self._computations_on_worker = {}
+    # id(computation) -> (computation, compiled): by identity, because a
+    # TFF computation's hash serializes its whole proto (the compiler's
+    # cache and a dict keyed by it paid that twice a round, ~1 ms for a
+    # learning process's `next`). The computation is held, so its id is not
+    # reused.
+    self._compiled = {}
+
+  def _compile(self, comp: tff.Computation) -> tff.Computation:
+    held = self._compiled.get(id(comp))
+    if held is None or held[0] is not comp:
+      held = (comp, self._compiler_pipeline.compile(comp))
+      self._compiled[id(comp)] = held
+    return held[1]
 
   def _transformed_arg(self, arg: Any) -> Any:
     """`arg` through `transform_args`, element by element (it does not take
@@ -196,11 +209,12 @@ class StateKeepingContext(async_execution_context.AsyncExecutionContext):
       self, executor: executor_base.Executor,
       compiled: tff.Computation) -> executor_value_base.ExecutorValue:
     """`compiled` on `executor`'s worker, sent there on its first call."""
-    comp_value = self._computations_on_worker.get((executor, compiled))
+    key = (executor, id(compiled))  # `compiled` is held by `_compiled`.
+    comp_value = self._computations_on_worker.get(key)
     if comp_value is None:
       comp_value = await executor.create_value(compiled,
                                                compiled.type_signature)
-      self._computations_on_worker[(executor, compiled)] = comp_value
+      self._computations_on_worker[key] = comp_value
     return comp_value
 
   async def invoke(self, comp: Any, arg: Any) -> Any:
@@ -210,7 +224,7 @@ class StateKeepingContext(async_execution_context.AsyncExecutionContext):
       # takes the unplaced state.
       arg = await _fetch_async(arg)
     result_type = comp.type_signature.result
-    compiled = self._compiler_pipeline.compile(comp)
+    compiled = self._compile(comp)
     parameter_type = compiled.type_signature.parameter
     cardinalities = {}
     if arg is not None:
