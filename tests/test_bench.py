@@ -162,6 +162,7 @@ def test_e2e_row_runs_the_driver_and_projects(monkeypatch):
   assert row['clients'] == 5 and row['rounds'] == 2
   assert 0 < row['startup_s'] < row['wall_s']
   assert 0 < row['eval_s'] < row['wall_s'] - row['startup_s']
+  assert row['first_eval_s'] == row['eval_s']  # one evaluation: the first
   assert row['projected_s'] == pytest.approx(
       row['wall_s'] + (e2e.PROJECTED_ROUNDS - 2) * row['round_s'])
   assert row['ratio'] == pytest.approx(row['round_s'] / row['limit_round_s'])
