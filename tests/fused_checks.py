@@ -34,6 +34,17 @@ def assert_close(a, b):
                                atol=1e-6)
 
 
+def assert_same_stateful_round(output, other_output, runner, other_runner,
+                               client_ids):
+  """Asserts that two stateful rounds (`StatefulClientRunner.next`
+  outputs) gave equal states and metrics, and left equal states of
+  `client_ids` in their runners' stores."""
+  assert_close(output.state, other_output.state)
+  assert_close(output.metrics, other_output.metrics)
+  assert_close(runner.store.load(client_ids),
+               other_runner.store.load(client_ids))
+
+
 def assert_same_round(per_client, on_shards, state, fused_state, datasets,
                       clients_per_shard, max_shard_bytes=None):
   """Runs a round of both processes (the fused one on shards of

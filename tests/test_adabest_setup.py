@@ -74,10 +74,8 @@ def test_the_default_rounds_on_shards_equal_rounds_per_client(name):
   state = per_client.process.initialize()
   output = runner.next(state, CLIENT_IDS, client_datasets)
   fused_output = fused_runner.next(state, CLIENT_IDS, made)
-  fused_checks.assert_close(output.state, fused_output.state)
-  fused_checks.assert_close(output.metrics, fused_output.metrics)
-  fused_checks.assert_close(runner.store.load(CLIENT_IDS),
-                            fused_runner.store.load(CLIENT_IDS))
+  fused_checks.assert_same_stateful_round(output, fused_output, runner,
+                                          fused_runner, CLIENT_IDS)
 
 
 @pytest.mark.parametrize('name', ['adabest', 'feddyn', 'scaffold'])

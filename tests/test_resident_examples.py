@@ -167,10 +167,8 @@ def test_a_stateful_round_on_rows_equals_the_round_on_examples(name):
                               seed=round_num)
     output = runner.next(state, ids, sent)
     rows_output = rows_runner.next(rows_state, ids, rows)
-    fused_checks.assert_close(output.state, rows_output.state)
-    fused_checks.assert_close(output.metrics, rows_output.metrics)
-    fused_checks.assert_close(runner.store.load(ids),
-                              rows_runner.store.load(ids))
+    fused_checks.assert_same_stateful_round(output, rows_output, runner,
+                                            rows_runner, ids)
     state, rows_state = output.state, rows_output.state
 
 
