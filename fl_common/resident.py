@@ -25,29 +25,6 @@ import tensorflow_federated as tff
 from fl_common import shards
 
 
-_PREFIX = 'resident_examples_'
-
-
-def _is_running(pid: int) -> bool:
-  try:
-    os.kill(pid, 0)
-  except ProcessLookupError:
-    return False
-  except PermissionError:  # Someone else's.
-    return True
-  return True
-
-
-def _remove_stale(parent: str) -> None:
-  """Removes the directories under `parent` that `ResidentExamples` of
-  processes no longer running left (killed before their exit)."""
-  for entry in os.scandir(parent):
-    pid = entry.name[len(_PREFIX):].split('_', 1)[0]
-    if (entry.name.startswith(_PREFIX) and pid.isdigit() and
-        not _is_running(int(pid))):
-      shutil.rmtree(entry.path, ignore_errors=True)
-
-
 class ResidentExamples:
   """A population's examples, held where the worker reads them.
 
@@ -59,10 +36,7 @@ class ResidentExamples:
   constants at every call, so a round would copy the whole population
   (`docs/benchmarks.md`). The files must be readable at the same path by the
   worker: a worker on this machine, or `directory` on a file system that
-  remote workers share. They are removed by `close()` or when Python exits;
-  those of a process that was killed (SIGKILL) are removed by the next
-  `ResidentExamples` made in the system's temporary directory (its name
-  carries the process id).
+  remote workers share. They are removed by `close()` or when Python exits.
 
   Args:
     examples: A structure of NumPy arrays with one row per example (as the
@@ -90,9 +64,7 @@ class ResidentExamples:
     self.spec = tf.nest.pack_sequence_as(
         examples, [tf.TensorSpec(a.shape, tf.as_dtype(a.dtype))
                    for a in arrays])
-    if directory is None:
-      _remove_stale(tempfile.gettempdir())
-    self.directory = tempfile.mkdtemp(prefix=f'{_PREFIX}{os.getpid()}_',
+    self.directory = tempfile.mkdtemp(prefix='resident_examples_',
                                       dir=directory)
     # Not when this object is collected: processes built on it keep only
     # the paths.

@@ -10,8 +10,6 @@ gathered examples)."""
 import collections
 import gc
 import os
-import subprocess
-import tempfile
 
 import numpy as np
 import pytest
@@ -229,24 +227,6 @@ def test_resident_examples_gather_the_rows_of_their_files():
   assert not os.path.exists(directory)
   with pytest.raises(ValueError, match='closed'):
     held.gather(tf.constant(rows))
-
-
-def test_resident_examples_of_killed_processes_are_removed(tmp_path,
-                                                          monkeypatch):
-  monkeypatch.setattr(tempfile, 'tempdir', str(tmp_path))
-  child = subprocess.Popen(['true'])
-  child.wait()  # its pid no longer runs
-  stale = tmp_path / f'resident_examples_{child.pid}_abc'
-  live = tmp_path / f'resident_examples_{os.getpid()}_def'
-  unrelated = tmp_path / 'resident_examples_notapid'
-  for directory in (stale, live, unrelated):
-    directory.mkdir()
-  held = resident.ResidentExamples({'x': np.zeros((2, 1), np.float32)})
-  assert not stale.exists() and live.exists() and unrelated.exists()
-  assert os.path.dirname(held.directory) == str(tmp_path)
-  assert os.path.basename(held.directory).startswith(
-      f'resident_examples_{os.getpid()}_')
-  held.close()
 
 
 def test_resident_examples_refuse_what_they_cannot_hold():
