@@ -11,7 +11,8 @@ several real clients' batches, read in the driver into plain tensors
 (`fl_common.shards`: every batch's examples concatenated plus the batch
 sizes, each client closed by an empty batch), or the rows of those
 examples in arrays that the worker holds (`resident.ResidentExamples`,
-`shard_examples`). No tf.data pipeline runs on the worker. One call of the shard computation, one TensorFlow graph (an
+`shard_examples`). No tf.data pipeline runs on the worker. One call of the
+shard computation, one TensorFlow graph (an
 outer `tf.while_loop` over the shard's clients, an inner one over a
 client's batches; no AutoGraph, whose conversion of a Keras model takes
 seconds of start-up), trains every client of the shard in turn:

@@ -25,6 +25,11 @@ import tensorflow_federated as tff
 from fl_common import shards
 
 
+def _holdable(array: np.ndarray) -> bool:
+  """Whether `ImmutableConst` can map the array: numeric, with rows."""
+  return array.dtype.kind in 'biuf' and array.ndim >= 1
+
+
 class ResidentExamples:
   """A population's examples, held where the worker reads them.
 
@@ -53,7 +58,7 @@ class ResidentExamples:
     if not arrays:
       raise ValueError('resident examples need at least one array.')
     for array in arrays:
-      if array.dtype.kind not in 'biuf' or array.ndim < 1:
+      if not _holdable(array):
         raise ValueError('resident examples are numeric arrays with a row per'
                          f' example, got dtype {array.dtype} and shape'
                          f' {array.shape}.')
@@ -138,8 +143,7 @@ def resident_from_shards(
   `(resident examples, the same shards as rows of them)`, every shard's
   examples concatenated in order; None if they are not numeric."""
   examples = [s['examples'] for s in shards]
-  if any(np.asarray(a).dtype.kind not in 'biuf'
-         for a in tf.nest.flatten(examples)):
+  if not all(_holdable(np.asarray(a)) for a in tf.nest.flatten(examples)):
     return None
   resident = ResidentExamples(tf.nest.map_structure(
       lambda *parts: np.concatenate(parts), *examples))
