@@ -16,7 +16,12 @@ fused shards as the driver runs it (`large_cohort.fused`, one shard per
 core, `fl_common.shards.shards_for_round`); `adabest`,
 `adabest_tff.adabest.build_adabest` at its defaults, whose clients each keep
 a model-sized state between rounds; `fused_adabest`, the same on fused
-shards (`on_shards=True`), the shards' client states stacked.
+shards (`on_shards=True`), the shards' client states stacked;
+`resident`, the fused round as the driver runs it on array-backed clients
+(Synthetic, the partitioned image tasks): the population's examples held
+on the worker (`fl_common.resident.ResidentExamples`, files it
+memory-maps, counted in its resident set as it touches them) and shards of
+rows.
 
 Run it in a fresh process per measurement (`run_in_subprocess`), so the peaks
 of one measurement do not carry over to the next. `measure_series` runs a
@@ -52,7 +57,9 @@ from experiment_driver import runtime
 from experiment_driver import training_loop
 from fl_common import shards
 
-ALGORITHMS = ('fedavg', 'fused', 'adabest', 'fused_adabest')
+ALGORITHMS = ('fedavg', 'fused', 'resident', 'adabest', 'fused_adabest')
+# The algorithms whose rounds run on shards, one TFF client per core.
+ON_SHARDS = ('fused', 'resident', 'fused_adabest')
 _NUM_TEST_CLIENTS = 2
 # The share of the available memory a measurement may be predicted to take.
 _MEMORY_BUDGET_FRACTION = 0.75
@@ -73,35 +80,54 @@ def _reset_peak_rss() -> None:
     f.write('5')
 
 
-def _task(workload: workloads.Workload,
-          num_clients: int) -> tuple[tff.simulation.baselines.BaselineTask,
-                                     int]:
-  """A task on random client data, and the training data's size in bytes."""
+def _task(
+    workload: workloads.Workload, num_clients: int, array_backed: bool = False
+) -> tuple[tff.simulation.baselines.BaselineTask, workloads.ClientArrays]:
+  """A task on random client data, and its training arrays. With
+  `array_backed`, its training clients are rows of shared arrays and its
+  pipeline has a batch recipe, as `tasks.synthetic`'s, which is what a
+  fused process can hold (`fl_common.resident.resident_examples`)."""
   train = workload.client_arrays(num_clients, seed=0)
+  train_data = workload.client_data(train)
+  preprocess = workload.preprocess
+  if array_backed:
+    train_data.arrays = tff_rounds.flat_examples(train)
+    per_client = train.x.shape[1]
+    train_data.client_rows = lambda client_id: np.arange(
+        int(client_id) * per_client, (int(client_id) + 1) * per_client)
+
+    def batches_in_order(dataset):  # The workload's pipeline, described.
+      return workload.preprocess(dataset)
+
+    batches_in_order.batch_recipe = dict(batch_size=workload.batch_size,
+                                         shuffle=False)
+    preprocess = batches_in_order
   datasets = tff.simulation.baselines.BaselineTaskDatasets(
-      train_data=workload.client_data(train),
+      train_data=train_data,
       test_data=workload.client_data(
           workload.client_arrays(_NUM_TEST_CLIENTS, seed=1)),
-      train_preprocess_fn=workload.preprocess,
+      train_preprocess_fn=preprocess,
       eval_preprocess_fn=workload.preprocess)
   task = tff.simulation.baselines.BaselineTask(datasets,
                                                workload.tff_model_fn())
-  return task, train.x.nbytes + train.y.nbytes
+  return task, train
 
 
 def _process(
-    algorithm: str,
-    workload: workloads.Workload) -> tff.learning.templates.LearningProcess:
-  if algorithm in ('fedavg', 'fused'):
-    return tff_rounds.build_process(
-        workload, 'package' if algorithm == 'fedavg' else 'fused')
+    algorithm: str, workload: workloads.Workload,
+    train: workloads.ClientArrays) -> tff.learning.templates.LearningProcess:
+  if algorithm in ('fedavg', 'fused', 'resident'):
+    variant = 'package' if algorithm == 'fedavg' else algorithm
+    return tff_rounds.build_process(workload, variant, train)
   return adabest.build_adabest(workload.tff_model_fn(),
                                on_shards=algorithm == 'fused_adabest')
 
 
-def _shards_fn(task: tff.simulation.baselines.BaselineTask):
+def _shards_fn(task: tff.simulation.baselines.BaselineTask,
+               rows_only: bool = False):
   """The driver's shards of a round's clients (one per core, cut to
-  `shards.MAX_AUTO_SHARD_BYTES`)."""
+  `shards.MAX_AUTO_SHARD_BYTES`; with `rows_only`, rows of the held
+  examples)."""
   data = task.datasets
 
   def client_datasets_fn(round_num, client_ids):
@@ -109,7 +135,7 @@ def _shards_fn(task: tff.simulation.baselines.BaselineTask):
         data.train_data, data.train_preprocess_fn, client_ids,
         shards.auto_clients_per_shard(len(client_ids)),
         np.random.default_rng(round_num),
-        max_shard_bytes=shards.MAX_AUTO_SHARD_BYTES)
+        max_shard_bytes=shards.MAX_AUTO_SHARD_BYTES, rows_only=rows_only)
 
   return client_datasets_fn
 
@@ -143,15 +169,17 @@ def measure_peak_memory(
         f'Unknown algorithm {algorithm!r}; expected one of {ALGORITHMS}.')
   if rounds < 1:
     raise ValueError(f'rounds must be positive, got {rounds}.')
-  task, data_bytes = _task(workload, num_clients)
+  resident = algorithm == 'resident'
+  task, train = _task(workload, num_clients, array_backed=resident)
   with tempfile.TemporaryDirectory() as root, runtime.local_runtime(
       max_clients_per_call=max_clients_per_call,
       keep_state_on_worker=True) as address:
     worker_pid = timing.worker_pid(address)
     setup = algorithm_setup.AlgorithmSetup(
-        process=_process(algorithm, workload),
-        client_datasets_fn=(_shards_fn(task) if algorithm.startswith('fused')
-                            else None))
+        process=_process(algorithm, workload, train),
+        client_datasets_fn=(
+            _shards_fn(task, rows_only=resident)
+            if algorithm in ON_SHARDS else None))
     config = training_loop.LoopConfig(
         total_rounds=rounds, cohort_size_fn=lambda _: num_clients,
         rounds_per_eval=rounds, rounds_per_checkpoint=rounds,
@@ -173,7 +201,7 @@ def measure_peak_memory(
       'workload': workload.name,
       'clients': num_clients,
       'clients_per_call': _clients_per_call(max_clients_per_call),
-      'data_mb': data_bytes / _BYTES_PER_MB,
+      'data_mb': (train.x.nbytes + train.y.nbytes) / _BYTES_PER_MB,
       'driver_start_mb': driver_start_kb / 1024,
       'driver_peak_mb': driver_peak_kb / 1024,
       'worker_peak_mb': worker_peak_kb / 1024,

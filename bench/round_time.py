@@ -213,7 +213,7 @@ def main(argv: Sequence[str]) -> None:
     tables['memory'] = [
         row for algorithm in memory.ALGORITHMS
         # Fused rounds have one TFF client per core: nothing to slice.
-        for clients_per_call in ((None,) if algorithm.startswith('fused') else
+        for clients_per_call in ((None,) if algorithm in memory.ON_SHARDS else
                                  (None, per_call))
         for row in memory.measure_series(
             algorithm, _MEMORY_WORKLOAD.value, memory_clients,

@@ -96,7 +96,7 @@ def build_process(
         model_fn, client_optimizer=client_optimizer,
         server_optimizer=server_optimizer,
         model_aggregator=driver_default_aggregator(),
-        resident_examples=(_flat_examples(arrays) if variant == 'resident'
+        resident_examples=(flat_examples(arrays) if variant == 'resident'
                            else None))
   raise ValueError(f'Unknown variant {variant!r}; expected one of {VARIANTS}.')
 
@@ -130,7 +130,7 @@ class TffRound:
         lambda datasets: self.process.next(self.state, datasets)).state
 
 
-def _flat_examples(arrays: workloads.ClientArrays) -> collections.OrderedDict:
+def flat_examples(arrays: workloads.ClientArrays) -> collections.OrderedDict:
   """Every client's examples as rows of two arrays, client after client."""
   return collections.OrderedDict(
       x=arrays.x.reshape((-1,) + arrays.x.shape[2:]),
@@ -157,7 +157,7 @@ def datasets_fn_for(workload: workloads.Workload,
     def datasets_fn():
       if variant in ('fused', 'resident'):
         # As the driver batches array-backed clients (Synthetic): in NumPy.
-        flat = _flat_examples(arrays)
+        flat = flat_examples(arrays)
         rows = np.arange(len(flat['x'])).reshape(arrays.num_clients, -1)
         round_shards = shards.shards_from_arrays(
             flat, list(rows),

@@ -301,7 +301,7 @@ def test_peak_memory_of_stateful_rounds_through_the_training_loop():
     memory.measure_peak_memory('sgd', TINY, num_clients=3)
 
 
-@pytest.mark.parametrize('algorithm', ['fused', 'fused_adabest'])
+@pytest.mark.parametrize('algorithm', ['fused', 'resident', 'fused_adabest'])
 def test_peak_memory_of_fused_rounds_through_the_training_loop(algorithm):
   result = memory.measure_peak_memory(algorithm, TINY, num_clients=3,
                                       rounds=1)

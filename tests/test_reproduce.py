@@ -167,6 +167,42 @@ def test_gel_speedup_is_withheld_when_a_seed_misses_the_target(tmp_path):
   assert (reached[core.VALUE], reached[core.NUM_RUNS]) == (1, 2)
 
 
+def test_gel_table5_picks_the_fastest_rate_every_seed_of_which_reached(
+    tmp_path):
+  root = str(tmp_path)
+  names = []
+  # FedAvg: 0.1 reaches the target at rounds 8 and 12 (mean 10); 0.05 at
+  # 6, but only one seed of two; 0.01 never (final 0.8).
+  for lr, by_seed in ((0.1, ({8: 0.86}, {12: 0.9})),
+                      (0.05, ({6: 0.9}, {20: 0.7})),
+                      (0.01, ({20: 0.8}, {20: 0.8}))):
+    for seed, accuracy in enumerate(by_seed):
+      names.append(f'a{lr}_{seed}')
+      _gel_run(root, names[-1], 'fedavg_budgeted', lr, seed, accuracy)
+  # FedAvgCM: no rate reaches the target; 0.005 ends the most accurate.
+  for lr, final in ((0.01, 0.7), (0.005, 0.8)):
+    for seed in range(2):
+      names.append(f'm{lr}_{seed}')
+      _gel_run(root, names[-1], 'fedavgcm_budgeted', lr, seed,
+               {10: 0.84, 20: final})
+  frame = core.load_finished_runs([
+      core.sweep.SweepPoint(n, {}, (), os.path.join(root, n), 20)
+      for n in names])
+  analysis = gel_experiments.analyze_table5(frame, root)
+  table = analysis.table.set_index([core.ROW, core.QUANTITY])
+  assert table.loc[('task=synthetic', 'best_client_learning_rate/'
+                    'fedavg_budgeted'), core.VALUE] == 0.1
+  assert table.loc[('task=synthetic', 'best_client_learning_rate/'
+                    'fedavgcm_budgeted'), core.VALUE] == 0.005
+  row = 'task=synthetic client_learning_rate=0.1'
+  assert table.loc[(row, 'rounds_to_target/fedavg_budgeted'),
+                   core.VALUE] == 10
+  assert table.loc[('task=synthetic client_learning_rate=0.01',
+                    'final_accuracy/fedavg_budgeted'), core.VALUE] == 0.8
+  assert any('no rate reached the target' in n for n in analysis.notes)
+  assert os.path.isfile(os.path.join(root, 'accuracy_vs_rounds.png'))
+
+
 def test_catastrophic_failure_rate_per_cohort_and_clipping(tmp_path):
   root = str(tmp_path)
   points = []
