@@ -158,7 +158,8 @@ def measure_peak_memory(
   Returns:
     A dict with `algorithm`, `workload`, `clients`, `clients_per_call`,
     `data_mb` (the training arrays), `driver_start_mb` (the driver's RSS once
-    the data are built), `driver_peak_mb` and `worker_peak_mb`.
+    the data are built), `driver_peak_mb`, `worker_peak_mb` and
+    `worker_file_mb` (the worker's file-backed resident pages at the end).
 
   Raises:
     ValueError: For an unknown algorithm, or non-positive `num_clients` or
@@ -196,6 +197,10 @@ def measure_peak_memory(
                          _status_kilobytes('self', 'VmHWM'),
                          _status_kilobytes('self', 'VmRSS'))
     worker_peak_kb = _status_kilobytes(worker_pid, 'VmHWM')
+    # Pages of files the worker maps (its binary's and libraries', and the
+    # examples a `resident` process holds) count in its resident set but
+    # are the page cache's, shared and reclaimable: their share at the end.
+    worker_file_kb = _status_kilobytes(worker_pid, 'RssFile')
   return {
       'algorithm': algorithm,
       'workload': workload.name,
@@ -205,6 +210,7 @@ def measure_peak_memory(
       'driver_start_mb': driver_start_kb / 1024,
       'driver_peak_mb': driver_peak_kb / 1024,
       'worker_peak_mb': worker_peak_kb / 1024,
+      'worker_file_mb': worker_file_kb / 1024,
   }
 
 

@@ -139,6 +139,7 @@ _MEMORY_COLUMNS = [('algorithm', 'algorithm', 's'),
                    ('driver_start_mb', 'driver start MB', '.0f'),
                    ('driver_peak_mb', 'driver peak MB', '.0f'),
                    ('worker_peak_mb', 'worker peak MB', '.0f'),
+                   ('worker_file_mb', 'of it mapped files MB', '.0f'),
                    ('skipped', 'skipped', 's')]
 
 

@@ -27,7 +27,7 @@ Three processes, all FedAvg (client SGD at the workload's rate, server SGD at
   Synthetic's), the next round's while a round computes.
 
 * `resident` — the fused round of a process that holds the cohort's
-  examples (`fl_common.fused.shard_examples`): each round's shards are the
+  examples (`fl_common.fused.shard_source`): each round's shards are the
   rows of the clients' batches, made in NumPy as for `fused`; what the
   driver runs for clients stored as rows of shared arrays (Synthetic, the
   partitioned image tasks: `experiment_driver.algorithm_setup.

@@ -11,7 +11,9 @@ several real clients' batches, read in the driver into plain tensors
 (`fl_common.shards`: every batch's examples concatenated plus the batch
 sizes, each client closed by an empty batch), or the rows of those
 examples in arrays that the worker holds (`resident.ResidentExamples`,
-`shard_examples`). No tf.data pipeline runs on the worker. One call of the
+`shard_source`), each batch gathered from them when its step runs, so the
+worker never holds a shard's examples at once. No tf.data pipeline runs on
+the worker. One call of the
 shard computation, one TensorFlow graph (an
 outer `tf.while_loop` over the shard's clients, an inner one over a
 client's batches; no AutoGraph, whose conversion of a Keras model takes
@@ -278,7 +280,7 @@ def shard_computation(model_fn: ModelFn, program_fn: ProgramFn,
   trained in turn by `program_fn`'s program, a `StatefulClientProgram` when
   `client_state_type` (one client's state) is given, whose states come in
   and go out stacked (`stacked_type`) in the shard's client order. With
-  `resident_examples`, shards are rows of them (`shard_examples`)."""
+  `resident_examples`, shards are rows of them (`shard_source`)."""
   clipping = aggregation.clipping
   stateful = client_state_type is not None
   arg_types = [('weights', weights_type), ('hparams', hparams_type)]
@@ -307,7 +309,7 @@ def shard_computation(model_fn: ModelFn, program_fn: ProgramFn,
 
     # tf.while_loop, not AutoGraph (module docstring).
     @tf.function(autograph=False)
-    def train_shard(initial_weights, hparams, examples, batch_sizes,
+    def train_shard(initial_weights, hparams, examples, rows, batch_sizes,
                     client_states):
       program = as_stateful(program_fn(model, model_weights,
                                        initial_weights))
@@ -343,8 +345,7 @@ def shard_computation(model_fn: ModelFn, program_fn: ProgramFn,
       def client_body(c, totals, snapshot, new_states):
 
         def step(i, state):
-          batch = tf.nest.map_structure(
-              lambda t: t[ends[i] - batch_sizes[i]:ends[i]], examples)
+          batch = batch_of(examples, rows, ends[i] - batch_sizes[i], ends[i])
           return i + 1, program.step(state, batch, hparams)
 
         first = tf.where(c > 0, markers[tf.maximum(c - 1, 0)] + 1, 0)
@@ -383,7 +384,7 @@ def shard_computation(model_fn: ModelFn, program_fn: ProgramFn,
       return outputs
 
     return train_shard(args['weights'], args['hparams'],
-                       shard_examples(args['shard'], resident_examples),
+                       *shard_source(args['shard'], resident_examples),
                        args['shard']['batch_sizes'],
                        args['client_states'] if stateful else ())
 
@@ -440,16 +441,28 @@ def check_resident_examples(resident_examples: resident.ResidentExamples,
                        f'shape {held.shape} do not match the input {s}.')
 
 
-def shard_examples(shard: Any,
-                   resident_examples: Optional[resident.ResidentExamples]
-                   ) -> Any:
-  """In a shard computation's graph: the shard's examples, as sent
-  (`shard.examples`) or, with `resident_examples`, gathered by the shard's
-  `rows` from the arrays that the worker memory-maps
-  (`resident.ResidentExamples`, which says why)."""
+def shard_source(shard: Any,
+                 resident_examples: Optional[resident.ResidentExamples]
+                 ) -> tuple[Any, Optional[tf.Tensor]]:
+  """In a shard computation's graph: `(examples, rows)` for `batch_of`: the
+  shard's examples as sent (`shard.examples`) and None, or, with
+  `resident_examples`, the arrays that the worker memory-maps
+  (`resident.ResidentExamples`, which says why) and the shard's `rows` of
+  them."""
   if resident_examples is None:
-    return shard['examples']
-  return resident_examples.gather(shard['rows'])
+    return shard['examples'], None
+  return resident_examples.mapped(), shard['rows']
+
+
+def batch_of(examples: Any, rows: Optional[tf.Tensor], start: tf.Tensor,
+             end: tf.Tensor) -> Any:
+  """The batch of a shard's examples `[start, end)` (`shard_source`):
+  sliced from the examples sent, or gathered by its rows from the held
+  arrays, so that only the batch is copied."""
+  if rows is None:
+    return tf.nest.map_structure(lambda t: t[start:end], examples)
+  return tf.nest.map_structure(lambda t: tf.gather(t, rows[start:end]),
+                               examples)
 
 
 def build_fused_process(
@@ -490,7 +503,7 @@ def build_fused_process(
     resident_examples: The population's examples held on the worker
       (`fl_common.resident.ResidentExamples`, or NumPy arrays shaped as the
       model's input, one row per example, to hold); shards are then rows
-      of them (`shard_type`, `shard_examples`,
+      of them (`shard_type`, `shard_source`,
       `fl_common.shards.shards_from_arrays(..., rows_only=True)`).
   """
   metrics_aggregator = (metrics_aggregator or

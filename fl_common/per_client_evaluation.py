@@ -131,7 +131,7 @@ def build_fused_per_client_evaluation(
     # tf.while_loop and tf.cond rather than AutoGraph (as in
     # `large_cohort.fused`): converting the model's Python costs seconds.
     @tf.function(autograph=False)
-    def evaluate(incoming_weights, examples, batch_sizes):
+    def evaluate(incoming_weights, examples, rows, batch_sizes):
       tf.nest.map_structure(
           lambda variable, value: variable.assign(value),
           tff.learning.models.ModelWeights.from_model(client_model),
@@ -156,8 +156,8 @@ def build_fused_per_client_evaluation(
                                       element_shape=spec.shape), specs)
 
       def forward(i, client, arrays):
-        batch = tf.nest.map_structure(
-            lambda t: t[ends[i] - batch_sizes[i]:ends[i]], examples)
+        batch = fused.batch_of(examples, rows, ends[i] - batch_sizes[i],
+                               ends[i])
         output = client_model.forward_pass(batch, training=False)
         with tf.control_dependencies(tf.nest.flatten(output.loss)):
           return client + 0, arrays
@@ -183,7 +183,7 @@ def build_fused_per_client_evaluation(
       return tf.nest.map_structure(lambda array: array.stack(), arrays)
 
     return evaluate(incoming_weights,
-                    fused.shard_examples(shard, resident_examples),
+                    *fused.shard_source(shard, resident_examples),
                     shard['batch_sizes'])
 
   @tff.federated_computation(

@@ -5,7 +5,7 @@ examples there (serialized, sent, parsed) takes longer than training on
 them. A fused process built with `ResidentExamples` takes shards of rows
 (`fl_common.shards.shards_from_arrays(..., rows_only=True)`: 8 bytes per
 example) and its shard computation gathers each batch from the held arrays
-(`fl_common.fused.shard_examples`). `resident_examples` holds a task's
+(`fl_common.fused.shard_source`, `fused.batch_of`). `resident_examples` holds a task's
 training population, `resident_from_shards` an evaluation's fixed clients.
 """
 
@@ -87,22 +87,26 @@ class ResidentExamples:
   def nbytes(self) -> int:
     return sum(os.path.getsize(p) for p in self._paths)
 
-  def gather(self, rows: tf.Tensor) -> Any:
-    """In a graph: the examples at `rows` (int64), structured as `spec`."""
+  def mapped(self) -> Any:
+    """In a graph: the held arrays, memory-mapped (no copy), structured as
+    `spec`; gather rows of them where they are needed (`gather`)."""
     if self.closed:
       raise ValueError('these resident examples were closed.')
 
-    def gathered(spec, path):
+    def held(spec, path):
       if spec.shape.num_elements() == 0:  # nothing to map
-        held = tf.zeros(spec.shape, spec.dtype)
-      else:
-        held = tf.raw_ops.ImmutableConst(dtype=spec.dtype, shape=spec.shape,
-                                         memory_region_name=path)
-      return tf.gather(held, rows)
+        return tf.zeros(spec.shape, spec.dtype)
+      return tf.raw_ops.ImmutableConst(dtype=spec.dtype, shape=spec.shape,
+                                       memory_region_name=path)
 
     return tf.nest.pack_sequence_as(self.spec, [
-        gathered(spec, path)
+        held(spec, path)
         for spec, path in zip(tf.nest.flatten(self.spec), self._paths)])
+
+  def gather(self, rows: tf.Tensor) -> Any:
+    """In a graph: the examples at `rows` (int64), structured as `spec`."""
+    return tf.nest.map_structure(lambda held: tf.gather(held, rows),
+                                 self.mapped())
 
   def close(self) -> None:
     """Removes the files (processes built on them can no longer run)."""
