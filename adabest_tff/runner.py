@@ -12,7 +12,7 @@ as in the driver's training loop:
       state, metrics = runner.next(state, client_ids, client_datasets)
 """
 
-import tempfile
+import weakref
 from collections.abc import Sequence
 from typing import Any, Optional
 
@@ -21,6 +21,7 @@ import tensorflow_federated as tff
 
 from adabest_tff import client_state_store
 from adabest_tff import stateful_process
+from fl_common import scratch
 
 
 class StatefulClientRunner:
@@ -44,10 +45,12 @@ class StatefulClientRunner:
                       f', got {type(process).__name__}; run a stateless'
                       ' process with process.next(state, datasets).')
     if store is None:
-      # Removed with the runner (or at exit).
-      self._directory = tempfile.TemporaryDirectory(prefix='client_states_')
+      # Removed with the runner, at exit, or after a kill by the next one
+      # made (`fl_common.scratch`).
+      directory = scratch.OwnedDirectory('client_states_')
+      weakref.finalize(self, directory.remove)
       store = client_state_store.ClientStateStore(
-          self._directory.name, process.initial_client_state())
+          directory.path, process.initial_client_state())
     self.process = process
     self.store = store
     self._last_round = store.committed_round

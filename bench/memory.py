@@ -197,9 +197,11 @@ def measure_peak_memory(
                          _status_kilobytes('self', 'VmHWM'),
                          _status_kilobytes('self', 'VmRSS'))
     worker_peak_kb = _status_kilobytes(worker_pid, 'VmHWM')
-    # Pages of files the worker maps (its binary's and libraries', and the
-    # examples a `resident` process holds) count in its resident set but
-    # are the page cache's, shared and reclaimable: their share at the end.
+    # Pages of files the worker maps count in its resident set but are the
+    # page cache's, shared and reclaimable: their share at the end, between
+    # calls (its binary's and libraries'; a `resident` process's examples
+    # are mapped only during a call, `ImmutableConst`, so its peak counts up
+    # to `data_mb` of them that the end does not show).
     worker_file_kb = _status_kilobytes(worker_pid, 'RssFile')
   return {
       'algorithm': algorithm,

@@ -11,10 +11,7 @@ training population, `resident_from_shards` an evaluation's fixed clients.
 
 import atexit
 import collections
-import functools
 import os
-import shutil
-import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Optional
 
@@ -22,6 +19,7 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
+from fl_common import scratch
 from fl_common import shards
 
 
@@ -41,7 +39,8 @@ class ResidentExamples:
   constants at every call, so a round would copy the whole population
   (`docs/benchmarks.md`). The files must be readable at the same path by the
   worker: a worker on this machine, or `directory` on a file system that
-  remote workers share. They are removed by `close()` or when Python exits.
+  remote workers share. They are removed by `close()` or when Python exits
+  (or, after a kill, by the next `ResidentExamples` made there).
 
   Args:
     examples: A structure of NumPy arrays with one row per example (as the
@@ -69,12 +68,13 @@ class ResidentExamples:
     self.spec = tf.nest.pack_sequence_as(
         examples, [tf.TensorSpec(a.shape, tf.as_dtype(a.dtype))
                    for a in arrays])
-    self.directory = tempfile.mkdtemp(prefix='resident_examples_',
-                                      dir=directory)
+    # Held by this process (removed after a kill by the next one made:
+    # `fl_common.scratch`).
+    owned = scratch.OwnedDirectory('resident_examples_', directory)
+    self.directory = owned.path
     # Not when this object is collected: processes built on it keep only
     # the paths.
-    self._remove = functools.partial(shutil.rmtree, self.directory,
-                                     ignore_errors=True)
+    self._remove = owned.remove
     atexit.register(self._remove)
     self.closed = False
     self._paths = []

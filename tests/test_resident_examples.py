@@ -29,6 +29,7 @@ from experiment_driver import gel_setup
 from fl_common import diagnosed_mean
 from fl_common import per_client_evaluation
 from fl_common import resident
+from fl_common import scratch
 from fl_common import shards
 from gel_tff import gel
 from large_cohort import fused
@@ -222,7 +223,10 @@ def test_resident_examples_gather_the_rows_of_their_files():
   for name, array in arrays.items():
     np.testing.assert_array_equal(gathered[name].numpy(), array[rows])
   directory = held.directory
-  assert sorted(os.listdir(directory)) == ['0.bin', '1.bin', '2.bin']
+  # The examples' files, and the lock that marks the directory as this
+  # process's (`fl_common.scratch`).
+  assert sorted(os.listdir(directory)) == sorted(
+      ['0.bin', '1.bin', '2.bin', scratch.LOCK_NAME])
   held.close()
   assert not os.path.exists(directory)
   with pytest.raises(ValueError, match='closed'):
