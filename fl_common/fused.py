@@ -13,8 +13,7 @@ sizes, each client closed by an empty batch), or the rows of those
 examples in arrays that the worker holds (`resident.ResidentExamples`,
 `shard_source`), each batch gathered from them when its step runs, so the
 worker never holds a shard's examples at once. No tf.data pipeline runs on
-the worker. One call of the
-shard computation, one TensorFlow graph (an
+the worker. One call of the shard computation, one TensorFlow graph (an
 outer `tf.while_loop` over the shard's clients, an inner one over a
 client's batches; no AutoGraph, whose conversion of a Keras model takes
 seconds of start-up), trains every client of the shard in turn:

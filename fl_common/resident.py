@@ -5,8 +5,9 @@ examples there (serialized, sent, parsed) takes longer than training on
 them. A fused process built with `ResidentExamples` takes shards of rows
 (`fl_common.shards.shards_from_arrays(..., rows_only=True)`: 8 bytes per
 example) and its shard computation gathers each batch from the held arrays
-(`fl_common.fused.shard_source`, `fused.batch_of`). `resident_examples` holds a task's
-training population, `resident_from_shards` an evaluation's fixed clients.
+(`fl_common.fused.shard_source`, `fused.batch_of`). `resident_examples`
+holds a task's training population, `resident_from_shards` an evaluation's
+fixed clients.
 """
 
 import atexit
