@@ -53,6 +53,8 @@ one set of sums; apart, each would restate the others' structures.
 
 import collections
 from collections.abc import Callable
+import contextlib
+import functools
 from typing import Any, NamedTuple, Optional, Union
 
 import numpy as np
@@ -126,6 +128,45 @@ def count_examples(output: tff.learning.models.BatchOutput) -> tf.Tensor:
   if output.num_examples is None:
     return tf.shape(output.predictions, out_type=tf.int64)[0]
   return tf.cast(output.num_examples, tf.int64)
+
+
+@contextlib.contextmanager
+def inlined_tf_functions():
+  """While tracing a `tf.function`'s body: every `tf.function` called in it
+  (the model's `forward_pass`, its `predict_on_batch`, Keras metrics'
+  updates) is traced as its Python body, in place, rather than as a call.
+
+  Why: the worker's TensorFlow inlines the function calls of a computation's
+  graph, but not those inside the body of a `tf.while_loop`; there each call
+  instantiates a function at every step, which for a small model costs
+  several times the step's arithmetic (a shard of 100 Synthetic clients ran
+  ~3.7x faster with its calls inlined). A shard's loop calls the model every
+  step, so its body is traced under this.
+
+  How: TensorFlow's public switch `tf.config.run_functions_eagerly`, which
+  makes a `tf.function` call its Python function; set only while the body is
+  traced (inside the outer `tf.function`, whose graph keeps its automatic
+  control dependencies). Those inner functions are then traced without
+  AutoGraph: a model whose Python branches on tensors (AutoGraph's job)
+  raises `tf.errors.OperatorNotAllowedInGraphError`, and the callers retrace
+  it without inlining (`trace_inlined`).
+  """
+  previous = tf.config.functions_run_eagerly()
+  tf.config.run_functions_eagerly(True)
+  try:
+    yield
+  finally:
+    tf.config.run_functions_eagerly(previous)
+
+
+def trace_inlined(build_fn: Callable[[bool], Any]) -> Any:
+  """`build_fn(True)`: a shard's graph traced with its inner `tf.function`s
+  inlined (`inlined_tf_functions`), or `build_fn(False)` if the model needs
+  AutoGraph. A failed trace adds nothing to the enclosing graph."""
+  try:
+    return build_fn(True)
+  except tf.errors.OperatorNotAllowedInGraphError:
+    return build_fn(False)
 
 
 def can_fuse(factory: Any) -> bool:
@@ -306,10 +347,16 @@ def shard_computation(model_fn: ModelFn, program_fn: ProgramFn,
     model_weights = tff.learning.models.ModelWeights.from_model(model)
     metric_variables = list(model.local_variables)
 
-    # tf.while_loop, not AutoGraph (module docstring).
-    @tf.function(autograph=False)
-    def train_shard(initial_weights, hparams, examples, rows, batch_sizes,
-                    client_states):
+    # tf.while_loop, not AutoGraph (module docstring); the model's
+    # functions inlined in the loops (`inlined_tf_functions`).
+    def train_shard(inline, initial_weights, hparams, examples, rows,
+                    batch_sizes, client_states):
+      with (inlined_tf_functions() if inline else contextlib.nullcontext()):
+        return train_clients(initial_weights, hparams, examples, rows,
+                             batch_sizes, client_states)
+
+    def train_clients(initial_weights, hparams, examples, rows, batch_sizes,
+                      client_states):
       program = as_stateful(program_fn(model, model_weights,
                                        initial_weights))
 
@@ -382,10 +429,12 @@ def shard_computation(model_fn: ModelFn, program_fn: ProgramFn,
                                           new_states),)
       return outputs
 
-    return train_shard(args['weights'], args['hparams'],
-                       *shard_source(args['shard'], resident_examples),
-                       args['shard']['batch_sizes'],
-                       args['client_states'] if stateful else ())
+    inputs = (args['weights'], args['hparams'],
+              *shard_source(args['shard'], resident_examples),
+              args['shard']['batch_sizes'],
+              args['client_states'] if stateful else ())
+    return trace_inlined(lambda inline: tf.function(
+        functools.partial(train_shard, inline), autograph=False)(*inputs))
 
   return shard_work
 

@@ -22,6 +22,8 @@ summarizes the latter.
 
 import collections
 from collections.abc import Callable, Mapping, Sequence
+import contextlib
+import functools
 from typing import Any, Optional
 
 import numpy as np
@@ -129,9 +131,14 @@ def build_fused_per_client_evaluation(
     finalizers = client_model.metric_finalizers()
 
     # tf.while_loop and tf.cond rather than AutoGraph (as in
-    # `large_cohort.fused`): converting the model's Python costs seconds.
-    @tf.function(autograph=False)
-    def evaluate(incoming_weights, examples, rows, batch_sizes):
+    # `fl_common.fused`): converting the model's Python costs seconds; the
+    # model's functions inlined in the loop (`fused.inlined_tf_functions`).
+    def evaluate(inline, *inputs):
+      with (fused.inlined_tf_functions() if inline else
+            contextlib.nullcontext()):
+        return evaluate_clients(*inputs)
+
+    def evaluate_clients(incoming_weights, examples, rows, batch_sizes):
       tf.nest.map_structure(
           lambda variable, value: variable.assign(value),
           tff.learning.models.ModelWeights.from_model(client_model),
@@ -182,9 +189,10 @@ def build_fused_per_client_evaluation(
           (tf.constant(0), tf.constant(0), arrays))
       return tf.nest.map_structure(lambda array: array.stack(), arrays)
 
-    return evaluate(incoming_weights,
-                    *fused.shard_source(shard, resident_examples),
-                    shard['batch_sizes'])
+    inputs = (incoming_weights, *fused.shard_source(shard, resident_examples),
+              shard['batch_sizes'])
+    return fused.trace_inlined(lambda inline: tf.function(
+        functools.partial(evaluate, inline), autograph=False)(*inputs))
 
   @tff.federated_computation(
       tff.FederatedType(weights_type, tff.SERVER),
