@@ -136,12 +136,11 @@ def inlined_tf_functions():
   (the model's `forward_pass`, its `predict_on_batch`, Keras metrics'
   updates) is traced as its Python body, in place, rather than as a call.
 
-  Why: the worker's TensorFlow inlines the function calls of a computation's
-  graph, but not those inside the body of a `tf.while_loop`; there each call
-  instantiates a function at every step, which for a small model costs
-  several times the step's arithmetic (a shard of 100 Synthetic clients ran
-  ~3.7x faster with its calls inlined). A shard's loop calls the model every
-  step, so its body is traced under this.
+  Why: a small model's step costs mostly the TensorFlow executor's work per
+  op, and a call of a `tf.function` inside a loop body brings its own ops
+  (the call, its argument and result plumbing) at every step; traced in
+  place, the model's ops join the body's (a shard of 100 Synthetic clients
+  runs ~1/3 fewer ops per step).
 
   How: TensorFlow's public switch `tf.config.run_functions_eagerly`, which
   makes a `tf.function` call its Python function; set only while the body is

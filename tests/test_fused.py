@@ -5,6 +5,7 @@ training metrics, with uneven client sizes, an empty client, a NaN client
 and shards of uneven length."""
 
 import collections
+import contextlib
 
 import numpy as np
 import pytest
@@ -12,6 +13,7 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from fl_common import diagnosed_mean
+from fl_common import fused as fl_fused
 from fl_common import shards
 from large_cohort import fedopt
 from large_cohort import fused
@@ -241,3 +243,73 @@ def test_shards_from_arrays_cut_each_client_to_its_step_budget():
   with pytest.raises(ValueError, match='step counts'):
     shards.shards_from_arrays(examples, rows, recipe, 3,
                               np.random.default_rng(0), steps=[1])
+
+
+def _call_ops(graph_def):
+  """The function-call ops in the bodies of a graph's functions."""
+  return [node.op for function in graph_def.library.function
+          for node in function.node_def
+          if node.op in ('PartitionedCall', 'StatefulPartitionedCall')]
+
+
+def test_inner_tf_functions_are_traced_in_place():
+  inner = tf.function(lambda x: x * 2.0 + 1.0)
+
+  def build(inline):
+    def body(x):
+      with (fl_fused.inlined_tf_functions() if inline else
+            contextlib.nullcontext()):
+        return tf.while_loop(lambda i, y: i < 3,
+                             lambda i, y: (i + 1, inner(y)), (0, x))[1]
+    return tf.function(body, autograph=False).get_concrete_function(
+        tf.TensorSpec([], tf.float32))
+
+  inlined = fl_fused.trace_inlined(build)
+  assert inlined(tf.constant(1.0)).numpy() == 15.0
+  assert not _call_ops(inlined.graph.as_graph_def())
+  assert _call_ops(build(False).graph.as_graph_def())  # what it avoids
+  assert not tf.config.functions_run_eagerly()  # restored
+
+
+class _BranchingLoss(tf.keras.losses.Loss):
+  """Mean squared error, in Python that branches on a tensor: it needs
+  AutoGraph."""
+
+  def call(self, y_true, y_pred):
+    loss = tf.reduce_mean(tf.square(y_true - y_pred), axis=-1)
+    if tf.reduce_sum(tf.abs(y_pred)) > 1e9:
+      loss = loss * 0.0
+    return loss
+
+
+def test_a_model_that_needs_autograph_runs_on_shards_uninlined():
+  def model_fn():
+    return tff.learning.models.from_keras_model(
+        tf.keras.Sequential([tf.keras.layers.Dense(
+            1, input_shape=(_NUM_FEATURES,))]),
+        loss=_BranchingLoss(),
+        input_spec=collections.OrderedDict(
+            x=tf.TensorSpec([None, _NUM_FEATURES], tf.float32),
+            y=tf.TensorSpec([None, 1], tf.float32)))
+
+  model = model_fn()
+
+  def forward_inlined(batch):
+    with fl_fused.inlined_tf_functions():
+      return model.forward_pass(batch).loss
+
+  # Traced in place, the loss is not converted by AutoGraph and fails ...
+  with pytest.raises(tf.errors.OperatorNotAllowedInGraphError):
+    tf.function(forward_inlined, autograph=False).get_concrete_function(
+        fl_fused.batched_spec(model.input_spec))
+  # ... so the shards trace the model as calls, and the round is the same.
+  kwargs = dict(
+      client_optimizer=tff.learning.optimizers.build_sgdm(0.1),
+      server_optimizer=tff.learning.optimizers.build_sgdm(1.0),
+      model_aggregator=diagnosed_mean.diagnosed_mean_factory(clipping=False))
+  per_client = fedopt.build_fedopt(model_fn, **kwargs)
+  on_shards = fused.build_fused_fedopt(model_fn, **kwargs)
+  state = per_client.initialize()
+  fused_checks.assert_same_round(
+      per_client, on_shards, state, state,
+      fused_checks.client_datasets([4, 3, 5]), 2)
