@@ -1,4 +1,5 @@
-"""AdaBest (Varno et al. 2022): Table 2, Figure 3, FedDyn's instability, mu, beta.
+"""AdaBest (Varno et al. 2022): Table 2, Figure 3, FedDyn's instability, mu,
+beta and the compute cost of Tables 4-5.
 
 Local scale: the bundled digits (MLP 2x100, non-convex) and LEAF's Synthetic
 pooled and re-partitioned (`synthetic_partitioned`, logistic regression),
@@ -8,7 +9,7 @@ partition seeds, as the paper's ("5 random data partitioning seeds").
 FedAvg is AdaBest with beta = mu = 0 (`adabest_tff`: tested equal to TFF's
 FedAvg), so that all four share every client setting.
 
-Why one module: the six experiments share the paper's tasks, its four
+Why one module: the seven experiments share the paper's tasks, its four
 algorithms, AdaBest's beta by participation (`_with_beta`, `best_beta`) and
 the instability reading (supplementary Figures 4-5 reuse Figure 1's).
 """
@@ -436,6 +437,99 @@ def _sensitivity(flag: str, by):
   return analyze
 
 
+# Tables 4-5 (Supplementary C.1): compute cost per round, client and server
+# side, in elementwise operations on the model's n parameters over K local
+# steps (g: a mini-batch gradient): beyond FedAvg's K(g + ns + nm) on a
+# client and |P|ns on the server, SCAFFOLD/m adds 2Kns + 2n(s + m) and
+# 2ns + 2nm, FedDyn 3Kns + Knm + n(s + m) and 3ns + nm, AdaBest Kns + n(s + m)
+# and 2ns + nm. As flops (s = m = 1): (client per K n, client per n, server
+# per n).
+COST_FORMULAS = {'fedavg': (0, 0, 0), 'scaffold': (2, 4, 4),
+                 'feddyn': (4, 2, 4), 'adabest': (1, 2, 3)}
+COST_ROUNDS = {'local': 60, 'paper': 100}
+COST_SUBSTITUTES = (
+    'The digits MLP over 100 IID clients, 10 per round, stands in for'
+    ' CIFAR-100; 60 rounds, 2 partition seeds, one run at a time. The paper'
+    ' counts operations; the package measures each round\'s wall time'
+    ' (`round_time_sec`, median over rounds after the first 5), which also'
+    ' holds what the formulas leave out (the client-state store, the'
+    ' runtime). FedAvg here is the stateless FedAvg (`--algorithm=fedopt`,'
+    ' server SGD at 1), as the paper\'s cost tables count it.')
+
+
+def cost_grids(scale: str) -> tuple[core.Grid, ...]:
+  task = 'cifar100_partitioned' if scale == 'paper' else 'digits'
+  rounds = COST_ROUNDS['paper' if scale == 'paper' else 'local']
+  grids = []
+  for algorithm in ALGORITHMS:
+    flags = {'task': task, 'num_clients': '100', M: '10',
+             'rounds_per_eval': str(rounds)}
+    if algorithm == 'fedavg':
+      flags.update({'algorithm': 'fedopt', 'server_optimizer': 'sgd',
+                    'server_learning_rate': '1',
+                    'client_learning_rate': '0.1', 'noclipping': None})
+    else:
+      flags.update(_algorithm_flags(algorithm))
+    grids.append(core.Grid(f'cost_{task}_{algorithm}', flags, rounds,
+                           seed_flag='partition_seed'))
+  return tuple(grids)
+
+
+# Rounds whose time is left out of a run's median: the first ones trace.
+COST_WARMUP_ROUNDS = 5
+
+
+def analyze_cost(frame: pd.DataFrame, output_dir: str) -> core.Analysis:
+  del output_dir  # no figure: the paper's are tables
+  frame = frame.assign(label=np.where(frame[ALGORITHM] == 'fedopt', 'fedavg',
+                                      frame[ALGORITHM]))
+  timed = frame[frame[analysis.ROUND] > COST_WARMUP_ROUNDS]
+  per_run = timed.groupby([analysis.RUN, 'label'], sort=False)[
+      'round_time_sec'].median().mul(1000).rename('round_ms').reset_index()
+  stats = core.over_seeds(per_run, ['label'], ['round_ms'])
+  stats[core.ROW] = 'all'
+  stats[core.QUANTITY] = [f'round_time_ms/{a}' for a in stats['label']]
+  means = dict(zip(stats['label'], stats[core.VALUE]))
+  rows = [stats[[core.ROW, core.QUANTITY, core.VALUE, core.STD,
+                 core.NUM_RUNS]]]
+  extra = []
+  ranked = sorted((m, a) for a, m in means.items() if not np.isnan(m))
+  for rank, (_, algorithm) in enumerate(ranked, start=1):
+    extra.append({core.ROW: 'all', core.QUANTITY: f'cost_rank/{algorithm}',
+                  core.VALUE: rank, core.STD: np.nan,
+                  core.NUM_RUNS: int((per_run['label'] == algorithm).sum())})
+    if 'fedavg' in means:
+      extra.append({core.ROW: 'all',
+                    core.QUANTITY: f'time_over_fedavg/{algorithm}',
+                    core.VALUE: means[algorithm] / means['fedavg'],
+                    core.STD: np.nan, core.NUM_RUNS: None})
+  notes = []
+  fedavg = frame[frame['label'] == 'fedavg']
+  if len(fedavg):
+    # n from the broadcast (float32 weights to each client), K from the
+    # batches the clients trained.
+    first = fedavg.iloc[0]
+    n = first['bytes_down'] / first[M] / 4
+    steps = (fedavg['client_work/train/num_batches'] / fedavg[M]).median()
+    flops = {a: (c * steps * n + d * n, e * n)
+             for a, (c, d, e) in COST_FORMULAS.items()}
+    notes.append(
+        f'Tables 4-5 evaluated for this model (n = {n:,.0f} parameters, K ='
+        f' {steps:g} local steps per client): extra elementwise flops over'
+        ' FedAvg per client and round, and at the server per round: ' +
+        '; '.join(f'{a} {c:,.0f} and {s:,.0f}' for a, (c, s) in flops.items()
+                  if a != 'fedavg') +
+        f'. FedAvg\'s own client update is {2 * steps * n:,.0f} flops plus'
+        f' {steps:g} mini-batch gradients (each ~6 flops per parameter and'
+        ' example for an MLP), so the formulas predict differences of a few'
+        ' percent of a round\'s arithmetic.')
+  if ranked:
+    notes.append('Measured order, cheapest first: ' + ' < '.join(
+        f'{a} ({m:.1f} ms)' for m, a in ranked) + '.')
+  return core.Analysis(pd.concat([*rows, pd.DataFrame(extra)],
+                                 ignore_index=True), [], notes)
+
+
 def _simple_setting(grids_fn, substitutes):
   return core.setting_fn(grids_fn, local_seeds=2, substitutes=substitutes)
 
@@ -473,6 +567,13 @@ EXPERIMENTS = (
         ' clients.',
         _simple_setting(scaling_grids, SCALING_SUBSTITUTES),
         analyze_scaling),
+    core.Experiment(
+        'adabest', 'table_cost',
+        'Supplementary Tables 4-5 (compute cost, client and server side)',
+        'AdaBest costs less compute than SCAFFOLD/m and FedDyn, on the clients'
+        ' and on the server (all more than FedAvg).',
+        _simple_setting(cost_grids, COST_SUBSTITUTES), analyze_cost,
+        max_parallel=1),
     core.Experiment(
         'adabest', 'fig_mu',
         'Supplementary Figure 6 (mu sensitivity, AdaBest vs FedDyn)',

@@ -119,6 +119,9 @@ class Experiment:
   claim: str  # what the paper shows there, in one or two sentences
   setting: Callable[[str], Setting]  # 'local' or 'paper' -> Setting
   analyze: Callable[[pd.DataFrame, str], Analysis]  # (runs, output dir)
+  # Runs at a time at most, whatever --parallel says: 1 for an experiment
+  # that reads wall times, which runs side by side would distort.
+  max_parallel: Optional[int] = None
 
 
 def setting_fn(grids_fn: Callable[[str], tuple[Grid, ...]],
@@ -223,9 +226,11 @@ def run_experiment(experiment: Experiment, scale: str, root: str,
                    seeds: Optional[int] = None, parallel: int = 2,
                    print_fn: Callable[[str], None] = print,
                    ) -> list[sweep.PointResult]:
-  """Runs the experiment's unfinished points, recording each one's wall time
-  as it ends."""
+  """Runs the experiment's unfinished points (`parallel` at a time, at most
+  `experiment.max_parallel`), recording each one's wall time as it ends."""
   points = build_points(experiment, scale, root, seeds)
+  if experiment.max_parallel is not None:
+    parallel = min(parallel, experiment.max_parallel)
   return sweep.run_sweep(
       points, parallel,
       log_dir=os.path.join(run_root(root, experiment, scale),
@@ -395,6 +400,7 @@ def write_report(experiment: Experiment, scale: str, root: str,
   run_seconds = [timings[p.experiment_name] for p in finished
                  if p.experiment_name in timings]
   setting = setting_for(experiment, scale)
+  at_a_time = 'one' if experiment.max_parallel == 1 else 'two'
   lines = [
       f'# {PAPER_TITLES[experiment.paper]}: {experiment.source}',
       '',
@@ -407,7 +413,7 @@ def write_report(experiment: Experiment, scale: str, root: str,
       f'Scale `{scale}`: {len(finished)} of {len(points)} runs finished'
       f' (`{run_root(root, experiment, scale)}`). Each run\'s wall time'
       f' from the command line summed: {sum(run_seconds):.0f} s over'
-      f' {len(run_seconds)} runs (two run at a time by default); their'
+      f' {len(run_seconds)} runs ({at_a_time} at a time by default); their'
       f' rounds and evaluations alone (`metrics.csv`):'
       f' {_training_seconds(frame):.0f} s.'
       ' Rerunning the command skips finished runs and regenerates this'

@@ -1,4 +1,4 @@
-"""GeL (Boukhari et al. 2024): Tables 1, 2, 5 and Figures 2, 4, 7, 8, 9.
+"""GeL (Boukhari et al. 2024): Tables 1, 2, 5 and Figures 2, 4, 6, 7, 8, 9.
 
 Local scale: the paper's Synthetic task itself (LEAF's generator, 5 classes,
 1,000 clients; 305 parameters as in Table 1), with the paper's 20 clients per
@@ -6,7 +6,7 @@ round, batch 5, budgets U{4..13}, tau = 18 and no clipping. Test accuracy is
 read every 5 rounds on a fixed sample of 200 of the 1,000 test clients (the
 paper's evaluation set is not stated; all test clients at `--scale=paper`).
 
-Why one module: the eight experiments share the paper's setting, its run
+Why one module: the nine experiments share the paper's setting, its run
 names (Figure 4 reads Table 1's runs) and the rounds-to-target reading.
 
 Rows and quantities are named as in `paper_numbers.csv`; speedup is Table 1's
@@ -404,6 +404,85 @@ def analyze_fig7(frame: pd.DataFrame, output_dir: str) -> core.Analysis:
   return core.Analysis(pd.DataFrame(rows), figures, notes)
 
 
+# Figure 6 (Section 4.5): FedAvgCM and FedYogi, each with and without GeL,
+# at the base's tuned (client, server) learning rates. The paper's are Table
+# 6's for FEMNIST (log10: FedAvgCM -3/2 and 0, FedYogi -3/2 and -2); the
+# local ones are the best cells of the baselines in `gel fig7 --scale=local`
+# (results/gel/fig7/: final test accuracy over a 4 x 5 grid).
+FIG6_RATES = {
+    ('emnist', 'fedavgcm'): ('0.0316228', '1'),
+    ('emnist', 'fedyogi'): ('0.0316228', '0.01'),
+    ('synthetic', 'fedavgcm'): ('0.01', '3'),
+    ('synthetic', 'fedyogi'): ('0.03', '0.1'),
+}
+FIG6_BASES = ('fedavgcm', 'fedyogi')
+
+
+def fig6_grids(scale: str) -> tuple[core.Grid, ...]:
+  tasks = ('emnist',) if scale == 'paper' else ('synthetic',)
+  grids = []
+  for task in tasks:
+    for base in FIG6_BASES:
+      client, server = FIG6_RATES[task, base]
+      grids.append(core.Grid(
+          f'fig6_{task}_{base}',
+          _flags(task, scale, **{LR: client,
+                                 analysis.SERVER_LEARNING_RATE: server}),
+          1000 if task == 'emnist' else _rounds(task, scale),
+          axes=(sweep.Axis(ALGORITHM, (f'{base}_budgeted', f'{base}_gel')),)))
+  return tuple(grids)
+
+
+def analyze_fig6(frame: pd.DataFrame, output_dir: str) -> core.Analysis:
+  per_run = per_run_targets(frame, [ALGORITHM, TASK, 'seed'])
+  final = frame[frame[ACCURACY].notna()].groupby(analysis.RUN)[ACCURACY].last()
+  per_run['final_accuracy'] = per_run[analysis.RUN].map(final)
+  table = core.over_seeds(per_run, [TASK, ALGORITHM],
+                          ['rounds', 'final_accuracy'])
+  table[core.ROW] = [f'task={t}' for t in table[TASK]]
+  table[core.QUANTITY] = [
+      f'{"rounds_to_target" if q == "rounds" else q}/{a}'
+      for q, a in zip(table[core.QUANTITY], table[ALGORITHM])]
+  rates = []  # the rates the runs used, beside Table 6's
+  for (task, algorithm), runs in frame.groupby([TASK, ALGORITHM], sort=False):
+    if algorithm.endswith('_budgeted'):
+      for column in (LR, analysis.SERVER_LEARNING_RATE):
+        rates.append({core.ROW: f'task={task}',
+                      core.QUANTITY: f'{column}/{algorithm}',
+                      core.VALUE: float(runs[column].iloc[0]),
+                      core.STD: np.nan,
+                      core.NUM_RUNS: runs[analysis.RUN].nunique()})
+  notes = []
+  for task, part in table.groupby(TASK, sort=False):
+    for base in FIG6_BASES:
+      def get(quantity, algorithm):
+        rows = part[part[core.QUANTITY] == f'{quantity}/{algorithm}']
+        return (float(rows[core.VALUE].iloc[0]) if len(rows) else np.nan,
+                int(rows[core.NUM_RUNS].iloc[0]) if len(rows) else 0)
+      (acc_base, n), (acc_gel, _) = (get('final_accuracy', f'{base}_budgeted'),
+                                     get('final_accuracy', f'{base}_gel'))
+      if not n:
+        continue
+      (r_base, n_base), (r_gel, n_gel) = (get('rounds_to_target',
+                                              f'{base}_budgeted'),
+                                          get('rounds_to_target',
+                                              f'{base}_gel'))
+      client, server = FIG6_RATES[task, base]
+      notes.append(
+          f'task={task} {base} (client rate {client}, server rate {server}):'
+          f' final accuracy {acc_base:.3f} without GeL, {acc_gel:.3f} with'
+          f' ({100 * (acc_gel - acc_base):+.1f} points); rounds to the target'
+          f' {r_base:.0f} ({n_base} of {n} seeds) vs {r_gel:.0f} ({n_gel}'
+          ' seeds).')
+  figure = _curves(frame, output_dir, 'accuracy_vs_rounds.png',
+                   by=[TASK, ALGORITHM],
+                   title='FedAvgCM and FedYogi, with and without GeL, at tuned'
+                   ' rates')
+  columns = [core.ROW, core.QUANTITY, core.VALUE, core.STD, core.NUM_RUNS]
+  return core.Analysis(pd.concat([table[columns], pd.DataFrame(rates)],
+                                 ignore_index=True), [figure], notes)
+
+
 # Table 5 (Appendix E.2): the client learning rate tuned for FedAvg and
 # FedAvgCM over the paper's grid per task.
 TABLE5_RATES = {
@@ -512,6 +591,16 @@ EXPERIMENTS = (
         ' accuracy (the runs of Table 1, read against the clients\''
         ' cumulative gradient computations).',
         _setting(fig4_grids), analyze_fig4),
+    core.Experiment(
+        'gel', 'fig6', 'Figure 6 (Section 4.5, FedOpt: FedAvgCM and FedYogi'
+        ' at tuned rates)',
+        'With tuned client and server learning rates (Table 6), GeL speeds up'
+        ' both FedAvgCM and FedYogi: higher accuracy within a fixed number of'
+        ' rounds.',
+        core.setting_fn(
+            fig6_grids, 3, LOCAL_SUBSTITUTES + ' Learning rates: the best'
+            ' cells of the baselines in `gel fig7 --scale=local` (the paper\'s'
+            ' Table 6 is for FEMNIST).'), analyze_fig6),
     core.Experiment(
         'gel', 'fig7', 'Figure 7 (learning-rate grids, FedAvgCM and FedYogi)',
         'GeL improves the final accuracy over most of the (eta_l, eta) grid,'

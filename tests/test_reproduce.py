@@ -101,7 +101,7 @@ def test_paper_numbers_belong_to_experiments_and_cite_a_source():
 
 
 def _gel_run(root, name, algorithm, lr, seed, accuracy_by_round,
-             rounds=20, clients=20, params=305):
+             rounds=20, clients=20, params=305, **hparams):
   metrics = {
       'round': list(range(1, rounds + 1)),
       'bytes_down': [4.0 * params * clients] * rounds,
@@ -117,7 +117,7 @@ def _gel_run(root, name, algorithm, lr, seed, accuracy_by_round,
   return run_directories.write_run(root, name, {
       'algorithm': algorithm, 'task': 'synthetic',
       'client_learning_rate': lr, 'seed': seed, 'target_accuracy': 0.85,
-  }, metrics)
+      **hparams}, metrics)
 
 
 def test_gel_table1_reads_rounds_speedup_savings_from_runs(tmp_path):
@@ -200,6 +200,40 @@ def test_gel_table5_picks_the_fastest_rate_every_seed_of_which_reached(
   assert table.loc[('task=synthetic client_learning_rate=0.01',
                     'final_accuracy/fedavg_budgeted'), core.VALUE] == 0.8
   assert any('no rate reached the target' in n for n in analysis.notes)
+  assert os.path.isfile(os.path.join(root, 'accuracy_vs_rounds.png'))
+
+
+def test_gel_fig6_compares_each_base_with_gel_at_its_rates(tmp_path):
+  root = str(tmp_path)
+  names = []
+  # FedAvgCM reaches 0.85 at rounds 10 and 14, ends at 0.86; with GeL at 6
+  # and 8, ends at 0.88. FedYogi: GeL reaches it, the baseline never.
+  runs = (('fedavgcm_budgeted', '0.01', '3', ({10: 0.85, 20: 0.86},
+                                             {14: 0.86, 20: 0.86})),
+          ('fedavgcm_gel', '0.01', '3', ({6: 0.85, 20: 0.88},
+                                        {8: 0.85, 20: 0.88})),
+          ('fedyogi_budgeted', '0.03', '0.1', ({20: 0.8}, {20: 0.82})),
+          ('fedyogi_gel', '0.03', '0.1', ({12: 0.9, 20: 0.9},
+                                         {16: 0.9, 20: 0.9})))
+  for algorithm, lr, server_lr, by_seed in runs:
+    for seed, accuracy in enumerate(by_seed):
+      names.append(f'{algorithm}_{seed}')
+      _gel_run(root, names[-1], algorithm, lr, seed, accuracy,
+               server_learning_rate=server_lr)
+  frame = core.load_finished_runs([
+      core.sweep.SweepPoint(n, {}, (), os.path.join(root, n), 20)
+      for n in names])
+  result = gel_experiments.analyze_fig6(frame, root)
+  table = result.table.set_index([core.ROW, core.QUANTITY])
+  value = lambda q: table.loc[('task=synthetic', q), core.VALUE]
+  assert value('rounds_to_target/fedavgcm_budgeted') == 12
+  assert value('rounds_to_target/fedavgcm_gel') == 7
+  assert math.isnan(value('rounds_to_target/fedyogi_budgeted'))
+  assert value('final_accuracy/fedyogi_budgeted') == pytest.approx(0.81)
+  assert value('server_learning_rate/fedyogi_budgeted') == 0.1
+  assert value('client_learning_rate/fedavgcm_budgeted') == 0.01
+  assert any('fedavgcm' in n and '+2.0 points' in n for n in result.notes)
+  assert any('fedyogi' in n and '(0 of 2 seeds)' in n for n in result.notes)
   assert os.path.isfile(os.path.join(root, 'accuracy_vs_rounds.png'))
 
 
@@ -435,6 +469,40 @@ def test_adabest_fig3_reads_each_population_and_balance_per_algorithm(
       'accuracy_vs_rounds_100_clients_unbalanced.png']
   assert 'clients=1000 balanced: adabest' in result.notes[0]
   assert 'clients=100 unbalanced: feddyn' in result.notes[0]
+
+
+def test_adabest_cost_ranks_median_round_times_after_the_warmup(tmp_path):
+  root = str(tmp_path)
+  points = []
+  rounds = adabest_experiments.COST_WARMUP_ROUNDS + 3
+  # Per run: a slow first (tracing) round, then its steady times (median).
+  for name, algorithm, seed, steady in (
+      ('avg0', 'fedopt', 0, (10, 10, 11)), ('avg1', 'fedopt', 1, (12, 12, 9)),
+      ('ada0', 'adabest', 0, (15, 14, 15)),
+      ('sca0', 'scaffold', 0, (13, 13, 30)),
+      ('dyn0', 'feddyn', 0, (20, 20, 20))):
+    times = [1000] + [1] * (adabest_experiments.COST_WARMUP_ROUNDS - 1)
+    run_directories.write_run(root, name, {
+        'algorithm': algorithm, 'task': 'digits', 'partition_seed': seed}, {
+            'round': list(range(1, rounds + 1)),
+            'round_time_sec': [t / 1000 for t in (*times, *steady)],
+            'clients_per_round': [10] * rounds,
+            'bytes_down': [10 * 4 * 1000.0] * rounds,
+            'client_work/train/num_batches': [50] * rounds})
+    points.append(core.sweep.SweepPoint(name, {}, (), os.path.join(root, name),
+                                        rounds))
+  frame = core.load_finished_runs(points)
+  result = adabest_experiments.analyze_cost(frame, root)
+  table = result.table.set_index([core.ROW, core.QUANTITY])[core.VALUE]
+  assert table[('all', 'round_time_ms/fedavg')] == pytest.approx(11.0)
+  assert table[('all', 'round_time_ms/scaffold')] == pytest.approx(13.0)
+  assert [table[('all', f'cost_rank/{a}')] for a in (
+      'fedavg', 'scaffold', 'adabest', 'feddyn')] == [1, 2, 3, 4]
+  assert table[('all', 'time_over_fedavg/feddyn')] == pytest.approx(20 / 11)
+  # Tables 4-5 for n = 1,000 and K = 5: AdaBest's client extra Kn + 2n.
+  assert 'n = 1,000 parameters, K = 5' in result.notes[0]
+  assert 'adabest 7,000 and 3,000' in result.notes[0]
+  assert result.notes[1].startswith('Measured order, cheapest first: fedavg')
 
 
 def test_adabest_beta_is_the_papers_per_participation_and_tuned_at_one_percent(
