@@ -483,7 +483,9 @@ def analyze_cost(frame: pd.DataFrame, output_dir: str) -> core.Analysis:
   del output_dir  # no figure: the paper's are tables
   frame = frame.assign(label=np.where(frame[ALGORITHM] == 'fedopt', 'fedavg',
                                       frame[ALGORITHM]))
-  timed = frame[frame[analysis.ROUND] > COST_WARMUP_ROUNDS]
+  # (A run shorter than the warm-up, e.g. a smoke run's, keeps its last.)
+  warmup = min(COST_WARMUP_ROUNDS, frame[analysis.ROUND].max() - 1)
+  timed = frame[frame[analysis.ROUND] > warmup]
   per_run = timed.groupby([analysis.RUN, 'label'], sort=False)[
       'round_time_sec'].median().mul(1000).rename('round_ms').reset_index()
   stats = core.over_seeds(per_run, ['label'], ['round_ms'])
@@ -505,24 +507,31 @@ def analyze_cost(frame: pd.DataFrame, output_dir: str) -> core.Analysis:
                     core.STD: np.nan, core.NUM_RUNS: None})
   notes = []
   fedavg = frame[frame['label'] == 'fedavg']
-  if len(fedavg):
-    # n from the broadcast (float32 weights to each client), K from the
-    # batches the clients trained.
-    first = fedavg.iloc[0]
+  # n from AdaBest's or FedDyn's broadcast (the float32 model to each client;
+  # SCAFFOLD's carries its control variate too, FedAvg's is not counted), K
+  # from the batches FedAvg's clients trained.
+  model_only = frame[frame['label'].isin(['adabest', 'feddyn'])].dropna(
+      subset=['bytes_down']) if 'bytes_down' in frame else frame.iloc[:0]
+  if len(fedavg) and len(model_only):
+    first = model_only.iloc[0]
     n = first['bytes_down'] / first[M] / 4
     steps = (fedavg['client_work/train/num_batches'] / fedavg[M]).median()
     flops = {a: (c * steps * n + d * n, e * n)
              for a, (c, d, e) in COST_FORMULAS.items()}
+    examples = (fedavg['client_work/train/num_examples'] / fedavg[M]).median()
+    # FedAvg's client arithmetic: its updates and ~6 flops per parameter and
+    # example for a gradient (forward and backward of dense layers).
+    own = 2 * steps * n + 6 * n * examples
     notes.append(
         f'Tables 4-5 evaluated for this model (n = {n:,.0f} parameters, K ='
-        f' {steps:g} local steps per client): extra elementwise flops over'
-        ' FedAvg per client and round, and at the server per round: ' +
-        '; '.join(f'{a} {c:,.0f} and {s:,.0f}' for a, (c, s) in flops.items()
-                  if a != 'fedavg') +
-        f'. FedAvg\'s own client update is {2 * steps * n:,.0f} flops plus'
-        f' {steps:g} mini-batch gradients (each ~6 flops per parameter and'
-        ' example for an MLP), so the formulas predict differences of a few'
-        ' percent of a round\'s arithmetic.')
+        f' {steps:g} local steps of {examples / steps:g} examples per client):'
+        ' extra elementwise flops over FedAvg per client and round, and at the'
+        ' server per round: ' +
+        '; '.join(f'{a} {c:,.0f} ({100 * c / own:.1f} % of FedAvg\'s client'
+                  f' arithmetic) and {s:,.0f}'
+                  for a, (c, s) in flops.items() if a != 'fedavg') +
+        '. The formulas\' differences are this small a part of a round\'s'
+        ' arithmetic; the measured differences are the implementations\'.')
   if ranked:
     notes.append('Measured order, cheapest first: ' + ' < '.join(
         f'{a} ({m:.1f} ms)' for m, a in ranked) + '.')

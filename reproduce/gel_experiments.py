@@ -468,12 +468,13 @@ def analyze_fig6(frame: pd.DataFrame, output_dir: str) -> core.Analysis:
                                           get('rounds_to_target',
                                               f'{base}_gel'))
       client, server = FIG6_RATES[task, base]
+      reached = lambda r: 'not reached' if np.isnan(r) else f'{r:.0f}'
       notes.append(
           f'task={task} {base} (client rate {client}, server rate {server}):'
           f' final accuracy {acc_base:.3f} without GeL, {acc_gel:.3f} with'
           f' ({100 * (acc_gel - acc_base):+.1f} points); rounds to the target'
-          f' {r_base:.0f} ({n_base} of {n} seeds) vs {r_gel:.0f} ({n_gel}'
-          ' seeds).')
+          f' {reached(r_base)} ({n_base} of {n} seeds reached it) without,'
+          f' {reached(r_gel)} ({n_gel}) with.')
   figure = _curves(frame, output_dir, 'accuracy_vs_rounds.png',
                    by=[TASK, ALGORITHM],
                    title='FedAvgCM and FedYogi, with and without GeL, at tuned'

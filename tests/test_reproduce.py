@@ -233,7 +233,8 @@ def test_gel_fig6_compares_each_base_with_gel_at_its_rates(tmp_path):
   assert value('server_learning_rate/fedyogi_budgeted') == 0.1
   assert value('client_learning_rate/fedavgcm_budgeted') == 0.01
   assert any('fedavgcm' in n and '+2.0 points' in n for n in result.notes)
-  assert any('fedyogi' in n and '(0 of 2 seeds)' in n for n in result.notes)
+  assert any('fedyogi' in n and 'not reached (0 of 2 seeds reached it)' in n
+             for n in result.notes)
   assert os.path.isfile(os.path.join(root, 'accuracy_vs_rounds.png'))
 
 
@@ -487,8 +488,10 @@ def test_adabest_cost_ranks_median_round_times_after_the_warmup(tmp_path):
             'round': list(range(1, rounds + 1)),
             'round_time_sec': [t / 1000 for t in (*times, *steady)],
             'clients_per_round': [10] * rounds,
-            'bytes_down': [10 * 4 * 1000.0] * rounds,
-            'client_work/train/num_batches': [50] * rounds})
+            'bytes_down': [10 * 4 * (2000.0 if algorithm == 'scaffold' else
+                                     1000.0)] * rounds,
+            'client_work/train/num_batches': [50] * rounds,
+            'client_work/train/num_examples': [500] * rounds})
     points.append(core.sweep.SweepPoint(name, {}, (), os.path.join(root, name),
                                         rounds))
   frame = core.load_finished_runs(points)
@@ -500,8 +503,10 @@ def test_adabest_cost_ranks_median_round_times_after_the_warmup(tmp_path):
       'fedavg', 'scaffold', 'adabest', 'feddyn')] == [1, 2, 3, 4]
   assert table[('all', 'time_over_fedavg/feddyn')] == pytest.approx(20 / 11)
   # Tables 4-5 for n = 1,000 and K = 5: AdaBest's client extra Kn + 2n.
-  assert 'n = 1,000 parameters, K = 5' in result.notes[0]
-  assert 'adabest 7,000 and 3,000' in result.notes[0]
+  assert 'n = 1,000 parameters, K = 5 local steps of 10' in result.notes[0]
+  # ... of FedAvg's 2Kn + 6n * 50 examples = 310,000 flops.
+  assert 'adabest 7,000 (2.3 % of' in result.notes[0]
+  assert 'arithmetic) and 3,000' in result.notes[0]
   assert result.notes[1].startswith('Measured order, cheapest first: fedavg')
 
 
