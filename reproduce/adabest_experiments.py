@@ -533,8 +533,13 @@ def analyze_cost(frame: pd.DataFrame, output_dir: str) -> core.Analysis:
         '. The formulas\' differences are this small a part of a round\'s'
         ' arithmetic; the measured differences are the implementations\'.')
   if ranked:
-    notes.append('Measured order, cheapest first: ' + ' < '.join(
-        f'{a} ({m:.1f} ms)' for m, a in ranked) + '.')
+    spread = per_run.groupby('label')['round_ms'].agg(['min', 'max'])
+    notes.append('Measured order, cheapest first (mean of the runs\''
+                 ' medians; the runs\' range): ' + ' < '.join(
+                     f'{a} ({m:.1f} ms; {spread.loc[a, "min"]:.1f}-'
+                     f'{spread.loc[a, "max"]:.1f})' for m, a in ranked) +
+                 '. Where ranges overlap, the order is within the machine\'s'
+                 ' noise.')
   return core.Analysis(pd.concat([*rows, pd.DataFrame(extra)],
                                  ignore_index=True), [], notes)
 

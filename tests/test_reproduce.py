@@ -507,7 +507,8 @@ def test_adabest_cost_ranks_median_round_times_after_the_warmup(tmp_path):
   # ... of FedAvg's 2Kn + 6n * 50 examples = 310,000 flops.
   assert 'adabest 7,000 (2.3 % of' in result.notes[0]
   assert 'arithmetic) and 3,000' in result.notes[0]
-  assert result.notes[1].startswith('Measured order, cheapest first: fedavg')
+  assert result.notes[1].startswith('Measured order, cheapest first')
+  assert 'fedavg (11.0 ms; 10.0-12.0) < scaffold' in result.notes[1]
 
 
 def test_adabest_beta_is_the_papers_per_participation_and_tuned_at_one_percent(
