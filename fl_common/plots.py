@@ -347,6 +347,32 @@ FIGURES = ('accuracy_vs_rounds', 'accuracy_vs_examples',
            'accuracy_percentiles', 'learning_rate_grid')
 
 
+def plot_gradient_coefficients(
+    curves: Sequence[tuple[str, np.ndarray, np.ndarray, float]],
+    path: str) -> str:
+  """GeL's Figure 3: each update's gradient coefficients over the step k.
+
+  `curves` holds `(label, measured, formula, momentum)`; as in the paper, the
+  numerators `a_k (1 - momentum)` are drawn (measured: markers, formula:
+  line).
+  """
+  fig, ax = plt.subplots(figsize=(6.4, 4.0))
+  for i, (label, measured, formula, momentum) in enumerate(curves):
+    steps = np.arange(len(measured))
+    (line,) = ax.plot(steps, np.asarray(formula) * (1 - momentum), '-',
+                      alpha=0.5)
+    # Smaller markers for later curves, so that coinciding ones stay visible.
+    ax.plot(steps, np.asarray(measured) * (1 - momentum), 'os^D'[i % 4],
+            markersize=max(8 - 2 * i, 3), color=line.get_color(), label=label)
+  ax.xaxis.get_major_locator().set_params(integer=True)
+  ax.set_xlabel('gradient step k')
+  ax.set_ylabel('coefficient numerator a_k (1 - alpha)')
+  ax.set_title('Gradient coefficients (markers: measured; lines: eq. (6))')
+  ax.legend(fontsize='small')
+  ax.grid(alpha=0.3)
+  return _save(fig, path)
+
+
 def default_thresholds(frame: pd.DataFrame,
                        accuracy_column: str) -> list[float]:
   """50, 60, 70, 80 and 90 % of the best accuracy any run reached."""

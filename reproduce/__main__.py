@@ -94,6 +94,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if args.report_only and args.dry_run:
       raise ValueError('--report_only and --dry_run exclude each other')
     experiments = _select(args.paper, args.experiments)
+    if args.seeds is not None and all(e.measure for e in experiments):
+      raise ValueError('--seeds does nothing here: no selected experiment'
+                       ' has driver runs (each is measured in-process)')
     # Every grid is built (and so checked) before anything runs.
     points = {(e.paper, e.name): core.build_points(
         e, args.scale, args.root_output_dir, args.seeds) for e in experiments}
@@ -102,6 +105,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     return 2
   if args.dry_run:
     for e in experiments:
+      if e.measure:
+        print(f'{e.paper} {e.name}: measured in this process, no driver run')
       for point in points[(e.paper, e.name)]:
         status = 'finished' if core.sweep.is_finished(point) else 'to run'
         print(f'{e.paper} {e.name}: {status:8}'
@@ -114,8 +119,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
       start = time.monotonic()
       results = core.run_experiment(e, args.scale, args.root_output_dir,
                                     args.seeds, args.parallel)
-      for line in core.sweep.summary_lines(results):
-        print(line)
+      if results or not e.measure:
+        for line in core.sweep.summary_lines(results):
+          print(line)
       print(f'{time.monotonic() - start:.0f} s', flush=True)
       failed |= any(r.status == 'failed' for r in results)
     try:

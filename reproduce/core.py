@@ -23,6 +23,11 @@ Why one module: an experiment's grids, runs, reading and report are one
 pipeline over the same conventions (run names, scales, the long-form table);
 split, each part would re-import the others.
 
+An experiment that no training run can show (GeL's Figure 3: the gradient
+coefficients of one client's update) has no grids but a `measure`: a function
+of the scale run in this process, whose long-form frame is kept as
+`<run root>/<name>/measured.csv` and read by `analyze` like the runs' frame.
+
 Grids of one paper share a run root (`<root>/<paper>/<scale>/`): a grid that
 two experiments name alike (GeL's Table 1 runs, read again by Figure 4) runs
 once.
@@ -33,6 +38,7 @@ import json
 import math
 import os
 import shlex
+import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Optional
 
@@ -51,6 +57,7 @@ REPO_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RESULTS_DIR = os.path.join(REPO_DIR, 'results')
 DEFAULT_ROOT = '/tmp/fl_papers/reproduce'
 TIMINGS_FILE = 'timings.json'
+MEASURED_FILE = 'measured.csv'
 PAPER_TITLES = {
     'gel': 'GeL: guess and learn (Boukhari et al. 2024)',
     'large_cohort': 'On large-cohort training for federated learning'
@@ -122,6 +129,9 @@ class Experiment:
   # Runs at a time at most, whatever --parallel says: 1 for an experiment
   # that reads wall times, which runs side by side would distort.
   max_parallel: Optional[int] = None
+  # Instead of driver runs (then no grids): scale -> the frame `analyze`
+  # reads, computed in this process (it must not need a TFF runtime).
+  measure: Optional[Callable[[str], pd.DataFrame]] = None
 
 
 def setting_fn(grids_fn: Callable[[str], tuple[Grid, ...]],
@@ -215,6 +225,11 @@ def _record_timing(experiment: Experiment, scale: str, root: str,
     return
   timings = read_timings(experiment, scale, root)
   timings[result.point.experiment_name] = round(result.elapsed_sec, 1)
+  _write_timings(experiment, scale, root, timings)
+
+
+def _write_timings(experiment: Experiment, scale: str, root: str,
+                   timings: Mapping[str, float]) -> None:
   path = _timings_path(experiment, scale, root)
   os.makedirs(os.path.dirname(path), exist_ok=True)
   with open(path + '.tmp', 'w') as f:
@@ -222,13 +237,36 @@ def _record_timing(experiment: Experiment, scale: str, root: str,
   os.replace(path + '.tmp', path)
 
 
+def measured_path(experiment: Experiment, scale: str, root: str) -> str:
+  """Where a measured experiment's frame is kept."""
+  return os.path.join(run_root(root, experiment, scale), experiment.name,
+                      MEASURED_FILE)
+
+
+def _measure(experiment: Experiment, scale: str, root: str,
+             print_fn: Callable[[str], None]) -> None:
+  start = time.monotonic()
+  frame = experiment.measure(scale)
+  path = measured_path(experiment, scale, root)
+  os.makedirs(os.path.dirname(path), exist_ok=True)
+  frame.to_csv(path + '.tmp', index=False)
+  os.replace(path + '.tmp', path)
+  timings = read_timings(experiment, scale, root)
+  timings[experiment.name] = round(time.monotonic() - start, 1)
+  _write_timings(experiment, scale, root, timings)
+  print_fn(f'measured: {path}')
+
+
 def run_experiment(experiment: Experiment, scale: str, root: str,
                    seeds: Optional[int] = None, parallel: int = 2,
                    print_fn: Callable[[str], None] = print,
                    ) -> list[sweep.PointResult]:
   """Runs the experiment's unfinished points (`parallel` at a time, at most
-  `experiment.max_parallel`), recording each one's wall time as it ends."""
+  `experiment.max_parallel`), recording each one's wall time as it ends; a
+  measured experiment is measured again (it takes seconds)."""
   points = build_points(experiment, scale, root, seeds)
+  if experiment.measure is not None:
+    _measure(experiment, scale, root, print_fn)
   if experiment.max_parallel is not None:
     parallel = min(parallel, experiment.max_parallel)
   return sweep.run_sweep(
@@ -390,17 +428,38 @@ def write_report(experiment: Experiment, scale: str, root: str,
     ValueError: If no run has finished or the analysis cannot be made.
   """
   points = build_points(experiment, scale, root, seeds)
-  frame = load_finished_runs(points)
+  timings = read_timings(experiment, scale, root)
+  if experiment.measure is not None:
+    path = measured_path(experiment, scale, root)
+    if not os.path.isfile(path):
+      raise ValueError(f'{path} is missing; measure it first (without'
+                       ' --report_only)')
+    frame = pd.read_csv(path)
+    provenance = (
+        f'Scale `{scale}`: no driver run; measured in this process in'
+        f' {timings.get(experiment.name, math.nan):.1f} s (`{path}`).'
+        ' Rerunning the command measures again and regenerates this report.')
+  else:
+    frame = load_finished_runs(points)
   os.makedirs(output_dir, exist_ok=True)
   result = experiment.analyze(frame, output_dir)
   table = side_by_side(paper_numbers(experiment.paper, experiment.name),
                        result.table)
-  timings = read_timings(experiment, scale, root)
-  finished = [p for p in points if sweep.is_finished(p)]
-  run_seconds = [timings[p.experiment_name] for p in finished
-                 if p.experiment_name in timings]
+  if experiment.measure is None:
+    finished = [p for p in points if sweep.is_finished(p)]
+    run_seconds = [timings[p.experiment_name] for p in finished
+                   if p.experiment_name in timings]
+    at_a_time = 'one' if experiment.max_parallel == 1 else 'two'
+    provenance = (
+        f'Scale `{scale}`: {len(finished)} of {len(points)} runs finished'
+        f' (`{run_root(root, experiment, scale)}`). Each run\'s wall time'
+        f' from the command line summed: {sum(run_seconds):.0f} s over'
+        f' {len(run_seconds)} runs ({at_a_time} at a time by default); their'
+        f' rounds and evaluations alone (`metrics.csv`):'
+        f' {_training_seconds(frame):.0f} s.'
+        ' Rerunning the command skips finished runs and regenerates this'
+        ' report from their directories.')
   setting = setting_for(experiment, scale)
-  at_a_time = 'one' if experiment.max_parallel == 1 else 'two'
   lines = [
       f'# {PAPER_TITLES[experiment.paper]}: {experiment.source}',
       '',
@@ -410,14 +469,7 @@ def write_report(experiment: Experiment, scale: str, root: str,
       command_line(experiment, scale, seeds),
       '```',
       '',
-      f'Scale `{scale}`: {len(finished)} of {len(points)} runs finished'
-      f' (`{run_root(root, experiment, scale)}`). Each run\'s wall time'
-      f' from the command line summed: {sum(run_seconds):.0f} s over'
-      f' {len(run_seconds)} runs ({at_a_time} at a time by default); their'
-      f' rounds and evaluations alone (`metrics.csv`):'
-      f' {_training_seconds(frame):.0f} s.'
-      ' Rerunning the command skips finished runs and regenerates this'
-      ' report from their directories.',
+      provenance,
       '',
   ]
   if setting.substitutes:

@@ -1,4 +1,4 @@
-"""GeL (Boukhari et al. 2024): Tables 1, 2, 5 and Figures 2, 4, 6, 7, 8, 9.
+"""GeL (Boukhari et al. 2024): Tables 1, 2, 5 and Figures 2, 3, 4, 6, 7, 8, 9.
 
 Local scale: the paper's Synthetic task itself (LEAF's generator, 5 classes,
 1,000 clients; 305 parameters as in Table 1), with the paper's 20 clients per
@@ -321,6 +321,84 @@ def analyze_fig8(frame: pd.DataFrame, output_dir: str) -> core.Analysis:
                        _speedup_notes(table))
 
 
+# Figure 3 (Section 3.3): Lemma 1's gradient coefficients. The text does not
+# give the figure's alpha, tau_i and tau'; these are the local setting's
+# momentum, a budget in U{4..13} and tau' = tau - tau_i with tau = 18.
+FIG3_MOMENTUM = 0.9
+FIG3_STEPS = 6
+FIG3_GUESSED = 12
+# (row, gradient steps, guessed steps) of the figure's three updates.
+FIG3_VARIANTS = (
+    (f'fedavgcm tau_i={FIG3_STEPS}', FIG3_STEPS, 0),
+    (f'fedavgcm tau_i={FIG3_STEPS + FIG3_GUESSED}', FIG3_STEPS + FIG3_GUESSED,
+     0),
+    (f"fedavgcm_gel tau_i={FIG3_STEPS} tau'={FIG3_GUESSED}", FIG3_STEPS,
+     FIG3_GUESSED),
+)
+
+
+def measure_fig3(scale: str) -> pd.DataFrame:
+  """Each update's coefficients, measured by running GeL's client update
+  (`gel_tff.client_work.measure_gradient_coefficients`); the same at every
+  scale (no data is involved)."""
+  del scale
+  from gel_tff import client_work  # pylint: disable=g-import-not-at-top
+  rows = []
+  for row, steps, guessed in FIG3_VARIANTS:
+    coefficients = client_work.measure_gradient_coefficients(
+        momentum=FIG3_MOMENTUM, gradient_steps=steps, guessed_steps=guessed)
+    rows += [{core.ROW: row, 'momentum': FIG3_MOMENTUM,
+              'gradient_steps': steps, 'guessed_steps': guessed, 'k': k,
+              'coefficient': c} for k, c in enumerate(coefficients)]
+  return pd.DataFrame(rows)
+
+
+def eq6_coefficients(momentum: float, gradient_steps: int,
+                     guessed_steps: int) -> np.ndarray:
+  """Eq. (6) in NumPy: `(1 - alpha^(tau' + tau_i - k)) / (1 - alpha)`."""
+  k = np.arange(gradient_steps)
+  return (1 - momentum ** (guessed_steps + gradient_steps - k)) / (
+      1 - momentum)
+
+
+def analyze_fig3(frame: pd.DataFrame, output_dir: str) -> core.Analysis:
+  rows, curves, errors = [], [], []
+  for row, group in frame.groupby(core.ROW, sort=False):
+    group = group.sort_values('k')
+    measured = group['coefficient'].to_numpy()
+    momentum = float(group['momentum'].iloc[0])
+    formula = eq6_coefficients(momentum, int(group['gradient_steps'].iloc[0]),
+                               int(group['guessed_steps'].iloc[0]))
+    errors.append(f'{row}: {np.max(np.abs(measured - formula)):.1e}')
+    curves.append((row, measured, formula, momentum))
+    for quantity, value in (('a_0', measured[0]),
+                            ('a_last', measured[FIG3_STEPS - 1]),
+                            ('sum_a', measured.sum())):
+      rows.append({core.ROW: row, core.QUANTITY: quantity, core.VALUE: value,
+                   core.STD: np.nan, core.NUM_RUNS: 1})
+  by_row = {row: measured for row, measured, _, _ in curves}
+  gel_row, long_row = FIG3_VARIANTS[2][0], FIG3_VARIANTS[1][0]
+  if gel_row in by_row and long_row in by_row:
+    rows.append({core.ROW: gel_row, core.QUANTITY: 'max_abs_diff_vs_tau_i=18',
+                 core.VALUE: float(np.max(np.abs(
+                     by_row[gel_row] - by_row[long_row][:FIG3_STEPS]))),
+                 core.STD: np.nan, core.NUM_RUNS: 1})
+  figure = plots.plot_gradient_coefficients(
+      curves, os.path.join(output_dir, 'coefficients.png'))
+  notes = [
+      'Package values are measured: GeL\'s client update (the `tf.function`'
+      ' its processes run) trained on a probe whose k-th gradient is the unit'
+      ' vector e_k, so that the update\'s k-th coordinate over eta_l is a_k.'
+      ' Largest difference from eq. (6) per update: ' + '; '.join(errors)
+      + '. `a_last` is the coefficient of gradient k = tau_i - 1 = '
+      f'{FIG3_STEPS - 1}; `sum_a` is ||a||_1 over the computed gradients'
+      ' (FedNova\'s normalizer).',
+      'The paper does not state the figure\'s alpha, tau_i and tau\'; its'
+      ' numbers here are eq. (6) at alpha = 0.9, tau_i = 6, tau\' = 12.',
+  ]
+  return core.Analysis(pd.DataFrame(rows), [os.path.basename(figure)], notes)
+
+
 # Figure 9 (Section F.2): budget ranges [a, b], tau = b + 5.
 FIG9_BUDGETS = ((1, 5), (4, 13), (10, 20))
 
@@ -586,6 +664,14 @@ EXPERIMENTS = (
         'Server momentum (FedAvgCM) converges faster than FedAvg, hence'
         ' FedAvgCM is GeL\'s baseline.',
         _setting(fig2_grids, seeds=3), analyze_fig2),
+    core.Experiment(
+        'gel', 'fig3', 'Figure 3 (Section 3.3, gradient coefficients,'
+        ' Lemma 1)',
+        'GeL\'s update weights the tau_i gradients it computed exactly as'
+        ' FedAvgCM would after tau_i + tau\' real steps (eq. (6)), more than'
+        ' FedAvgCM after its tau_i steps.',
+        lambda scale: core.Setting(grids=(), seeds=1), analyze_fig3,
+        measure=measure_fig3),
     core.Experiment(
         'gel', 'fig4', 'Figure 4, row 3 (accuracy vs gradient computations)',
         'GeL needs fewer gradient computations than FedAvgCM to reach equal'

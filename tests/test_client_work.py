@@ -177,6 +177,26 @@ def test_update_is_lemma1_combination_of_gradients():
                                rtol=1e-6)
 
 
+@pytest.mark.parametrize('momentum, steps, guessed', [
+    (0.9, 6, 12), (0.9, 18, 0), (0.5, 4, 'infinite'), (0.0, 3, 0)])
+def test_measured_coefficients_are_lemma1s(momentum, steps, guessed):
+  """Figure 3's coefficients, read off the client update on a probe."""
+  measured = client_work.measure_gradient_coefficients(
+      momentum=momentum, gradient_steps=steps, guessed_steps=guessed)
+  if guessed == 'infinite':
+    expected = np.full(steps, 1 / (1 - momentum))
+  else:
+    expected = np.array([sum(momentum**j for j in range(guessed + steps - k))
+                         for k in range(steps)])
+  np.testing.assert_allclose(measured, expected, rtol=1e-5)
+
+
+def test_measured_coefficients_refuse_a_guess_without_a_count():
+  with pytest.raises(ValueError, match='count'):
+    client_work.measure_gradient_coefficients(
+        momentum=0.9, gradient_steps=3, guessed_steps='remaining')
+
+
 def test_normalizer_without_guess_is_fednova_momentum_vector_norm():
   rng = np.random.default_rng(5)
   process = client_work.build_gel_client_work(

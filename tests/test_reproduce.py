@@ -29,7 +29,8 @@ SCALES = ('local', 'paper', 'smoke')
 def test_every_experiment_builds_distinct_points_at_every_scale(scale, tmp_path):
   for experiment in reproduce.EXPERIMENTS.values():
     points = core.build_points(experiment, scale, str(tmp_path))
-    assert points, experiment.name
+    # An experiment has driver runs, or is measured in-process instead.
+    assert bool(points) != bool(experiment.measure), experiment.name
     names = [p.experiment_name for p in points]
     assert len(set(names)) == len(names)
     for point in points:
@@ -364,6 +365,24 @@ def test_documented_reproduce_commands_parse(args, tmp_path, capsys):
   extra = [] if '--list' in args else ['--dry_run']
   assert cli.main([*args, *extra, f'--root_output_dir={tmp_path}']) == 0
   assert capsys.readouterr().out
+
+
+def test_gel_fig3_is_measured_then_reported_beside_eq6(tmp_path, capsys):
+  root, reports = str(tmp_path / 'runs'), str(tmp_path / 'reports')
+  args = ['gel', 'fig3', '--scale=smoke', f'--root_output_dir={root}',
+          f'--report_dir={reports}']
+  assert cli.main([*args, '--report_only']) == 1
+  assert 'measure it first' in capsys.readouterr().err
+  assert cli.main(['gel', 'fig3', '--seeds=2', *args[2:]]) == 2
+  assert '--seeds does nothing' in capsys.readouterr().err
+  assert cli.main(args) == 0
+  text = open(os.path.join(reports, 'gel', 'fig3', 'README.md')).read()
+  # Measured values beside eq. (6)'s: equal to the table's 2 decimals.
+  assert "| fedavgcm_gel tau_i=6 tau'=12 | a_last | 7.46 | 7.46 (n=1) |" in text
+  assert '| fedavgcm tau_i=6 | sum_a | 17.83 | 17.83 (n=1) |' in text
+  assert 'no driver run; measured in this process' in text
+  assert os.path.isfile(os.path.join(reports, 'gel', 'fig3',
+                                     'coefficients.png'))
 
 
 def test_index_links_reports_and_names_commands_for_the_rest(tmp_path):
