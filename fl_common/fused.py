@@ -54,7 +54,6 @@ one set of sums; apart, each would restate the others' structures.
 import collections
 from collections.abc import Callable
 import contextlib
-import functools
 from typing import Any, NamedTuple, Optional, Union
 
 import numpy as np
@@ -147,8 +146,8 @@ def inlined_tf_functions():
   traced (inside the outer `tf.function`, whose graph keeps its automatic
   control dependencies). Those inner functions are then traced without
   AutoGraph: a model whose Python branches on tensors (AutoGraph's job)
-  raises `tf.errors.OperatorNotAllowedInGraphError`, and the callers retrace
-  it without inlining (`trace_inlined`).
+  raises `tf.errors.OperatorNotAllowedInGraphError`, and `trace_inlined`
+  retraces it without inlining.
   """
   previous = tf.config.functions_run_eagerly()
   tf.config.run_functions_eagerly(True)
@@ -158,14 +157,22 @@ def inlined_tf_functions():
     tf.config.run_functions_eagerly(previous)
 
 
-def trace_inlined(build_fn: Callable[[bool], Any]) -> Any:
-  """`build_fn(True)`: a shard's graph traced with its inner `tf.function`s
-  inlined (`inlined_tf_functions`), or `build_fn(False)` if the model needs
-  AutoGraph. A failed trace adds nothing to the enclosing graph."""
+def trace_inlined(body_fn: Callable[..., Any], *inputs: Any) -> Any:
+  """`body_fn(*inputs)`, traced as a `tf.function` without AutoGraph (a
+  shard's `tf.while_loop`s) whose inner `tf.function`s are inlined
+  (`inlined_tf_functions`), or called if the model needs AutoGraph. A failed
+  trace adds nothing to the enclosing graph."""
+
+  def call(inline: bool) -> Any:
+    def body(*args):
+      with (inlined_tf_functions() if inline else contextlib.nullcontext()):
+        return body_fn(*args)
+    return tf.function(body, autograph=False)(*inputs)
+
   try:
-    return build_fn(True)
+    return call(True)
   except tf.errors.OperatorNotAllowedInGraphError:
-    return build_fn(False)
+    return call(False)
 
 
 def can_fuse(factory: Any) -> bool:
@@ -347,13 +354,7 @@ def shard_computation(model_fn: ModelFn, program_fn: ProgramFn,
     metric_variables = list(model.local_variables)
 
     # tf.while_loop, not AutoGraph (module docstring); the model's
-    # functions inlined in the loops (`inlined_tf_functions`).
-    def train_shard(inline, initial_weights, hparams, examples, rows,
-                    batch_sizes, client_states):
-      with (inlined_tf_functions() if inline else contextlib.nullcontext()):
-        return train_clients(initial_weights, hparams, examples, rows,
-                             batch_sizes, client_states)
-
+    # functions inlined in the loops (`trace_inlined`).
     def train_clients(initial_weights, hparams, examples, rows, batch_sizes,
                       client_states):
       program = as_stateful(program_fn(model, model_weights,
@@ -432,8 +433,7 @@ def shard_computation(model_fn: ModelFn, program_fn: ProgramFn,
               *shard_source(args['shard'], resident_examples),
               args['shard']['batch_sizes'],
               args['client_states'] if stateful else ())
-    return trace_inlined(lambda inline: tf.function(
-        functools.partial(train_shard, inline), autograph=False)(*inputs))
+    return trace_inlined(train_clients, *inputs)
 
   return shard_work
 

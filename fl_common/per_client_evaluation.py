@@ -22,8 +22,6 @@ summarizes the latter.
 
 import collections
 from collections.abc import Callable, Mapping, Sequence
-import contextlib
-import functools
 from typing import Any, Optional
 
 import numpy as np
@@ -132,12 +130,7 @@ def build_fused_per_client_evaluation(
 
     # tf.while_loop and tf.cond rather than AutoGraph (as in
     # `fl_common.fused`): converting the model's Python costs seconds; the
-    # model's functions inlined in the loop (`fused.inlined_tf_functions`).
-    def evaluate(inline, *inputs):
-      with (fused.inlined_tf_functions() if inline else
-            contextlib.nullcontext()):
-        return evaluate_clients(*inputs)
-
+    # model's functions inlined in the loop (`fused.trace_inlined`).
     def evaluate_clients(incoming_weights, examples, rows, batch_sizes):
       tf.nest.map_structure(
           lambda variable, value: variable.assign(value),
@@ -191,8 +184,7 @@ def build_fused_per_client_evaluation(
 
     inputs = (incoming_weights, *fused.shard_source(shard, resident_examples),
               shard['batch_sizes'])
-    return fused.trace_inlined(lambda inline: tf.function(
-        functools.partial(evaluate, inline), autograph=False)(*inputs))
+    return fused.trace_inlined(evaluate_clients, *inputs)
 
   @tff.federated_computation(
       tff.FederatedType(weights_type, tff.SERVER),

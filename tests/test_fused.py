@@ -5,7 +5,6 @@ training metrics, with uneven client sizes, an empty client, a NaN client
 and shards of uneven length."""
 
 import collections
-import contextlib
 
 import numpy as np
 import pytest
@@ -245,9 +244,10 @@ def test_shards_from_arrays_cut_each_client_to_its_step_budget():
                               np.random.default_rng(0), steps=[1])
 
 
-def _call_ops(graph_def):
-  """The function-call ops in the bodies of a graph's functions."""
+def _loop_call_ops(graph_def):
+  """The function-call ops in the bodies of a graph's loops."""
   return [node.op for function in graph_def.library.function
+          if 'while_body' in function.signature.name
           for node in function.node_def
           if node.op in ('PartitionedCall', 'StatefulPartitionedCall')]
 
@@ -255,19 +255,18 @@ def _call_ops(graph_def):
 def test_inner_tf_functions_are_traced_in_place():
   inner = tf.function(lambda x: x * 2.0 + 1.0)
 
-  def build(inline):
-    def body(x):
-      with (fl_fused.inlined_tf_functions() if inline else
-            contextlib.nullcontext()):
-        return tf.while_loop(lambda i, y: i < 3,
-                             lambda i, y: (i + 1, inner(y)), (0, x))[1]
-    return tf.function(body, autograph=False).get_concrete_function(
-        tf.TensorSpec([], tf.float32))
+  def body(x):
+    return tf.while_loop(lambda i, y: i < 3, lambda i, y: (i + 1, inner(y)),
+                         (0, x))[1]
 
-  inlined = fl_fused.trace_inlined(build)
-  assert inlined(tf.constant(1.0)).numpy() == 15.0
-  assert not _call_ops(inlined.graph.as_graph_def())
-  assert _call_ops(build(False).graph.as_graph_def())  # what it avoids
+  def graph_def(fn):
+    return tf.function(fn).get_concrete_function(
+        tf.TensorSpec([], tf.float32)).graph.as_graph_def()
+
+  assert fl_fused.trace_inlined(body, tf.constant(1.0)).numpy() == 15.0
+  assert not _loop_call_ops(graph_def(
+      lambda x: fl_fused.trace_inlined(body, x)))
+  assert _loop_call_ops(graph_def(body))  # what it avoids
   assert not tf.config.functions_run_eagerly()  # restored
 
 
