@@ -239,6 +239,34 @@ def test_gel_fig6_compares_each_base_with_gel_at_its_rates(tmp_path):
   assert os.path.isfile(os.path.join(root, 'accuracy_vs_rounds.png'))
 
 
+def test_gel_table2_reads_fedprox_beside_table1s_fedavgcm(tmp_path):
+  root = str(tmp_path)
+  names = []
+  # FedProx's accuracy is FedAvgCM's + 0.004 at round 5 of seed 1; FedAvgCM
+  # at another client rate must not be compared.
+  runs = (('fedprox_budgeted', '0.01', ({5: 0.80, 10: 0.86},
+                                        {5: 0.804, 10: 0.87})),
+          ('fedprox_gel', '0.01', ({5: 0.85, 10: 0.9}, {5: 0.86, 10: 0.9})),
+          ('fedavgcm_budgeted', '0.01', ({5: 0.80, 10: 0.86},
+                                         {5: 0.80, 10: 0.87})),
+          ('fedavgcm_budgeted', '0.005', ({5: 0.1, 10: 0.2},
+                                          {5: 0.1, 10: 0.2})))
+  for algorithm, lr, by_seed in runs:
+    for seed, accuracy in enumerate(by_seed):
+      names.append(f'{algorithm}_{lr}_{seed}')
+      _gel_run(root, names[-1], algorithm, lr, seed, accuracy, rounds=10,
+               proximal_strength=0.01 if 'prox' in algorithm else 0.0)
+  frame = core.load_finished_runs([
+      core.sweep.SweepPoint(n, {}, (), os.path.join(root, n), 10)
+      for n in names])
+  result = gel_experiments.analyze_table2(frame, root)
+  assert set(result.table[core.ROW]) == {'task=synthetic fedprox'}
+  assert not result.table[core.QUANTITY].str.contains('fedavgcm').any()
+  [note] = [n for n in result.notes if 'FedAvgCM' in n]
+  assert 'mu = 0.01' in note and '2 seed(s)' in note
+  assert 'at most 0.40 points' in note and 'over 4 evaluations' in note
+
+
 def test_catastrophic_failure_rate_per_cohort_and_clipping(tmp_path):
   root = str(tmp_path)
   points = []
