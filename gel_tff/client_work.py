@@ -212,7 +212,7 @@ def guessed_update(
   return update, weight, non_finite
 
 
-def _build_client_update_fn(
+def build_client_update_fn(
     model_fn: Callable[[], tff.learning.models.VariableModel],
     optimizer: tff.learning.optimizers.Optimizer,
     *,
@@ -222,7 +222,8 @@ def _build_client_update_fn(
     client_weighting: tff.learning.ClientWeighting,
     report_normalizer: bool,
 ):
-  """Returns the `tf.function` running one client's round (Algorithm 1)."""
+  """The `tf.function` of one client's round (Algorithm 1): `(hparams,
+  initial weights, dataset) -> (ClientResult, metrics, steps taken)`."""
   model = model_fn()
   # An iterator loop, not `dataset.reduce`, as in FedOpt's client work
   # (`large_cohort/fedopt.py`).
@@ -257,85 +258,6 @@ def _build_client_update_fn(
     )
 
   return client_update
-
-
-class _ProbeLoss(tf.keras.losses.Loss):
-  """`sum(y_pred)`: its gradient in a linear model's weights is the input."""
-
-  def __init__(self):
-    super().__init__(reduction='sum', name='probe_loss')
-
-  def call(self, y_true, y_pred):
-    del y_true
-    return y_pred
-
-
-def measure_gradient_coefficients(
-    *,
-    momentum: float,
-    gradient_steps: int,
-    guessed_steps: GuessedSteps = 0,
-    learning_rate: float = 0.1,
-) -> np.ndarray:
-  """A client's gradient coefficients `a_i`, measured by running its update.
-
-  Local SGD(M) with guesses moves the model by a linear combination of the
-  gradients it computed, `x^(t,0) - x^(t,tau_i+tau') = eta_l G_i a_i`
-  (Section 3.2, Lemma 1). This runs the client update that the GeL processes
-  run (`_build_client_update_fn`) on a probe whose gradient at step `k` is the
-  unit vector `e_k`: a linear model `w` in R^`gradient_steps` with loss
-  `w . x`, fed the batches `x = e_0, e_1, ...`. The update's `k`-th coordinate
-  divided by `eta_l` is then `a_i[k]`, whatever the implementation does in
-  between; eq. (6) (`lemma1_coefficients`) is the paper's closed form to
-  compare it with (Figure 3).
-
-  Args:
-    momentum: The client momentum `alpha` in [0, 1).
-    gradient_steps: `tau_i`, the gradient steps (batches) the client takes.
-    guessed_steps: `tau'` as a count, or `'infinite'`.
-    learning_rate: `eta_l` (> 0); `a_i` does not depend on it.
-
-  Returns:
-    `a_i`, one float64 coefficient per gradient step.
-  """
-  if guessed_steps == REMAINING:
-    raise ValueError("guessed_steps must be a count or 'infinite' here.")
-  validate_client_work_args(
-      learning_rate=learning_rate, momentum=momentum,
-      expected_steps=gradient_steps, guessed_steps=guessed_steps,
-      proximal_strength=0.0,
-      client_weighting=tff.learning.ClientWeighting.UNIFORM)
-  size = gradient_steps
-
-  def model_fn():
-    keras_model = tf.keras.Sequential([
-        tf.keras.Input(shape=(size,)),
-        tf.keras.layers.Dense(1, use_bias=False, kernel_initializer='zeros'),
-    ])
-    return tff.learning.models.from_keras_model(
-        keras_model,
-        loss=_ProbeLoss(),
-        input_spec=(tf.TensorSpec([None, size], tf.float32),
-                    tf.TensorSpec([None, 1], tf.float32)))
-
-  optimizer = client_optimizer(learning_rate, momentum)
-  client_update = _build_client_update_fn(
-      model_fn, optimizer, expected_steps=gradient_steps,
-      guessed_steps=guessed_steps, proximal_strength=0.0,
-      client_weighting=tff.learning.ClientWeighting.UNIFORM,
-      report_normalizer=False)
-  probe = tf.data.Dataset.from_tensor_slices(
-      (np.eye(size, dtype=np.float32), np.zeros((size, 1), np.float32)))
-  initial = tff.learning.models.ModelWeights(
-      trainable=[tf.zeros((size, 1))], non_trainable=[])
-  hparams = optimizer.get_hparams(
-      optimizer.initialize(tf.TensorSpec([], tf.float32)))
-  result, _, steps_taken = client_update(hparams, initial, probe.batch(1))
-  if int(steps_taken) != gradient_steps:
-    raise AssertionError(f'the probe took {int(steps_taken)} steps, not'
-                         f' {gradient_steps}')
-  (delta,) = result.update
-  return np.asarray(delta, np.float64).reshape(-1) / learning_rate
 
 
 def validate_client_work_args(
@@ -451,7 +373,7 @@ def build_gel_client_work(
 
   @tff.tensorflow.computation(hparams_type, weights_type, data_type)
   def client_update_computation(hparams, initial_weights, dataset):
-    client_update = _build_client_update_fn(
+    client_update = build_client_update_fn(
         model_fn, optimizer, expected_steps=expected_steps,
         guessed_steps=guessed_steps, proximal_strength=proximal_strength,
         client_weighting=client_weighting,

@@ -14,7 +14,10 @@ Rows and quantities are named as in `paper_numbers.csv`; speedup is Table 1's
 of both reached the target.
 """
 
+import io
 import os
+import subprocess
+import sys
 from typing import Optional
 
 import numpy as np
@@ -368,18 +371,28 @@ FIG3_VARIANTS = (
 
 def measure_fig3(scale: str) -> pd.DataFrame:
   """Each update's coefficients, measured by running GeL's client update
-  (`gel_tff.client_work.measure_gradient_coefficients`); the same at every
-  scale (no data is involved)."""
+  (`python -m experiment_driver.measure_coefficients`, a subprocess like
+  every run); the same at every scale (no data is involved).
+
+  Raises:
+    RuntimeError: If the measurement fails (with its last error line).
+  """
   del scale
-  from gel_tff import client_work  # pylint: disable=g-import-not-at-top
-  rows = []
-  for row, steps, guessed in FIG3_VARIANTS:
-    coefficients = client_work.measure_gradient_coefficients(
-        momentum=FIG3_MOMENTUM, gradient_steps=steps, guessed_steps=guessed)
-    rows += [{core.ROW: row, 'momentum': FIG3_MOMENTUM,
-              'gradient_steps': steps, 'guessed_steps': guessed, 'k': k,
-              'coefficient': c} for k, c in enumerate(coefficients)]
-  return pd.DataFrame(rows)
+  variants = ','.join(f'{steps}:{guessed}'
+                      for _, steps, guessed in FIG3_VARIANTS)
+  done = subprocess.run(
+      [sys.executable, '-m', 'experiment_driver.measure_coefficients',
+       f'--momentum={FIG3_MOMENTUM}', f'--variants={variants}'],
+      cwd=core.REPO_DIR, capture_output=True, text=True, check=False)
+  if done.returncode:
+    lines = done.stderr.strip().splitlines() or ['(no output)']
+    raise RuntimeError(f'measuring Figure 3 failed: {lines[-1]}')
+  measured = pd.read_csv(io.StringIO(done.stdout))
+  rows = {(steps, str(guessed)): row for row, steps, guessed in FIG3_VARIANTS}
+  measured[core.ROW] = [rows[(s, str(g))] for s, g in zip(
+      measured['gradient_steps'], measured['guessed_steps'])]
+  measured['momentum'] = FIG3_MOMENTUM
+  return measured
 
 
 def eq6_coefficients(momentum: float, gradient_steps: int,
@@ -415,9 +428,10 @@ def analyze_fig3(frame: pd.DataFrame, output_dir: str) -> core.Analysis:
   figure = plots.plot_gradient_coefficients(
       curves, os.path.join(output_dir, 'coefficients.png'))
   notes = [
-      'Package values are measured: GeL\'s client update (the `tf.function`'
-      ' its processes run) trained on a probe whose k-th gradient is the unit'
-      ' vector e_k, so that the update\'s k-th coordinate over eta_l is a_k.'
+      'Package values are measured (`gel_tff.coefficients`): GeL\'s client'
+      ' update (the `tf.function` its processes run) trained on a probe'
+      ' whose k-th gradient is the unit vector e_k, so that the update\'s'
+      ' k-th coordinate over eta_l is a_k.'
       ' Largest difference from eq. (6) per update: ' + '; '.join(errors)
       + '. `a_last` is the coefficient of gradient k = tau_i - 1 = '
       f'{FIG3_STEPS - 1}; `sum_a` is ||a||_1 over the computed gradients'

@@ -8,6 +8,7 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from gel_tff import client_work
+from gel_tff import coefficients
 from gel_tff import fednova
 
 NUM_FEATURES = 3
@@ -181,7 +182,7 @@ def test_update_is_lemma1_combination_of_gradients():
     (0.9, 6, 12), (0.9, 18, 0), (0.5, 4, 'infinite'), (0.0, 3, 0)])
 def test_measured_coefficients_are_lemma1s(momentum, steps, guessed):
   """Figure 3's coefficients, read off the client update on a probe."""
-  measured = client_work.measure_gradient_coefficients(
+  measured = coefficients.measure_gradient_coefficients(
       momentum=momentum, gradient_steps=steps, guessed_steps=guessed)
   if guessed == 'infinite':
     expected = np.full(steps, 1 / (1 - momentum))
@@ -193,7 +194,7 @@ def test_measured_coefficients_are_lemma1s(momentum, steps, guessed):
 
 def test_measured_coefficients_refuse_a_guess_without_a_count():
   with pytest.raises(ValueError, match='count'):
-    client_work.measure_gradient_coefficients(
+    coefficients.measure_gradient_coefficients(
         momentum=0.9, gradient_steps=3, guessed_steps='remaining')
 
 

@@ -15,6 +15,7 @@ import pandas as pd
 import pytest
 
 import reproduce
+from experiment_driver import measure_coefficients
 from reproduce import __main__ as cli
 from reproduce import adabest_experiments
 from reproduce import core
@@ -411,6 +412,19 @@ def test_gel_fig3_is_measured_then_reported_beside_eq6(tmp_path, capsys):
   assert 'no driver run; measured in this process' in text
   assert os.path.isfile(os.path.join(reports, 'gel', 'fig3',
                                      'coefficients.png'))
+
+
+@pytest.mark.parametrize('variants, message', [
+    ('6:x', "'6:x' is not tau_i:tau'"), ('0:0', 'tau_i must be >= 1'),
+    ('6:remaining', "'6:remaining' is not"), ('3:2', None)])
+def test_measure_coefficients_refuses_bad_variants_in_one_line(
+    variants, message, capsys):
+  momentum = '0.0' if message is None else '0.9'  # 3:2 guesses without it
+  code = measure_coefficients.main([f'--momentum={momentum}',
+                                    f'--variants={variants}'])
+  err = capsys.readouterr().err
+  assert code == 2 and err.startswith('error: ') and err.count('\n') == 1
+  assert (message or 'needs client momentum') in err
 
 
 def test_index_links_reports_and_names_commands_for_the_rest(tmp_path):
