@@ -96,7 +96,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     experiments = _select(args.paper, args.experiments)
     if args.seeds is not None and all(e.measure for e in experiments):
       raise ValueError('--seeds does nothing here: no selected experiment'
-                       ' has driver runs (each is measured in-process)')
+                       ' has driver runs (each is measured)')
     # Every grid is built (and so checked) before anything runs.
     points = {(e.paper, e.name): core.build_points(
         e, args.scale, args.root_output_dir, args.seeds) for e in experiments}
@@ -106,7 +106,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
   if args.dry_run:
     for e in experiments:
       if e.measure:
-        print(f'{e.paper} {e.name}: measured in this process, no driver run')
+        print(f'{e.paper} {e.name}: measured, no driver run')
       for point in points[(e.paper, e.name)]:
         status = 'finished' if core.sweep.is_finished(point) else 'to run'
         print(f'{e.paper} {e.name}: {status:8}'

@@ -25,8 +25,9 @@ split, each part would re-import the others.
 
 An experiment that no training run can show (GeL's Figure 3: the gradient
 coefficients of one client's update) has no grids but a `measure`: a function
-of the scale run in this process, whose long-form frame is kept as
-`<run root>/<name>/measured.csv` and read by `analyze` like the runs' frame.
+of the scale (Figure 3's runs a measuring subprocess), whose long-form frame
+is kept as `<run root>/<name>/measured.csv` and read by `analyze` like the
+runs' frame.
 
 Grids of one paper share a run root (`<root>/<paper>/<scale>/`): a grid that
 two experiments name alike (GeL's Table 1 runs, read again by Figure 4) runs
@@ -130,7 +131,7 @@ class Experiment:
   # that reads wall times, which runs side by side would distort.
   max_parallel: Optional[int] = None
   # Instead of driver runs (then no grids): scale -> the frame `analyze`
-  # reads, computed in this process (it must not need a TFF runtime).
+  # reads (no TFF runtime here: measure in a subprocess).
   measure: Optional[Callable[[str], pd.DataFrame]] = None
 
 
@@ -436,7 +437,7 @@ def write_report(experiment: Experiment, scale: str, root: str,
                        ' --report_only)')
     frame = pd.read_csv(path)
     provenance = (
-        f'Scale `{scale}`: no driver run; measured in this process in'
+        f'Scale `{scale}`: no driver run; the measurement took'
         f' {timings.get(experiment.name, math.nan):.1f} s (`{path}`).'
         ' Rerunning the command measures again and regenerates this report.')
   else:

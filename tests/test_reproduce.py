@@ -30,7 +30,7 @@ SCALES = ('local', 'paper', 'smoke')
 def test_every_experiment_builds_distinct_points_at_every_scale(scale, tmp_path):
   for experiment in reproduce.EXPERIMENTS.values():
     points = core.build_points(experiment, scale, str(tmp_path))
-    # An experiment has driver runs, or is measured in-process instead.
+    # An experiment has driver runs, or is measured instead.
     assert bool(points) != bool(experiment.measure), experiment.name
     names = [p.experiment_name for p in points]
     assert len(set(names)) == len(names)
@@ -409,7 +409,7 @@ def test_gel_fig3_is_measured_then_reported_beside_eq6(tmp_path, capsys):
   # Measured values beside eq. (6)'s: equal to the table's 2 decimals.
   assert "| fedavgcm_gel tau_i=6 tau'=12 | a_last | 7.46 | 7.46 (n=1) |" in text
   assert '| fedavgcm tau_i=6 | sum_a | 17.83 | 17.83 (n=1) |' in text
-  assert 'no driver run; measured in this process' in text
+  assert 'no driver run; the measurement took' in text
   assert os.path.isfile(os.path.join(reports, 'gel', 'fig3',
                                      'coefficients.png'))
 
