@@ -46,6 +46,7 @@ from typing import Optional
 import numpy as np
 import pandas as pd
 
+from experiment_driver import release_managers
 from fl_common import analysis
 from large_cohort import sweep
 
@@ -233,9 +234,8 @@ def _write_timings(experiment: Experiment, scale: str, root: str,
                    timings: Mapping[str, float]) -> None:
   path = _timings_path(experiment, scale, root)
   os.makedirs(os.path.dirname(path), exist_ok=True)
-  with open(path + '.tmp', 'w') as f:
-    json.dump(dict(sorted(timings.items())), f, indent=1)
-  os.replace(path + '.tmp', path)
+  release_managers.write_atomically(
+      path, json.dumps(dict(sorted(timings.items())), indent=1))
 
 
 def measured_path(experiment: Experiment, scale: str, root: str) -> str:
@@ -250,8 +250,7 @@ def _measure(experiment: Experiment, scale: str, root: str,
   frame = experiment.measure(scale)
   path = measured_path(experiment, scale, root)
   os.makedirs(os.path.dirname(path), exist_ok=True)
-  frame.to_csv(path + '.tmp', index=False)
-  os.replace(path + '.tmp', path)
+  release_managers.write_atomically(path, frame.to_csv(index=False))
   timings = read_timings(experiment, scale, root)
   timings[experiment.name] = round(time.monotonic() - start, 1)
   _write_timings(experiment, scale, root, timings)
@@ -442,11 +441,6 @@ def write_report(experiment: Experiment, scale: str, root: str,
         ' Rerunning the command measures again and regenerates this report.')
   else:
     frame = load_finished_runs(points)
-  os.makedirs(output_dir, exist_ok=True)
-  result = experiment.analyze(frame, output_dir)
-  table = side_by_side(paper_numbers(experiment.paper, experiment.name),
-                       result.table)
-  if experiment.measure is None:
     finished = [p for p in points if sweep.is_finished(p)]
     run_seconds = [timings[p.experiment_name] for p in finished
                    if p.experiment_name in timings]
@@ -460,6 +454,10 @@ def write_report(experiment: Experiment, scale: str, root: str,
         f' {_training_seconds(frame):.0f} s.'
         ' Rerunning the command skips finished runs and regenerates this'
         ' report from their directories.')
+  os.makedirs(output_dir, exist_ok=True)
+  result = experiment.analyze(frame, output_dir)
+  table = side_by_side(paper_numbers(experiment.paper, experiment.name),
+                       result.table)
   setting = setting_for(experiment, scale)
   lines = [
       f'# {PAPER_TITLES[experiment.paper]}: {experiment.source}',
@@ -486,9 +484,7 @@ def write_report(experiment: Experiment, scale: str, root: str,
   if result.notes:
     lines += ['## Reading', ''] + [note + '\n' for note in result.notes]
   path = os.path.join(output_dir, 'README.md')
-  with open(path + '.tmp', 'w') as f:
-    f.write('\n'.join(lines).rstrip() + '\n')
-  os.replace(path + '.tmp', path)
+  release_managers.write_atomically(path, '\n'.join(lines).rstrip() + '\n')
   return path
 
 
@@ -511,7 +507,5 @@ def write_index(experiments: Sequence[Experiment], base_dir: str,
     lines.append(f'| `{e.name}` | {e.source} | {link} |')
   path = os.path.join(base_dir, paper, 'README.md')
   os.makedirs(os.path.dirname(path), exist_ok=True)
-  with open(path + '.tmp', 'w') as f:
-    f.write('\n'.join(lines) + '\n')
-  os.replace(path + '.tmp', path)
+  release_managers.write_atomically(path, '\n'.join(lines) + '\n')
   return path
