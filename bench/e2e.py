@@ -4,7 +4,8 @@ command line, against the limit's time for the same client work.
 `measure_e2e` runs `run_experiment.py --task=synthetic
 --clients_per_round=M --total_rounds=R --rounds_per_eval=E` as a user would
 (start-up, fused rounds, evaluation, checkpoints, outputs), then times the
-limit (`bench.limit.ShardLimitRound`: plain TensorFlow, one thread) on the
+limit (`bench.limit.ShardLimitRound`: plain TensorFlow, one thread, the
+faster of oneDNN on and off: `bench.limit`) on the
 client work of the run's first rounds: the same sampled clients (the
 driver's sampler and seed), batched by the task's own recipe. The row holds
 the run's wall time, its start-up (wall time not spent in rounds or
@@ -18,6 +19,8 @@ evaluations are not projected), and the ratio of the mean round to the
 limit's.
 """
 
+import concurrent.futures
+import multiprocessing
 import os
 import subprocess
 import sys
@@ -61,7 +64,8 @@ def measure_e2e(clients_per_round: int = 800, rounds: int = 100,
     metrics = pd.read_csv(os.path.join(root, 'e2e', 'metrics.csv'))
   round_seconds = metrics['round_time_sec'].to_numpy()
   eval_seconds = metrics['eval_time_sec'].dropna().to_numpy()
-  limit_seconds = limit_round_seconds(clients_per_round, seed)
+  limit_seconds, setting = fastest_limit_round_seconds(clients_per_round,
+                                                      seed)
   mean_round = float(np.mean(round_seconds))
   return {
       'clients': clients_per_round, 'rounds': rounds,
@@ -73,8 +77,25 @@ def measure_e2e(clients_per_round: int = 800, rounds: int = 100,
       'round_s': mean_round,
       'projected_s': wall + (PROJECTED_ROUNDS - rounds) * mean_round,
       'limit_round_s': limit_seconds,
+      'limit_onednn': setting,
       'ratio': mean_round / limit_seconds,
   }
+
+
+def fastest_limit_round_seconds(clients_per_round: int,
+                                seed: int) -> tuple[float, str]:
+  """`limit_round_seconds` here and, with oneDNN off, in a child process
+  (`bench.limit`'s module docstring): the faster, and its oneDNN setting."""
+  here = limit.onednn_setting()
+  seconds = {here: limit_round_seconds(clients_per_round, seed)}
+  if here != 'off':
+    with limit.environment(limit.ONEDNN_OFF), \
+        concurrent.futures.ProcessPoolExecutor(
+            1, mp_context=multiprocessing.get_context('spawn')) as pool:
+      seconds['off'] = pool.submit(limit_round_seconds, clients_per_round,
+                                   seed).result()
+  setting = min(seconds, key=seconds.get)
+  return seconds[setting], setting
 
 
 def limit_round_seconds(clients_per_round: int, seed: int) -> float:

@@ -7,14 +7,54 @@ SGD steps (same model, loss and learning rate as TFF's client work, Keras
 `training=True`, so dropout is on) and adds each client's final weights to a
 running sum. Nothing federated surrounds it: no serialization, no aggregation
 process, no metrics.
+
+Written fast includes TensorFlow's own settings. Its oneDNN graph rewrites
+(`TF_ENABLE_ONEDNN_OPTS`, on by default on x86) make the CNN's and the
+LSTM's limit ~1.7x faster, but a small model's ~1.7x slower (a oneDNN
+primitive per small op: `_MklSoftmax` alone was half of a Synthetic step),
+and TensorFlow reads the setting once, at import. So the benchmark times the
+limit both ways, here and in a child process with the rewrites off
+(`LimitInChild`), and takes the faster as the limit.
 """
 
-from collections.abc import Callable, Sequence
+import contextlib
+import multiprocessing
+import os
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import tensorflow as tf
 
 from bench import workloads
+from experiment_driver import runtime
+
+# TensorFlow's switch for its oneDNN rewrites, read when it is imported.
+ONEDNN_VARIABLE = 'TF_ENABLE_ONEDNN_OPTS'
+ONEDNN_OFF = {ONEDNN_VARIABLE: '0'}
+
+
+def onednn_setting() -> str:
+  """This process's oneDNN setting as TensorFlow read it: `off` if
+  `TF_ENABLE_ONEDNN_OPTS=0`, `on` if `1`, else `default` (on, on x86)."""
+  return {'0': 'off', '1': 'on'}.get(os.environ.get(ONEDNN_VARIABLE, ''),
+                                     'default')
+
+
+@contextlib.contextmanager
+def environment(values: Mapping[str, str]) -> Iterator[None]:
+  """`os.environ` updated with `values` inside the block (what a child
+  process started in it inherits), restored after."""
+  saved = {name: os.environ.get(name) for name in values}
+  os.environ.update(values)
+  try:
+    yield
+  finally:
+    for name, value in saved.items():
+      if value is None:
+        os.environ.pop(name, None)
+      else:
+        os.environ[name] = value
 
 
 class LimitRound:
@@ -136,3 +176,96 @@ class ShardLimitRound(LimitRound):
                                                self._start_weights):
           weight_sum.assign_add(variable)
           variable.assign(start)
+
+
+def _serve_limit(connection, workload_name: str, num_clients: int,
+                 seed: int) -> None:
+  """A child process's loop: builds the limit, runs a round per request."""
+  # No TFF context here: TFF's default one would start a worker at exit.
+  runtime.refuse_unmanaged_default_context()
+  workload = workloads.get_workload(workload_name)
+  round_fn = LimitRound(workload, workload.client_arrays(num_clients, seed))
+  while True:
+    request = connection.recv()
+    if isinstance(request, list):
+      round_fn.set_start_weights(request)
+      connection.send(None)
+    elif request == 'round':
+      round_fn()
+      connection.send(None)
+    elif request == 'weights':
+      connection.send(round_fn.mean_client_weights())
+    elif request == 'setting':
+      connection.send(onednn_setting())
+    else:
+      return
+
+
+class LimitInChild:
+  """`LimitRound` of a registered workload, run in a child process (spawned:
+  a fresh TensorFlow) started with `env` (default: oneDNN off); call it to
+  run a round there and wait for it.
+
+  Its clients are `workloads.get_workload(workload_name).client_arrays(
+  num_clients, seed)`, the same as this process's for the same arguments.
+  A call's wall time includes a pipe's round trip (tens of microseconds).
+  Close it (or use it as a context manager) to end the child.
+
+  Raises:
+    ValueError: If `workload_name` is not registered.
+    RuntimeError: From a call, if the child process has ended.
+  """
+
+  def __init__(self, workload_name: str, num_clients: int, seed: int = 0,
+               env: Mapping[str, str] = ONEDNN_OFF):
+    workloads.get_workload(workload_name)
+    context = multiprocessing.get_context('spawn')
+    self._connection, child_end = context.Pipe()
+    with environment(env):
+      self._process = context.Process(
+          target=_serve_limit, args=(child_end, workload_name, num_clients,
+                                     seed), daemon=True)
+      self._process.start()
+    child_end.close()
+
+  def _ask(self, request: Any) -> Any:
+    try:
+      self._connection.send(request)
+      return self._connection.recv()
+    except (EOFError, OSError) as e:
+      self._process.join(timeout=5)
+      raise RuntimeError('the limit\'s child process ended (exit code '
+                         f'{self._process.exitcode}).') from e
+
+  def __call__(self) -> None:
+    self._ask('round')
+
+  def set_start_weights(self, weights: Sequence[np.ndarray]) -> None:
+    """As `LimitRound.set_start_weights`, in the child."""
+    self._ask([np.asarray(w) for w in weights])
+
+  def mean_client_weights(self) -> list[np.ndarray]:
+    """As `LimitRound.mean_client_weights`, from the child."""
+    return self._ask('weights')
+
+  def setting(self) -> str:
+    """The child's `onednn_setting()`."""
+    return self._ask('setting')
+
+  def close(self) -> None:
+    if self._process.is_alive():
+      try:
+        self._connection.send('stop')
+      except OSError:
+        pass
+      self._process.join(timeout=10)
+      if self._process.is_alive():
+        self._process.terminate()
+        self._process.join()
+    self._connection.close()
+
+  def __enter__(self) -> 'LimitInChild':
+    return self
+
+  def __exit__(self, *exc_info) -> None:
+    self.close()

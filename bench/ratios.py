@@ -2,14 +2,20 @@
 
 For each cohort size, the limit (`bench.limit`) and the TFF rounds of
 `bench.tff_rounds` run on the same random client data, timed side by side in
-this process (`bench.timing.time_interleaved`). Each row holds, per round
-kind, the fastest wall time (`<kind>_s`), the mean CPU time of driver plus
-worker (`<kind>_cpu_s`), and for the TFF rounds their ratios to the limit
-(`<kind>_ratio`, `<kind>_cpu_ratio`; NaN if the limit's time is 0).
+this process (`bench.timing.time_interleaved`). The limit runs twice: here,
+with TensorFlow's oneDNN rewrites as this process has them (`limit_here`),
+and in a child process with them off (`limit_onednn_off`,
+`bench.limit.LimitInChild`); the faster is the limit (`limit_s`,
+`limit_cpu_s`; `limit_onednn` says which setting it ran with). Each row
+holds, per round kind, the fastest wall time (`<kind>_s`), the mean CPU time
+of driver plus worker (`<kind>_cpu_s`), and for the TFF rounds their ratios
+to the limit (`<kind>_ratio`, `<kind>_cpu_ratio`; NaN if the limit's time is
+0).
 
 Must run inside `experiment_driver.runtime.local_runtime()`.
 """
 
+import contextlib
 import math
 from collections.abc import Sequence
 from typing import Any
@@ -20,6 +26,8 @@ from bench import timing
 from bench import workloads
 
 LIMIT = 'limit'
+LIMIT_HERE = 'limit_here'
+LIMIT_ONEDNN_OFF = 'limit_onednn_off'
 
 
 def _ratio(numerator: float, denominator: float) -> float:
@@ -30,38 +38,54 @@ def _ratio(numerator: float, denominator: float) -> float:
 
 def measure_ratios(workload: workloads.Workload, cohorts: Sequence[int],
                    repeats: int,
-                   variants: Sequence[str] = tff_rounds.VARIANTS
-                   ) -> list[dict[str, Any]]:
+                   variants: Sequence[str] = tff_rounds.VARIANTS,
+                   limit_in_child: bool = True) -> list[dict[str, Any]]:
   """One row per cohort size: the limit's and each variant's times, ratios.
 
   The learning processes are built once and reused for every cohort size.
+  With `limit_in_child` (a registered workload: the child builds it by name),
+  the limit also runs with oneDNN off in a child process, unless this
+  process has it off already.
 
   Raises:
     ValueError: If a cohort size is not positive, `variants` is empty or
-      holds an unknown variant, or `repeats` is not positive.
+      holds an unknown variant, `repeats` is not positive, or
+      `limit_in_child` is set for a workload that is not registered.
   """
   if not variants:
     raise ValueError('variants must not be empty.')
   for num_clients in cohorts:
     if num_clients < 1:
       raise ValueError(f'Cohort sizes must be positive, got {num_clients}.')
+  here = limit.onednn_setting()
+  in_child = limit_in_child and here != 'off'
+  if in_child:
+    workloads.get_workload(workload.name)
   processes = {v: tff_rounds.build_process(workload, v) for v in variants
                if v not in tff_rounds.PER_COHORT_VARIANTS}
   rows = []
   for num_clients in cohorts:
     arrays = workload.client_arrays(num_clients)
-    rounds = {LIMIT: limit.LimitRound(workload, arrays)}
-    for variant in variants:
-      process = processes.get(variant) or tff_rounds.build_process(
-          workload, variant, arrays)
-      rounds[variant] = tff_rounds.round_for(process, workload, arrays,
-                                             variant)
-    timings = timing.time_interleaved(rounds, repeats)
-    row = {'workload': workload.name, 'clients': num_clients}
+    with contextlib.ExitStack() as stack:
+      rounds = {LIMIT_HERE: limit.LimitRound(workload, arrays)}
+      if in_child:
+        rounds[LIMIT_ONEDNN_OFF] = stack.enter_context(
+            limit.LimitInChild(workload.name, num_clients))
+      for variant in variants:
+        process = processes.get(variant) or tff_rounds.build_process(
+            workload, variant, arrays)
+        rounds[variant] = tff_rounds.round_for(process, workload, arrays,
+                                               variant)
+      timings = timing.time_interleaved(rounds, repeats)
+    limits = [k for k in (LIMIT_HERE, LIMIT_ONEDNN_OFF) if k in timings]
+    fastest = min(limits, key=lambda k: timings[k].wall_seconds)
+    row = {'workload': workload.name, 'clients': num_clients,
+           'limit_onednn': here if fastest == LIMIT_HERE else 'off'}
+    timings[LIMIT] = timings[fastest]
     for name, t in timings.items():
       row[f'{name}_s'] = t.wall_seconds
       row[f'{name}_cpu_s'] = t.cpu_seconds
-      if name != LIMIT:
+      if name not in (LIMIT, *limits):
         row[f'{name}_ratio'] = _ratio(t.wall_seconds,
                                       timings[LIMIT].wall_seconds)
         row[f'{name}_cpu_ratio'] = _ratio(t.cpu_seconds,

@@ -8,7 +8,8 @@
 
 Sections, printed as tables in one run:
 
-* `ratios` — round time of the limit (`bench.limit`) and of four TFF
+* `ratios` — round time of the limit (`bench.limit`: the faster of oneDNN
+  on and off) and of four TFF
   FedAvg rounds (`bench.tff_rounds`: TFF's stock `build_weighted_fed_avg`,
   the package's FedAvg, the package's full round with the driver's
   aggregator and diagnostics, and that round on fused shards) for each
@@ -112,7 +113,8 @@ _OUTPUT = flags.DEFINE_string(
 
 _TFF_KINDS = tff_rounds.VARIANTS
 _RATIO_COLUMNS = [('workload', 'workload', 's'), ('clients', 'clients', 'd'),
-                  ('limit_s', 'limit s', '.3f')]
+                  ('limit_s', 'limit s', '.3f'),
+                  ('limit_onednn', 'oneDNN', 's')]
 for _kind in _TFF_KINDS:
   _RATIO_COLUMNS += [(f'{_kind}_s', f'{_kind} s', '.3f'),
                      (f'{_kind}_ratio', 'x limit', '.2f'),
@@ -131,6 +133,7 @@ _E2E_COLUMNS = [('clients', 'clients', 'd'), ('rounds', 'rounds', 'd'),
                 ('eval_s', 'eval s', '.3f'), ('round_s', 'round s', '.3f'),
                 ('projected_s', f'{e2e.PROJECTED_ROUNDS} rounds s', '.0f'),
                 ('limit_round_s', 'limit round s', '.3f'),
+                ('limit_onednn', 'oneDNN', 's'),
                 ('ratio', 'x limit', '.2f')]
 _MEMORY_COLUMNS = [('algorithm', 'algorithm', 's'),
                    ('workload', 'workload', 's'), ('clients', 'clients', 'd'),

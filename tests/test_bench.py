@@ -166,6 +166,7 @@ def test_e2e_row_runs_the_driver_and_projects(monkeypatch):
   assert row['projected_s'] == pytest.approx(
       row['wall_s'] + (e2e.PROJECTED_ROUNDS - 2) * row['round_s'])
   assert row['ratio'] == pytest.approx(row['round_s'] / row['limit_round_s'])
+  assert row['limit_onednn'] in ('default', 'on', 'off')
 
 
 def test_limit_rejects_partial_batches():
@@ -230,7 +231,8 @@ def test_worker_pid_finds_the_worker_serving_an_address(tff_runtime):
 
 
 def test_measure_ratios_reports_each_round_against_the_limit():
-  rows = ratios.measure_ratios(TINY, [2, 4], repeats=1, variants=['fedavg'])
+  rows = ratios.measure_ratios(TINY, [2, 4], repeats=1, variants=['fedavg'],
+                               limit_in_child=False)
   assert [r['clients'] for r in rows] == [2, 4]
   for row in rows:
     assert row['workload'] == 'tiny_softmax'
@@ -243,6 +245,50 @@ def test_measure_ratios_reports_each_round_against_the_limit():
       assert np.isnan(row['fedavg_cpu_ratio'])
   with pytest.raises(ValueError, match='Cohort sizes must be positive'):
     ratios.measure_ratios(TINY, [0], repeats=1)
+  # The child builds the workload by name: TINY is not registered.
+  with pytest.raises(ValueError, match='tiny_softmax'):
+    ratios.measure_ratios(TINY, [2], repeats=1, variants=['fedavg'])
+
+
+def test_the_limit_in_a_child_without_onednn_does_the_same_work():
+  workload = workloads.get_workload('synthetic_lr')
+  here = limit.LimitRound(workload, workload.client_arrays(3, seed=2))
+  start = [np.full(w.shape, 0.01 * k, np.float32)
+           for k, w in enumerate(here.mean_client_weights())]
+  here.set_start_weights(start)
+  here()
+  with limit.LimitInChild('synthetic_lr', 3, seed=2) as child:
+    assert child.setting() == 'off'
+    child.set_start_weights(start)
+    child()
+    for got, want in zip(child.mean_client_weights(),
+                         here.mean_client_weights(), strict=True):
+      np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+    assert not np.allclose(child.mean_client_weights()[0], start[0])
+  with pytest.raises(RuntimeError, match='child process ended'):
+    child()
+  with pytest.raises(ValueError, match='Unknown workload'):
+    limit.LimitInChild('no_such_workload', 1)
+
+
+def test_measure_ratios_takes_the_faster_limit_setting():
+  [row] = ratios.measure_ratios(workloads.get_workload('synthetic_lr'), [2],
+                                repeats=1, variants=['fedavg'])
+  here, off = row['limit_here_s'], row['limit_onednn_off_s']
+  assert row['limit_s'] == min(here, off) > 0
+  assert row['limit_onednn'] == (limit.onednn_setting() if here <= off
+                                 else 'off')
+  assert row['fedavg_ratio'] == row['fedavg_s'] / row['limit_s']
+
+
+def test_environment_is_restored_after_the_block(monkeypatch):
+  monkeypatch.setenv(limit.ONEDNN_VARIABLE, '1')
+  monkeypatch.delenv('FL_BENCH_UNSET', raising=False)
+  with limit.environment({limit.ONEDNN_VARIABLE: '0', 'FL_BENCH_UNSET': 'x'}):
+    assert limit.onednn_setting() == 'off'
+    assert os.environ['FL_BENCH_UNSET'] == 'x'
+  assert limit.onednn_setting() == 'on'
+  assert 'FL_BENCH_UNSET' not in os.environ
 
 
 def test_per_client_rows_normalize_by_the_smallest_cohort():
