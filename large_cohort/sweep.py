@@ -39,6 +39,8 @@ import concurrent.futures
 import csv
 import dataclasses
 import itertools
+import json
+import math
 import os
 import re
 import shlex
@@ -225,14 +227,51 @@ def build_points(axes: Sequence[Axis],
   return points
 
 
+def _same_value(recorded: object, text: str) -> bool:
+  """Whether a flag's value in `hparams.json` is the one `--flag=text` set."""
+  if isinstance(recorded, bool):
+    return text.lower() in (('true', '1') if recorded else ('false', '0'))
+  if isinstance(recorded, (int, float)):
+    try:
+      return math.isclose(float(recorded), float(text), rel_tol=1e-9)
+    except ValueError:
+      return False
+  if isinstance(recorded, list):
+    return [str(v) for v in recorded] == [v.strip() for v in text.split(',')]
+  return str(recorded) == text
+
+
+def conflicting_flags(point: SweepPoint) -> list[str]:
+  """The flags of `point.command` that its run directory's `hparams.json`
+  records with another value (none if it has no such file)."""
+  try:
+    with open(os.path.join(point.run_dir, 'hparams.json')) as f:
+      recorded = json.load(f)
+  except FileNotFoundError:
+    return []
+  conflicts = []
+  for argument in point.command:
+    name, sep, text = argument[2:].partition('=')
+    if (argument.startswith('--') and sep and name in recorded and
+        name not in RESERVED_FLAGS and
+        not _same_value(recorded[name], text)):
+      conflicts.append(name)
+  return conflicts
+
+
 def is_finished(point: SweepPoint) -> bool:
-  """Whether the point's `metrics.csv` holds its last round."""
+  """Whether the point's `metrics.csv` holds its last round, written by a
+  run of the point's flags. A run directory of the same name with other
+  flags (a grid whose rates changed) is not this point's: running the point
+  then ends in the driver's refusal to resume it, rather than its results
+  standing for the point's."""
   try:
     with open(os.path.join(point.run_dir, 'metrics.csv'), newline='') as f:
       rounds = [float(row['round']) for row in csv.DictReader(f)]
   except (FileNotFoundError, KeyError, ValueError):
     return False
-  return bool(rounds) and max(rounds) >= point.total_rounds
+  return (bool(rounds) and max(rounds) >= point.total_rounds and
+          not conflicting_flags(point))
 
 
 def _last_line(path: str) -> str:

@@ -1,13 +1,14 @@
 """Large-cohort training (Charles et al. 2021): Sections 3-5 across cohorts.
 
-Local scale: scikit-learn's handwritten digits (`--task=digits`, AdaBest's
-MLP 2x100, a real non-convex task bundled with the install) partitioned IID
-over 1,000 training clients so that cohorts reach M = 800, standing in for
-EMNIST (3,400 clients); each optimizer at the paper's EMNIST learning rates
-(Table 4/5, tuned at M = 10). Figure 13's local-steps grid runs on Synthetic
-(its clients hold tens of examples; the digits clients one or two).
+Local scale: LEAF's Synthetic (1,000 clients, 5 classes) stands in for
+EMNIST (3,400 clients) so that cohorts reach M = 800, each optimizer at its
+rates tuned there as the paper tuned EMNIST's (`table_rates`); Section 3.1's
+failures need a non-convex model, so `fig_catastrophic` runs scikit-learn's
+handwritten digits (`--task=digits`, AdaBest's MLP 2x100) over 1,000 IID
+clients at the paper's EMNIST rates. At the paper scale: EMNIST at Tables
+4-5's rates.
 
-Why one module: the seven experiments share the cohort grids (one run of
+Why one module: the eight experiments share the cohort grids (one run of
 FedAvg at M = 200 serves four of them) and their row conventions.
 
 Every experiment's rows name the setting (`clipping=False M=800`) and its
@@ -32,6 +33,11 @@ CLIPPING = 'clipping'
 # The paper's EMNIST rates (server, client) per server optimizer (Table 4/5).
 EMNIST_RATES = {'sgd': ('1.0', '0.1'), 'adam': ('0.001', '0.1'),
                 'lars': ('0.001', '0.1'), 'lamb': ('0.01', '0.1')}
+# Synthetic's, tuned as the paper tuned EMNIST's: the best mean final
+# validation accuracy over 3 seeds at M = 10 (experiment `table_rates`,
+# results/large_cohort/table_rates/README.md; its report says if they differ).
+SYNTHETIC_RATES = {'sgd': ('1.0', '0.1'), 'adam': ('0.001', '0.1'),
+                   'lars': ('0.001', '0.1'), 'lamb': ('0.01', '0.1')}
 OPTIMIZER_NAMES = {'sgd': 'FedAvg', 'adam': 'FedAdam', 'lars': 'FedLARS',
                    'lamb': 'FedLamb'}
 LOCAL_COHORTS = ('10', '50', '200', '800')
@@ -41,8 +47,8 @@ LOCAL_SUBSTITUTES = (
     ' regression; test accuracy and its per-client percentiles on a fixed 200'
     ' of the 1,000 test clients) stands in for EMNIST (3,400 clients, CNN):'
     ' cohorts up to 800 fit. 200 rounds instead of 1,500; 3 seeds instead of'
-    ' 5. Each optimizer at the paper\'s EMNIST learning rates (FedAvg at'
-    ' Synthetic\'s tuned (1, 0.1)).')
+    ' 5. Each optimizer at its rates tuned on Synthetic (`table_rates`: the'
+    ' server rate over {10^i : -3 <= i <= 1} at M = 10, client rate 0.1).')
 DIGITS_SUBSTITUTES = (
     'The bundled digits (1,437 training images, MLP 2x100: non-convex, as the'
     ' failure needs) over 1,000 IID clients stand in for EMNIST (3,400'
@@ -70,8 +76,12 @@ def _cohorts(scale: str) -> tuple[str, ...]:
   return PAPER_COHORTS if scale == 'paper' else LOCAL_COHORTS
 
 
-def _rates(optimizer: str) -> dict:
-  server, client = EMNIST_RATES[optimizer]
+def _rates(optimizer: str, task: str) -> dict:
+  """The (server, client) rates of `optimizer` on `task`: tuned on
+  Synthetic (`SYNTHETIC_RATES`, experiment `table_rates`), else the
+  paper's EMNIST rates (Tables 4-5; the digits task borrows them)."""
+  server, client = (SYNTHETIC_RATES if task == 'synthetic' else
+                    EMNIST_RATES)[optimizer]
   return {'server_learning_rate': server, 'client_learning_rate': client}
 
 
@@ -84,7 +94,8 @@ def cohort_grid(scale: str, optimizer: str,
   common = _common(scale, task)
   return core.Grid(
       f'cohort_{common["task"]}_{optimizer}',
-      {**common, 'server_optimizer': optimizer, **_rates(optimizer)},
+      {**common, 'server_optimizer': optimizer,
+       **_rates(optimizer, common['task'])},
       _rounds(scale),
       axes=(sweep.Axis(M, cohorts or _cohorts(scale)),
             sweep.Axis(CLIPPING, clipping)))
@@ -224,6 +235,63 @@ def analyze_optimizers(frame: pd.DataFrame, output_dir: str
   return core.Analysis(table, figures, notes)
 
 
+# Appendix A.4: rates over {10^i : -3 <= i <= 1} at M = 10, the best mean
+# final validation accuracy (the paper: 1,500 rounds, 5 trials, both rates;
+# locally the client rate stays at 0.1, every optimizer's EMNIST client rate
+# in Table 5).
+RATE_GRID = ('0.001', '0.01', '0.1', '1', '10')
+TUNING_COHORT = '10'
+
+
+def rates_grids(scale: str) -> tuple[core.Grid, ...]:
+  common = _common(scale)
+  client_rates = RATE_GRID if scale == 'paper' else ('0.1',)
+  return tuple(
+      core.Grid(f'rates_{common["task"]}_{optimizer}',
+                {**common, 'server_optimizer': optimizer, M: TUNING_COHORT},
+                _rounds(scale),
+                axes=(sweep.Axis(analysis.SERVER_LEARNING_RATE, RATE_GRID),
+                      sweep.Axis(analysis.CLIENT_LEARNING_RATE,
+                                 client_rates)))
+      for optimizer in OPTIMIZER_NAMES)
+
+
+def analyze_rates(frame: pd.DataFrame, output_dir: str) -> core.Analysis:
+  """Each optimizer's best (server, client) rates on the validation clients,
+  beside the paper's EMNIST ones and the rates this task's cohort
+  experiments use."""
+  rows, figures, notes = [], [], []
+  for (task, optimizer), part in frame.groupby(['task', OPTIMIZER],
+                                               sort=False):
+    name = OPTIMIZER_NAMES[optimizer]
+    grid = analysis.learning_rate_grid(part)
+    client, server, best = analysis.best_learning_rates(grid)
+    runs = part[analysis.RUN].nunique()
+    for quantity, value in (('server_learning_rate', server),
+                            ('client_learning_rate', client),
+                            ('best_validation_accuracy', best)):
+      rows.append({core.ROW: name, core.QUANTITY: quantity,
+                   core.VALUE: float(value), core.STD: np.nan,
+                   core.NUM_RUNS: runs})
+    figure = f'rates_{task}_{optimizer}.png'
+    plots.plot_learning_rate_grid(
+        part, os.path.join(output_dir, figure),
+        title=f'{name} on {task}, M = {TUNING_COHORT}: final validation'
+        ' accuracy')
+    figures.append(figure)
+    used = _rates(optimizer, task)
+    used = (float(used['server_learning_rate']),
+            float(used['client_learning_rate']))
+    if used == (float(server), float(client)):
+      notes.append(f'{name}: the cohort experiments on {task} use these'
+                   f' rates (server {server:g}, client {client:g}).')
+    else:
+      notes.append(f'**{name}: the cohort experiments on {task} use server'
+                   f' {used[0]:g} and client {used[1]:g}, not this grid\'s'
+                   f' best (server {server:g}, client {client:g}).**')
+  return core.Analysis(pd.DataFrame(rows), figures, notes)
+
+
 def update_norm_grids(scale: str) -> tuple[core.Grid, ...]:
   return (cohort_grid(scale, 'sgd'),)
 
@@ -299,7 +367,8 @@ def lr_scaling_grids(scale: str) -> tuple[core.Grid, ...]:
   warmup = '100' if scale == 'paper' else '20'
   return (core.Grid(
       f'lr_scaling_{_common(scale)["task"]}',
-      {**_common(scale), 'server_optimizer': 'sgd', **_rates('sgd'),
+      {**_common(scale), 'server_optimizer': 'sgd',
+       **_rates('sgd', _common(scale)['task']),
        'reference_cohort_size': '50', 'server_warmup_rounds': warmup},
       _rounds(scale),
       axes=(sweep.Axis('server_lr_scaling', ('sqrt', 'linear')),
@@ -352,7 +421,8 @@ def analyze_lr_scaling(frame: pd.DataFrame, output_dir: str
 
 
 def dynamic_grids(scale: str) -> tuple[core.Grid, ...]:
-  common = {**_common(scale), 'server_optimizer': 'sgd', **_rates('sgd')}
+  common = {**_common(scale), 'server_optimizer': 'sgd',
+            **_rates('sgd', _common(scale)['task'])}
   if scale == 'paper':
     start, every, cap = '50', '300', '800'
   else:
@@ -411,7 +481,8 @@ def local_steps_grids(scale: str) -> tuple[core.Grid, ...]:
     flags = {'task': 'synthetic', 'rounds_per_eval': '10',
              'max_eval_clients': '200'}
   return (core.Grid(
-      'local_steps', {**flags, 'server_optimizer': 'sgd', **_rates('sgd'),
+      'local_steps', {**flags, 'server_optimizer': 'sgd',
+                      **_rates('sgd', flags['task']),
                       'train_batch_size': '1', 'client_epochs': '1'},
       _rounds(scale) if scale == 'paper' else 100,
       axes=(sweep.Axis('max_elements_per_client', steps),
@@ -465,6 +536,14 @@ EXPERIMENTS = (
         ' removes every failure.',
         _setting(catastrophic_grids, substitutes=DIGITS_SUBSTITUTES),
         analyze_catastrophic),
+    core.Experiment(
+        'large_cohort', 'table_rates',
+        'Appendix A.4, Tables 4-5 (learning rates tuned per optimizer at'
+        ' M = 10)',
+        'Each optimizer\'s server and client rates, tuned over {10^i : -3 <='
+        ' i <= 1} on held-out validation clients at M = 10, are used at'
+        ' every cohort size.',
+        _setting(rates_grids), analyze_rates),
     core.Experiment(
         'large_cohort', 'fig_optimizers',
         'Figures 3-5 (FedAvg, FedAdam, FedLARS, FedLamb across M)',

@@ -295,6 +295,48 @@ def test_catastrophic_failure_rate_per_cohort_and_clipping(tmp_path):
   assert peaks['clipping=False M=800'] == pytest.approx(25.5)
 
 
+def test_table_rates_picks_the_best_validation_cell_and_checks_the_rates_used(
+    tmp_path):
+  root = str(tmp_path)
+  rates = large_cohort_experiments.SYNTHETIC_RATES
+  used_sgd = float(rates['sgd'][0])
+  # FedAdam's best cell is a rate its cohort runs do not use.
+  other_adam = next(float(r) for r in large_cohort_experiments.RATE_GRID
+                    if float(r) != float(rates['adam'][0]))
+  cells = {('sgd', used_sgd): (0.8, 0.9), ('sgd', 10 * used_sgd): (0.5, 0.6),
+           ('adam', other_adam): (0.7, 0.7),
+           ('adam', float(rates['adam'][0])): (0.6, 0.75)}
+  points = []
+  for (optimizer, server), by_seed in cells.items():
+    for seed, accuracy in enumerate(by_seed):
+      name = f'{optimizer}_{server}_{seed}'
+      run_directories.write_run(root, name, {
+          'task': 'synthetic', 'server_optimizer': optimizer,
+          'server_learning_rate': server, 'client_learning_rate': 0.1,
+          'seed': seed}, {
+              'round': [1, 2], 'clients_per_round': [10, 10],
+              # The last evaluation counts, on the validation clients.
+              'validation/accuracy': [0.99, accuracy],
+              'test/accuracy': [0.99, 0.0]})
+      points.append(core.sweep.SweepPoint(name, {}, (),
+                                          os.path.join(root, name), 2))
+  result = large_cohort_experiments.analyze_rates(
+      core.load_finished_runs(points), root)
+  table = result.table.set_index([core.ROW, core.QUANTITY])[core.VALUE]
+  assert table[('FedAvg', 'server_learning_rate')] == used_sgd
+  assert table[('FedAvg', 'best_validation_accuracy')] == pytest.approx(0.85)
+  assert table[('FedAdam', 'server_learning_rate')] == other_adam
+  assert table[('FedAdam', 'client_learning_rate')] == 0.1
+  assert table[('FedAdam', 'best_validation_accuracy')] == pytest.approx(0.7)
+  [sgd_note, adam_note] = result.notes
+  assert 'use these rates' in sgd_note
+  assert adam_note.startswith('**FedAdam') and 'not this grid' in adam_note
+  assert sorted(result.figures) == ['rates_synthetic_adam.png',
+                                    'rates_synthetic_sgd.png']
+  for figure in result.figures:
+    assert os.path.getsize(os.path.join(root, figure)) > 0
+
+
 def test_unfinished_runs_are_left_out_and_none_finished_is_an_error(tmp_path):
   root = str(tmp_path)
   _gel_run(root, 'done', 'fedavgcm_gel', 0.01, 0, {5: 0.9}, rounds=20)

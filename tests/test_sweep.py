@@ -1,5 +1,6 @@
 """Tests of large_cohort.sweep, with a fake driver for run_experiment.py."""
 
+import json
 import os
 import shlex
 import sys
@@ -205,6 +206,35 @@ def test_is_finished_needs_the_last_round(tmp_path):
   assert not sweep.is_finished(point)
   _write_metrics(point.run_dir, [1, 2, 5])
   assert sweep.is_finished(point)
+
+
+def test_a_finished_run_of_other_flags_is_not_the_points(tmp_path):
+  """A grid whose fixed flags changed (a tuned rate) keeps its run names:
+  the old run must not stand for the new point."""
+  point, = sweep.build_points(
+      [sweep.Axis('clients_per_round', ('10',))], str(tmp_path), 2,
+      flags={'server_learning_rate': '0.01', 'clipping': 'true',
+             'task': 'synthetic', 'rounds_per_eval': '5'})
+  _write_metrics(point.run_dir, [1, 2])
+  assert sweep.is_finished(point)  # no hparams.json: nothing to contradict
+
+  def record(**hparams):
+    with open(os.path.join(point.run_dir, 'hparams.json'), 'w') as f:
+      json.dump(hparams, f)
+
+  # As the driver records them: typed, flags not in use left out.
+  record(server_learning_rate=0.010000000000000002, clipping=True,
+         task='synthetic', clients_per_round=10, seed=0)
+  assert sweep.conflicting_flags(point) == []
+  assert sweep.is_finished(point)
+  record(server_learning_rate=0.001, clipping=False, task='synthetic',
+         clients_per_round=10)
+  assert sweep.conflicting_flags(point) == ['server_learning_rate',
+                                            'clipping']
+  assert not sweep.is_finished(point)
+  record(server_learning_rate=0.01, clipping=True, task='emnist',
+         clients_per_round=[10, 20])
+  assert sweep.conflicting_flags(point) == ['task', 'clients_per_round']
 
 
 def test_command_line(tmp_path, fake_driver, capsys):
