@@ -331,6 +331,9 @@ def test_table_rates_picks_the_best_validation_cell_and_checks_the_rates_used(
   [sgd_note, adam_note] = result.notes
   assert 'use these rates' in sgd_note
   assert adam_note.startswith('**FedAdam') and 'not this grid' in adam_note
+  # The rates used and the best, each with its validation and test accuracy.
+  assert 'validation 0.675, test 0.000), not' in adam_note
+  assert adam_note.endswith('(validation 0.700, test 0.000).**')
   assert sorted(result.figures) == ['rates_synthetic_adam.png',
                                     'rates_synthetic_sgd.png']
   for figure in result.figures:
