@@ -32,6 +32,11 @@ Presets are the grids of Charles et al. (2021) (SPEC.md §1):
 
 `--axis` adds axes to a preset (or makes the whole grid without one);
 `--dry_run` prints the commands without running them.
+
+Why one module: a point's name, its command, when its run directory counts
+as finished (its last round, written with the point's flags) and how the
+runner skips, resumes or reports it are one contract; `reproduce` builds
+on all of it.
 """
 
 import argparse
