@@ -17,11 +17,11 @@ limit both ways, here and in a child process with the rewrites off
 (`LimitInChild`), and takes the faster as the limit.
 """
 
-import contextlib
 import multiprocessing
 import os
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
+from unittest import mock
 
 import numpy as np
 import tensorflow as tf
@@ -41,20 +41,10 @@ def onednn_setting() -> str:
                                      'default')
 
 
-@contextlib.contextmanager
-def environment(values: Mapping[str, str]) -> Iterator[None]:
+def environment(values: Mapping[str, str]):
   """`os.environ` updated with `values` inside the block (what a child
   process started in it inherits), restored after."""
-  saved = {name: os.environ.get(name) for name in values}
-  os.environ.update(values)
-  try:
-    yield
-  finally:
-    for name, value in saved.items():
-      if value is None:
-        os.environ.pop(name, None)
-      else:
-        os.environ[name] = value
+  return mock.patch.dict(os.environ, values)
 
 
 class LimitRound:

@@ -286,9 +286,9 @@ def analyze_rates(frame: pd.DataFrame, output_dir: str) -> core.Analysis:
         title=f'{name} on {task}, M = {TUNING_COHORT}: final validation'
         ' accuracy')
     figures.append(figure)
-    used = _rates(optimizer, task)
-    used = (float(used['server_learning_rate']),
-            float(used['client_learning_rate']))
+    in_use = _rates(optimizer, task)
+    used = (float(in_use['server_learning_rate']),
+            float(in_use['client_learning_rate']))
     if used == (float(server), float(client)):
       notes.append(f'{name}: the cohort experiments on {task} use these'
                    f' rates (server {server:g}, client {client:g}).')
