@@ -524,6 +524,7 @@ def build_fused_process(
         tff.learning.metrics.MetricsAggregatorType] = None,
     shard_model_fn: Optional[ModelFn] = None,
     resident_examples: Optional[Any] = None,
+    shard_computation_fn: Optional[Callable[..., tff.Computation]] = None,
 ) -> tff.learning.templates.LearningProcess:
   """A `LearningProcess` on shards, state-compatible with
   `compose_learning_process(initial weights, build_broadcast_process,
@@ -552,6 +553,10 @@ def build_fused_process(
       model's input, one row per example, to hold); shards are then rows
       of them (`shard_type`, `shard_source`,
       `fl_common.shards.shards_from_arrays(..., rows_only=True)`).
+    shard_computation_fn: `(weights_type, hparams_type, data_type, *,
+      resident_examples) -> shard computation`, typed as `shard_computation`'s
+      (e.g. `fl_common.lanes.lane_shard_computation`'s clients trained side
+      by side); `shard_computation` with `program_fn` when `None`.
   """
   metrics_aggregator = (metrics_aggregator or
                         tff.learning.metrics.sum_then_finalize)
@@ -590,10 +595,15 @@ def build_fused_process(
 
   resident_examples = as_resident(resident_examples)
   data_type = shard_type(model_fn, resident_examples)
-  shard_work = shard_computation(shard_model_fn or model_fn, program_fn,
-                                 aggregation, weights_type,
-                                 state_type.client_work, data_type,
-                                 resident_examples=resident_examples)
+  if shard_computation_fn is None:
+    shard_work = shard_computation(shard_model_fn or model_fn, program_fn,
+                                   aggregation, weights_type,
+                                   state_type.client_work, data_type,
+                                   resident_examples=resident_examples)
+  else:
+    shard_work = shard_computation_fn(weights_type, state_type.client_work,
+                                      data_type,
+                                      resident_examples=resident_examples)
   metrics_type = shard_work.type_signature.result[1]
   has_counters = bool(tf.nest.flatten(tff.types.type_to_tf_tensor_specs(
       shard_work.type_signature.result[2])))

@@ -17,6 +17,7 @@ gradients at the broadcast model.
 """
 
 import collections
+import functools
 from collections.abc import Callable
 from typing import Any, Optional
 
@@ -25,6 +26,7 @@ import tensorflow_federated as tff
 
 from fl_common import diagnosed_mean
 from fl_common import fused
+from fl_common import lanes as fl_lanes
 from large_cohort import fedopt
 
 ModelFn = Callable[[], tff.learning.models.VariableModel]
@@ -84,6 +86,7 @@ def build_fused_fedopt(
     metrics_aggregator: Optional[
         tff.learning.metrics.MetricsAggregatorType] = None,
     resident_examples: Optional[Any] = None,
+    lanes: int = 1,
 ) -> tff.learning.templates.LearningProcess:
   """Builds FedOpt (Algorithm 1) on shards of clients (module docstring).
 
@@ -108,11 +111,19 @@ def build_fused_fedopt(
       model's input, one row per example, to hold); each round's shards are
       then rows of them (`shards_from_arrays(..., rows_only=True)`).
       Default: shards carry examples.
+    lanes: How many of a shard's clients train side by side, vectorized
+      (`fl_common.lanes`; e.g. `lanes.DEFAULT_LANES`); 1 (default): one
+      after the other. Lanes need an element-wise client optimizer (SGD,
+      with or without momentum) and metrics that add over clients.
 
   Raises:
     TypeError: If `model_aggregator` is not a diagnosed mean of the right
       weighting (the fused shard computes its per-client part itself).
+    ValueError: If `lanes` < 1, or `lanes` > 1 with a client optimizer
+      that is not element-wise.
   """
+  if lanes < 1:
+    raise ValueError(f'lanes must be at least 1, got {lanes}.')
   weighted = client_weighting is not tff.learning.ClientWeighting.UNIFORM
   if model_aggregator is None:
     model_aggregator = diagnosed_mean.diagnosed_mean_factory(
@@ -138,7 +149,10 @@ def build_fused_fedopt(
           train=train),
       metrics_aggregator=metrics_aggregator,
       shard_model_fn=fedopt.client_model_fn(model_fn),
-      resident_examples=resident_examples)
+      resident_examples=resident_examples,
+      shard_computation_fn=None if lanes == 1 else functools.partial(
+          fl_lanes.lane_shard_computation, fedopt.client_model_fn(model_fn),
+          client_optimizer, aggregation, weighted=weighted, lanes=lanes))
 
 
 def _fedsgd_program() -> fused.ProgramFn:

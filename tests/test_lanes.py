@@ -1,0 +1,131 @@
+"""fl_common.lanes: a fused FedOpt round whose shards train their clients
+side by side (vectorized over lanes) equals the per-client round on the
+same clients: model, clipping norm, server optimizer state, the paper's
+diagnostics and the training metrics, with uneven client sizes (short last
+batches: lanes of one step differ in batch size), an empty client, a NaN
+client, shards of uneven length, groups of lanes cut short, and a
+classifier whose accuracy metric and softmax go through the vectorized
+forward pass."""
+
+import collections
+
+import numpy as np
+import pytest
+import tensorflow as tf
+import tensorflow_federated as tff
+
+from fl_common import diagnosed_mean
+from fl_common import lanes as lanes_lib
+from fl_common import resident
+from fl_common import shards
+from large_cohort import fedopt
+from large_cohort import fused
+from tests import fused_checks
+from tests import tiny_models
+
+
+def _kwargs(weighting=tff.learning.ClientWeighting.NUM_EXAMPLES,
+            clipping=True, momentum=0.5):
+  return dict(
+      client_optimizer=tff.learning.optimizers.build_sgdm(
+          0.1, momentum=momentum),
+      server_optimizer=tff.learning.optimizers.build_adam(0.05),
+      client_weighting=weighting,
+      model_aggregator=diagnosed_mean.diagnosed_mean_factory(
+          clipping=clipping,
+          weighted=weighting is tff.learning.ClientWeighting.NUM_EXAMPLES,
+          initial_clipping_norm=0.05))
+
+
+@pytest.mark.parametrize('weighting, clipping, momentum', [
+    (tff.learning.ClientWeighting.NUM_EXAMPLES, True, 0.5),
+    (tff.learning.ClientWeighting.UNIFORM, False, 0.0),
+])
+@pytest.mark.parametrize('clients_per_shard, lanes', [(7, 3), (4, 2),
+                                                      (7, 64)])
+def test_a_round_on_lanes_equals_the_per_client_round(
+    weighting, clipping, momentum, clients_per_shard, lanes):
+  model_fn = tiny_models.linear_model_fn(fused_checks.NUM_FEATURES)
+  kwargs = _kwargs(weighting, clipping, momentum)
+  per_client = fedopt.build_fedopt(model_fn, **kwargs)
+  on_lanes = fused.build_fused_fedopt(model_fn, lanes=lanes, **kwargs)
+  assert (on_lanes.initialize.type_signature ==
+          per_client.initialize.type_signature)
+  sizes = [5, 1, 0, 8, 3, 4, 2]
+  datasets = fused_checks.client_datasets(sizes, nan_client=4)
+  state = lanes_state = per_client.initialize()
+  for _ in range(2):
+    output, lanes_output = fused_checks.assert_same_round(
+        per_client, on_lanes, state, lanes_state, datasets,
+        clients_per_shard)
+    state, lanes_state = output.state, lanes_output.state
+  aggregator = lanes_output.metrics['aggregator']
+  assert aggregator['num_clients'] == len(sizes)
+  assert aggregator['num_zero_updates'] == 2  # the empty and the NaN client
+  train = lanes_output.metrics['client_work']['train']
+  assert train['num_examples'] == sum(sizes) - sizes[4]  # NaN's dropped
+
+
+def _classifier_fn():
+  def model_fn():
+    keras_model = tf.keras.Sequential([
+        tf.keras.layers.Dense(4, activation='relu', input_shape=(6,)),
+        tf.keras.layers.Dense(3, activation='softmax')])
+    return tff.learning.models.from_keras_model(
+        keras_model, loss=tf.keras.losses.SparseCategoricalCrossentropy(),
+        input_spec=collections.OrderedDict(
+            x=tf.TensorSpec([None, 6], tf.float32),
+            y=tf.TensorSpec([None, 1], tf.int32)),
+        metrics=[tf.keras.metrics.SparseCategoricalAccuracy()])
+  return model_fn
+
+
+def test_resident_rows_on_lanes_train_a_classifier_as_one_by_one():
+  rng = np.random.default_rng(3)
+  sizes = [7, 12, 3, 9, 0, 15, 4, 6, 11]
+  total = sum(sizes)
+  arrays = collections.OrderedDict(
+      x=rng.normal(size=(total, 6)).astype(np.float32),
+      y=rng.integers(0, 3, (total, 1)).astype(np.int32))
+  client_rows = np.split(rng.permutation(total), np.cumsum(sizes)[:-1])
+  recipe = shards.BatchRecipe(batch_size=4, num_epochs=2)
+
+  def round_shards(seed):
+    return shards.shards_from_arrays(
+        arrays, client_rows, recipe=recipe, clients_per_shard=5,
+        rng=np.random.default_rng(seed), rows_only=True)
+
+  kwargs = _kwargs(clipping=False, momentum=0.0)
+  model_fn = _classifier_fn()
+  held = resident.ResidentExamples(arrays)
+  one_by_one = fused.build_fused_fedopt(model_fn, resident_examples=held,
+                                        **kwargs)
+  on_lanes = fused.build_fused_fedopt(model_fn, resident_examples=held,
+                                      lanes=2, **kwargs)
+  state = lanes_state = one_by_one.initialize()
+  for round_num in range(2):
+    output = one_by_one.next(state, round_shards(round_num))
+    lanes_output = on_lanes.next(lanes_state, round_shards(round_num))
+    fused_checks.assert_close(output.state, lanes_output.state)
+    fused_checks.assert_close(output.metrics, lanes_output.metrics)
+    state, lanes_state = output.state, lanes_output.state
+  train = lanes_output.metrics['client_work']['train']
+  assert train['num_examples'] == 2 * total
+  assert 0.0 < train['sparse_categorical_accuracy'] < 1.0
+
+
+def test_lanes_refuse_an_optimizer_with_a_shared_counter():
+  model_fn = tiny_models.linear_model_fn(fused_checks.NUM_FEATURES)
+  kwargs = _kwargs()
+  kwargs['client_optimizer'] = tff.learning.optimizers.build_adam(0.1)
+  with pytest.raises(ValueError, match='element-wise client optimizer'):
+    fused.build_fused_fedopt(model_fn, lanes=4, **kwargs)
+  with pytest.raises(ValueError, match='at least 1'):
+    fused.build_fused_fedopt(model_fn, lanes=0, **_kwargs())
+
+
+def test_sgd_with_and_without_momentum_is_lane_safe():
+  specs = (tf.TensorSpec([3, 2], tf.float32), tf.TensorSpec([2], tf.float32))
+  for momentum in (0.0, 0.9):
+    lanes_lib.check_lane_safe(
+        tff.learning.optimizers.build_sgdm(0.1, momentum=momentum), specs)
