@@ -31,7 +31,9 @@ Three processes, all FedAvg (client SGD at the workload's rate, server SGD at
   rows of the clients' batches, made in NumPy as for `fused`; what the
   driver runs for clients stored as rows of shared arrays (Synthetic, the
   partitioned image tasks: `experiment_driver.algorithm_setup.
-  resident_examples`). Built per cohort, since it holds its examples.
+  resident_examples`), with the driver's lanes (`fl_common.lanes.auto_lanes`:
+  a small model's clients trained side by side). Built per cohort, since it
+  holds its examples.
 
 `tff_reduce` and `fedavg` get the client datasets prebuilt: they measure
 TFF's round alone.
@@ -49,6 +51,7 @@ import tensorflow_federated as tff
 from bench import workloads
 from experiment_driver import round_inputs
 from fl_common import diagnosed_mean
+from fl_common import lanes
 from fl_common import shards
 from large_cohort import fedopt
 from large_cohort import fused
@@ -97,7 +100,9 @@ def build_process(
         server_optimizer=server_optimizer,
         model_aggregator=driver_default_aggregator(),
         resident_examples=(flat_examples(arrays) if variant == 'resident'
-                           else None))
+                           else None),
+        lanes=(lanes.auto_lanes(model_fn, client_optimizer)
+               if variant == 'resident' else 1))
   raise ValueError(f'Unknown variant {variant!r}; expected one of {VARIANTS}.')
 
 

@@ -59,6 +59,9 @@ ModelFn = Callable[[], tff.learning.models.VariableModel]
 # Lanes per group when a builder is asked for lanes without a number: the
 # fastest for 1,000 Synthetic clients on 2 shards (10 to 250 measured).
 DEFAULT_LANES = 64
+# `auto_lanes` trains models of at most this many weights on lanes: there a
+# step's cost is the executor's per-op work, which lanes share.
+MAX_AUTO_LANE_WEIGHTS = 10_000
 
 
 class _Layout(NamedTuple):
@@ -98,9 +101,12 @@ def _layout(model_fn: ModelFn) -> _Layout:
 
 def check_lane_safe(client_optimizer: tff.learning.optimizers.Optimizer,
                     specs: Any) -> None:
-  """Raises `ValueError` unless `client_optimizer`'s state, apart from its
-  hyperparameters, is shaped as the weights (element-wise: one slot per
-  weight), so that stacked lanes step independently."""
+  """Raises `ValueError` unless `client_optimizer` is element-wise, so that
+  stacked lanes step independently: its state, apart from its
+  hyperparameters, is shaped as the weights (no shared counter, such as
+  Adam's step), and a step on two stacked lanes equals each lane's step
+  alone (no norm over a whole weight tensor, such as LARS' trust ratio).
+  Checked on `specs`' shapes with random values, eagerly."""
   state = client_optimizer.initialize(specs)
   hparams = client_optimizer.get_hparams(state)
   shapes = {tuple(s.shape) for s in tf.nest.flatten(specs)}
@@ -112,6 +118,46 @@ def check_lane_safe(client_optimizer: tff.learning.optimizers.Optimizer,
         f'lanes need an element-wise client optimizer; this one keeps '
         f'{shared} shared by all weights, which lanes stepping at different '
         f'times would share. Use lanes=1.')
+  rng = np.random.default_rng(0)
+  draw = lambda: [tf.constant(rng.normal(size=[2, *s.shape]), s.dtype)
+                  for s in tf.nest.flatten(specs)]
+  weights, gradients = draw(), draw()
+  stacked_state, stacked = _lane_slots(state, hparams, 2), tuple(weights)
+  for _ in range(2):  # two steps: slots carry over
+    stacked_state, stacked = client_optimizer.next(
+        stacked_state, stacked, tuple(gradients))
+  for lane in range(2):
+    lane_state = state
+    lane_weights = tuple(w[lane] for w in weights)
+    for _ in range(2):
+      lane_state, lane_weights = client_optimizer.next(
+          lane_state, lane_weights, tuple(g[lane] for g in gradients))
+    for alone, together in zip(lane_weights, stacked):
+      if not np.allclose(alone, together[lane], rtol=1e-4,
+                         atol=1e-6):
+        raise ValueError(
+            'lanes need an element-wise client optimizer; a step of this one'
+            ' on stacked lanes differs from each lane\'s step alone (it'
+            ' couples the entries of a weight, e.g. by its norm). Use'
+            ' lanes=1.')
+
+
+def auto_lanes(model_fn: ModelFn,
+               client_optimizer: tff.learning.optimizers.Optimizer) -> int:
+  """`DEFAULT_LANES` for a small model (at most `MAX_AUTO_LANE_WEIGHTS`
+  trainable weights) with an element-wise client optimizer; else 1 (clients
+  one after the other: a larger model's step is arithmetic that lanes would
+  not share)."""
+  with tf.Graph().as_default():
+    trainable = model_fn().trainable_variables
+    specs = tuple(tf.TensorSpec(v.shape, v.dtype) for v in trainable)
+  if sum(s.shape.num_elements() for s in specs) > MAX_AUTO_LANE_WEIGHTS:
+    return 1
+  try:
+    check_lane_safe(client_optimizer, specs)
+  except ValueError:
+    return 1
+  return DEFAULT_LANES
 
 
 def _where_lane(active: tf.Tensor, new: Any, old: Any) -> Any:

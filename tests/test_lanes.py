@@ -20,6 +20,7 @@ from fl_common import resident
 from fl_common import shards
 from large_cohort import fedopt
 from large_cohort import fused
+from large_cohort import optimizers
 from tests import fused_checks
 from tests import tiny_models
 
@@ -129,3 +130,22 @@ def test_sgd_with_and_without_momentum_is_lane_safe():
   for momentum in (0.0, 0.9):
     lanes_lib.check_lane_safe(
         tff.learning.optimizers.build_sgdm(0.1, momentum=momentum), specs)
+
+
+def test_lanes_refuse_an_optimizer_that_couples_a_weights_entries():
+  specs = (tf.TensorSpec([3, 2], tf.float32),)
+  with pytest.raises(ValueError, match='differs from each lane'):
+    lanes_lib.check_lane_safe(optimizers.build_optimizer('lars', 0.1), specs)
+  with pytest.raises(ValueError, match=r"keeps \['step'\] shared"):
+    lanes_lib.check_lane_safe(optimizers.build_optimizer('lamb', 0.1), specs)
+  lanes_lib.check_lane_safe(optimizers.build_optimizer('adagrad', 0.1), specs)
+
+
+def test_auto_lanes_picks_lanes_for_a_small_model_with_an_sgd_client():
+  small = tiny_models.linear_model_fn(fused_checks.NUM_FEATURES)
+  sgd = tff.learning.optimizers.build_sgdm(0.1)
+  assert lanes_lib.auto_lanes(small, sgd) == lanes_lib.DEFAULT_LANES
+  assert lanes_lib.auto_lanes(small,
+                              tff.learning.optimizers.build_adam(0.1)) == 1
+  large = tiny_models.linear_model_fn(lanes_lib.MAX_AUTO_LANE_WEIGHTS)
+  assert lanes_lib.auto_lanes(large, sgd) == 1
