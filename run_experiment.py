@@ -82,6 +82,8 @@ def _train(run_dir: outputs.RunDirectory) -> None:
     ctx = build.build_context(task)
     setup = build.build_algorithm(ctx)
     print(f'run directory: {run_dir.path}', flush=True)
+    if setup.execution:
+      print(f'rounds run on: {setup.execution}', flush=True)
     final_metrics = training_loop.run_training(
         setup, task, run_dir,
         build.loop_config(task, print_fn=lambda line: print(line, flush=True)))

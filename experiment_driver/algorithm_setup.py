@@ -60,6 +60,8 @@ class BuildContext:
       tff.learning.ClientWeighting.NUM_EXAMPLES)
   # --clients_per_shard: None picks one shard per core, 1 is per client.
   clients_per_shard: Optional[int] = None
+  # --lanes (FedOpt on shards): None picks `fl_common.lanes.auto_lanes`.
+  lanes: Optional[int] = None
   # Whether fused processes may hold the population's examples on the
   # workers (`fl_common.resident.ResidentExamples`, files they memory-map):
   # when they run on this machine, i.e. without --worker_addresses.
@@ -147,3 +149,6 @@ class AlgorithmSetup:
   # Called with the run directory's path after the last round (e.g. to write
   # a summary of rounds-to-target). None: nothing to do.
   finish_fn: Optional[Callable[[str], None]] = None
+  # How the rounds run where the driver chose it (e.g. FedOpt's lanes),
+  # printed at the start; not what they compute. '': nothing to say.
+  execution: str = ''

@@ -162,6 +162,7 @@ def build_context(
       num_workers=max(1, len(f.WORKER_ADDRESSES.value)),
       hold_examples=not f.WORKER_ADDRESSES.value,
       clients_per_shard=f.CLIENTS_PER_SHARD.value,
+      lanes=f.LANES.value,
       **built,
   )
 

@@ -277,6 +277,13 @@ CLIENTS_PER_SHARD = flags.DEFINE_integer(
     ' client. Default: one shard per core of each worker (not with'
     ' --zeroing).',
     lower_bound=1)
+LANES = flags.DEFINE_integer(
+    'lanes', None,
+    'FedOpt on shards: how many of a shard\'s clients train side by side,'
+    ' vectorized (fl_common.lanes); 1 is one after the other. Default: 64'
+    ' for a model of at most 10,000 weights with an element-wise client'
+    ' optimizer (sgd, sgdm, adagrad), else 1.',
+    lower_bound=1)
 WORKER_ADDRESSES = flags.DEFINE_list(
     'worker_addresses', [],
     'host:port of TFF worker_binary executor services (one per machine);'
@@ -306,7 +313,7 @@ PARTITION_FLAGS = frozenset({
 NOT_HPARAMS = frozenset({
     'root_output_dir', 'experiment_name', 'total_rounds',
     'rounds_per_checkpoint', 'checkpoints_to_keep', 'max_concurrent_clients',
-    'max_clients_per_call',
+    'max_clients_per_call', 'lanes',
     'worker_addresses', 'target_accuracy', 'target_metric', 'baseline_run_dir',
     'offline', 'progress',
 })
@@ -317,9 +324,13 @@ def is_finite_or_none(value) -> bool:
 
 
 def shard_flag_conflicts(values: Mapping[str, Any]) -> dict[str, str]:
-  """`--clients_per_shard` is moot (with the reason) when the aggregator
-  flags choose an aggregator that shards cannot compute."""
+  """`--clients_per_shard` and `--lanes` are moot (with the reason) when the
+  aggregator flags choose an aggregator that shards cannot compute, and
+  `--lanes` without shards."""
   if values['zeroing']:
-    return {'clients_per_shard': 'cannot be fused with --zeroing (adaptive'
-                                 ' zeroing is not part of the fused mean)'}
+    reason = ('cannot be fused with --zeroing (adaptive zeroing is not part'
+              ' of the fused mean)')
+    return {'clients_per_shard': reason, 'lanes': reason}
+  if values['clients_per_shard'] == 1:
+    return {'lanes': 'needs shards of clients, not --clients_per_shard=1'}
   return {}

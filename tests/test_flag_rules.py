@@ -36,7 +36,7 @@ _BASELINE_DIR = '/tmp/fl_papers_flag_rules_baseline'
 NON_DEFAULT = {
     'data_dir': '/tmp/fl_papers_no_data', 'use_synthetic_data': 'true',
     'offline': 'true', 'progress': 'false', 'synthetic_num_classes': '10',
-    'clients_per_shard': '1',
+    'clients_per_shard': '1', 'lanes': '1',
     'synthetic_alpha': '0.5', 'synthetic_beta': '0.5', 'digits_model': 'cnn',
     'train_batch_size': '7', 'eval_batch_size': '17', 'client_epochs': '2',
     'max_elements_per_client': '9', 'validation_fraction': '0.3',
@@ -196,7 +196,7 @@ def _process_fingerprint(task, tmp_path):
     run_dir.mkdir(exist_ok=True)
     _write_metrics(str(run_dir), accuracy=[0.01, 0.6, 0.95])
     summary = sorted(setup.finish_fn(str(run_dir)).items())
-  return repr((seen, weights, summary))
+  return repr((seen, weights, summary, setup.execution))
 
 
 @pytest.mark.parametrize('algorithm', ALGORITHMS)
@@ -349,3 +349,18 @@ def test_help_lists_every_task_and_algorithm():
     assert name in help_text
   for name in tasks.TASK_NAMES:
     assert name in str(FLAGS['task'].parser.enum_values)
+
+
+@pytest.mark.parametrize('given, reason', [
+    ({'client_optimizer': 'adam'}, 'needs an element-wise --client_optimizer'),
+    ({'clients_per_shard': '1'}, 'needs shards of clients'),
+    ({'zeroing': 'true'}, 'cannot be fused with --zeroing'),
+    ({'algorithm': 'fedsgd'}, 'is only used by --algorithm=fedopt'),
+])
+def test_lanes_are_refused_where_no_client_trains_on_lanes(given, reason):
+  with _command_line(**{'algorithm': 'fedopt', 'lanes': '8', **given}):
+    with pytest.raises(flag_rules.UnusedFlagError,
+                       match=f'--lanes {reason}'):
+      flag_rules.check_flags()
+  with _command_line(algorithm='fedopt', lanes='8', client_optimizer='sgdm'):
+    flag_rules.check_flags()
