@@ -44,7 +44,9 @@ Builders: `large_cohort.build_fused_fedopt`, `build_fused_fedsgd`,
 `gel_tff.build_fused_gel`, `gel_tff.build_fused_budgeted_baseline`, and
 `on_shards=True` of `adabest_tff.build_adabest`, `build_feddyn` and
 `build_scaffold`, whose clients' states come in and go out stacked per
-shard (`StatefulClientProgram`).
+shard (`StatefulClientProgram`). `build_fused_fedopt(..., lanes=K)` swaps
+this module's shard loop for `fl_common.lanes`' (`shard_computation_fn`):
+the same round, a shard's clients trained K at a time, vectorized.
 
 Why one module: the shard's loop, the aggregator's split into a per-client
 and a server part, and the process around them must agree on one state and

@@ -4,8 +4,8 @@ same clients: model, clipping norm, server optimizer state, the paper's
 diagnostics and the training metrics, with uneven client sizes (short last
 batches: lanes of one step differ in batch size), an empty client, a NaN
 client, shards of uneven length, groups of lanes cut short, and a
-classifier whose accuracy metric and softmax go through the vectorized
-forward pass."""
+classifier whose accuracy metric, softmax and weight penalty go through the
+vectorized forward pass."""
 
 import collections
 
@@ -70,7 +70,9 @@ def test_a_round_on_lanes_equals_the_per_client_round(
 def _classifier_fn():
   def model_fn():
     keras_model = tf.keras.Sequential([
-        tf.keras.layers.Dense(4, activation='relu', input_shape=(6,)),
+        tf.keras.layers.Dense(  # model.losses join each lane's loss
+            4, activation='relu', input_shape=(6,),
+            kernel_regularizer=tf.keras.regularizers.L2(0.01)),
         tf.keras.layers.Dense(3, activation='softmax')])
     return tff.learning.models.from_keras_model(
         keras_model, loss=tf.keras.losses.SparseCategoricalCrossentropy(),
