@@ -68,12 +68,15 @@ def screen_norm(value: Any) -> tf.Tensor:
   """Global L2 norm of a client update, as a float64 scalar; NaN or Inf if
   (and only if) the update has a NaN or Inf entry.
 
-  One float32 pass over the update (`tf.linalg.global_norm`); only when that
-  overflows or is not finite is the norm recomputed in float64, which tells a
-  finite update whose squares overflow float32 from a non-finite one.
+  One float32 pass over the update (its sums of squares, as
+  `tf.linalg.global_norm` but without its `L2Loss`, which `tf.vectorized_map`
+  cannot vectorize: `fl_common.lanes` maps this over clients); only when
+  that overflows or is not finite is the norm recomputed in float64, which
+  tells a finite update whose squares overflow float32 from a non-finite one.
   """
   flat = tf.nest.flatten(value)
-  norm = tf.cast(tf.linalg.global_norm(flat), tf.float64)
+  norm = tf.cast(tf.sqrt(tf.add_n(
+      [tf.reduce_sum(tf.square(t)) for t in flat])), tf.float64)
   return tf.cond(tf.math.is_finite(norm), lambda: norm,
                  lambda: aggregator_wrappers.global_norm(flat))
 

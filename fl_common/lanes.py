@@ -144,9 +144,9 @@ def check_lane_safe(client_optimizer: tff.learning.optimizers.Optimizer,
 def auto_lanes(model_fn: ModelFn,
                client_optimizer: tff.learning.optimizers.Optimizer) -> int:
   """`DEFAULT_LANES` for a small model (at most `MAX_AUTO_LANE_WEIGHTS`
-  trainable weights) with an element-wise client optimizer; else 1 (clients
-  one after the other: a larger model's step is arithmetic that lanes would
-  not share)."""
+  trainable weights) whose forward pass vectorizes, with an element-wise
+  client optimizer; else 1 (clients one after the other: a larger model's
+  step is arithmetic that lanes would not share)."""
   with tf.Graph().as_default():
     trainable = model_fn().trainable_variables
     specs = tuple(tf.TensorSpec(v.shape, v.dtype) for v in trainable)
@@ -154,6 +154,7 @@ def auto_lanes(model_fn: ModelFn,
     return 1
   try:
     check_lane_safe(client_optimizer, specs)
+    check_vectorizable(model_fn)
   except ValueError:
     return 1
   return DEFAULT_LANES
@@ -195,6 +196,75 @@ def _tile(value: Any, count: tf.Tensor) -> Any:
       lambda t: tf.tile(t[tf.newaxis], [count] + [1] * t.shape.rank), value)
 
 
+def _lane_forward_fn(model_fn: ModelFn, layout: _Layout
+                     ) -> Callable[[Any], Any]:
+  """`(weights, non_trainable, metrics, batch) -> (loss, new non_trainable,
+  new metrics)`: one lane's step, the model's own forward pass on tensors
+  handed to it in place of its variables (module docstring); traced once
+  by `tf.vectorized_map`."""
+
+  def lane_forward(lane):
+    weights, non_trainable, metrics, batch = lane
+    values = {}
+    for indices, tensors in ((layout.trainable, weights),
+                             (layout.non_trainable, non_trainable),
+                             (layout.local, metrics)):
+      values.update(zip(indices, tensors))
+    made = []
+
+    def inject(next_creator, **kwargs):
+      if len(made) in values:
+        kwargs['initial_value'] = values[len(made)]
+      made.append(variable_utils.create_tensor_variable(next_creator,
+                                                        **kwargs))
+      return made[-1]
+
+    with tf.variable_creator_scope(inject):
+      lane_model = model_fn()
+    output = lane_model.forward_pass(batch, training=True)
+    return (output.loss,
+            [v.read_value() for v in lane_model.non_trainable_variables],
+            [v.read_value() for v in lane_model.local_variables])
+
+  return lane_forward
+
+
+def check_vectorizable(model_fn: ModelFn) -> None:
+  """Raises `ValueError` unless every op of the model's forward pass (and
+  of its gradient) has a vectorized form (`tf.vectorized_map` without its
+  fallback, a loop over the lanes that would be slower than no lanes: e.g.
+  `L2Loss`, Keras' L2 penalty). Traced on two lanes of one example, in a
+  throwaway graph."""
+  layout = _layout(model_fn)
+  lane_forward = _lane_forward_fn(model_fn, layout)
+  with tf.Graph().as_default():
+    model = model_fn()
+
+    def stacked(values):
+      return [tf.zeros([2, *v.shape], v.dtype) for v in values]
+
+    def example(spec):
+      return tf.zeros([2, 1, *[d or 1 for d in spec.shape[1:]]], spec.dtype)
+
+    def body():
+      weights = stacked(model.trainable_variables)
+      with tf.GradientTape() as tape:
+        tape.watch(weights)
+        losses, _, _ = tf.vectorized_map(
+            lane_forward,
+            (weights, stacked(model.non_trainable_variables),
+             stacked(model.local_variables),
+             tf.nest.map_structure(example, model.input_spec)),
+            fallback_to_while_loop=False)
+      return tape.gradient(tf.reduce_sum(losses), weights)
+
+    try:
+      fused.trace_inlined(body)
+    except ValueError as e:
+      raise ValueError(f'lanes need a model whose forward pass vectorizes'
+                       f' ({str(e).splitlines()[0]}); use lanes=1.') from e
+
+
 def lane_shard_computation(
     model_fn: ModelFn, client_optimizer: tff.learning.optimizers.Optimizer,
     aggregation: fused.FusedAggregation, weights_type: tff.Type,
@@ -213,8 +283,9 @@ def lane_shard_computation(
   broadcast weights, weighted by its examples (`weighted`) or uniformly.
 
   Raises:
-    ValueError: If `lanes` < 1, or the optimizer is not element-wise
-      (`check_lane_safe`).
+    ValueError: If `lanes` < 1, the optimizer is not element-wise
+      (`check_lane_safe`) or the model does not vectorize
+      (`check_vectorizable`).
   """
   if lanes < 1:
     raise ValueError(f'lanes must be at least 1, got {lanes}.')
@@ -222,6 +293,7 @@ def lane_shard_computation(
   specs = tuple(tf.TensorSpec(t.shape, t.dtype) for t in
                 tff.types.type_to_tf_tensor_specs(weights_type.trainable))
   check_lane_safe(client_optimizer, specs)
+  check_vectorizable(model_fn)
   clipping = aggregation.clipping
   arg_types = [('weights', weights_type), ('hparams', hparams_type)]
   if clipping:
@@ -235,30 +307,7 @@ def lane_shard_computation(
     model = model_fn()  # The shard's metric variables, and their reports.
     metric_variables = list(model.local_variables)
 
-    def lane_forward(lane):
-      """One lane's step: the model's forward pass on tensors (traced once
-      by pfor); its loss and its variables' new values."""
-      weights, non_trainable, metrics, batch = lane
-      values = {}
-      for indices, tensors in ((layout.trainable, weights),
-                               (layout.non_trainable, non_trainable),
-                               (layout.local, metrics)):
-        values.update(zip(indices, tensors))
-      made = []
-
-      def inject(next_creator, **kwargs):
-        if len(made) in values:
-          kwargs['initial_value'] = values[len(made)]
-        made.append(variable_utils.create_tensor_variable(next_creator,
-                                                          **kwargs))
-        return made[-1]
-
-      with tf.variable_creator_scope(inject):
-        lane_model = model_fn()
-      output = lane_model.forward_pass(batch, training=True)
-      return (output.loss,
-              [v.read_value() for v in lane_model.non_trainable_variables],
-              [v.read_value() for v in lane_model.local_variables])
+    lane_forward = _lane_forward_fn(model_fn, layout)
 
     def train(initial_weights, hparams, examples, rows, batch_sizes):
       trainable = list(tf.nest.flatten(initial_weights.trainable))
@@ -321,7 +370,8 @@ def lane_shard_computation(
               tape.watch(weights)
               losses, new_non_trainable, new_metrics = tf.vectorized_map(
                   lane_forward,
-                  (weights, lane_non_trainable, lane_metrics, batch))
+                  (weights, lane_non_trainable, lane_metrics, batch),
+                  fallback_to_while_loop=False)
               total_loss = tf.reduce_sum(losses)
             gradients = [tf.convert_to_tensor(g) for g in tape.gradient(
                 total_loss, weights,
@@ -357,7 +407,8 @@ def lane_shard_computation(
         contributions = tf.vectorized_map(
             lambda lane: aggregation.contribution(
                 tf.nest.pack_sequence_as(initial_weights.trainable, lane[0]),
-                lane[1], clipping_norm), (delta, weight))
+                lane[1], clipping_norm), (delta, weight),
+            fallback_to_while_loop=False)
         totals = tf.nest.map_structure(
             lambda total, c: total + tf.reduce_sum(c, 0), totals,
             contributions)

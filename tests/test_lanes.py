@@ -4,8 +4,8 @@ same clients: model, clipping norm, server optimizer state, the paper's
 diagnostics and the training metrics, with uneven client sizes (short last
 batches: lanes of one step differ in batch size), an empty client, a NaN
 client, shards of uneven length, groups of lanes cut short, and a
-classifier whose accuracy metric, softmax and weight penalty go through the
-vectorized forward pass."""
+classifier whose accuracy metric and softmax go through the vectorized
+forward pass; lanes refuse models and optimizers they cannot vectorize."""
 
 import collections
 
@@ -67,12 +67,11 @@ def test_a_round_on_lanes_equals_the_per_client_round(
   assert train['num_examples'] == sum(sizes) - sizes[4]  # NaN's dropped
 
 
-def _classifier_fn():
+def _classifier_fn(regularizer=None):
   def model_fn():
     keras_model = tf.keras.Sequential([
-        tf.keras.layers.Dense(  # model.losses join each lane's loss
-            4, activation='relu', input_shape=(6,),
-            kernel_regularizer=tf.keras.regularizers.L2(0.01)),
+        tf.keras.layers.Dense(4, activation='relu', input_shape=(6,),
+                              kernel_regularizer=regularizer),
         tf.keras.layers.Dense(3, activation='softmax')])
     return tff.learning.models.from_keras_model(
         keras_model, loss=tf.keras.losses.SparseCategoricalCrossentropy(),
@@ -151,3 +150,13 @@ def test_auto_lanes_picks_lanes_for_a_small_model_with_an_sgd_client():
                               tff.learning.optimizers.build_adam(0.1)) == 1
   large = tiny_models.linear_model_fn(lanes_lib.MAX_AUTO_LANE_WEIGHTS)
   assert lanes_lib.auto_lanes(large, sgd) == 1
+
+
+def test_lanes_refuse_a_model_whose_forward_pass_does_not_vectorize():
+  # Keras' L2 penalty is `L2Loss`, which pfor can only loop over.
+  penalized = _classifier_fn(tf.keras.regularizers.L2(0.01))
+  with pytest.raises(ValueError, match=r'forward pass vectorizes \(.*L2Loss\)'):
+    fused.build_fused_fedopt(penalized, lanes=4, **_kwargs())
+  sgd = tff.learning.optimizers.build_sgdm(0.1)
+  assert lanes_lib.auto_lanes(penalized, sgd) == 1
+  assert lanes_lib.auto_lanes(_classifier_fn(), sgd) == lanes_lib.DEFAULT_LANES
