@@ -40,6 +40,11 @@ Below TFF's public API: `TensorVariable` (TFF's own duck-typed variable
 over a tensor, from `tensorflow_frontend.variable_utils`, which TFF's
 `functional_model_from_keras` and functional metrics use the same way); it
 is imported here only.
+
+Why one module: the lane step, the checks that a model and an optimizer
+can take lanes (which trace that same step) and the shard's loop around it
+share the variable layout and the per-lane state; apart, each would
+restate them.
 """
 
 import collections
