@@ -8,17 +8,19 @@ model gains a leading lane dimension, so a step of `lanes` clients costs
 about the ops of one step (a `MatMul` becomes one `BatchMatMulV2`).
 
 How a lane computes exactly what the client computes alone: the model's
-own `forward_pass` is traced once per lane under `tf.vectorized_map`
-(TensorFlow's pfor), inside a `tf.variable_creator_scope` that hands the
-model, as it builds itself, tensors in place of its variables: the lane's
-weights, non-trainable weights and metric variables (`TensorVariable`,
-below). The loss, the metric updates and the examples count are the
+own `forward_pass` is traced once, for one lane, and vectorized over the
+lanes by `tf.vectorized_map` (TensorFlow's pfor, without its while-loop
+fallback: `check_vectorizable`), inside a `tf.variable_creator_scope` that
+hands the model, as it builds itself, tensors in place of its variables:
+the lane's weights, non-trainable weights and metric variables
+(`TensorVariable`, below). The loss, the metric updates and the examples count are the
 model's, per lane; the gradient of the lanes' summed losses with respect to
 the stacked weights is each lane's own gradient (lanes do not interact);
 the client optimizer's `next` runs on the stacked tensors, which is each
-lane's step for an element-wise optimizer (SGD, with or without momentum:
-`check_lane_safe` refuses optimizers with a shared counter, such as Adam's
-step, since lanes step at different times).
+lane's step for an element-wise optimizer (SGD with or without momentum,
+Adagrad: `check_lane_safe` refuses a shared counter, such as Adam's step,
+since lanes step at different times, and a norm over a whole weight, such
+as LARS').
 
 Clients differ in their number and sizes of batches. The shard's clients
 are ordered by their number of batches (so lanes of a group finish

@@ -60,3 +60,14 @@ def assert_same_round(per_client, on_shards, state, fused_state, datasets,
   assert (tf.nest.map_structure(lambda _: 0, output.metrics) ==
           tf.nest.map_structure(lambda _: 0, fused_output.metrics))
   return output, fused_output
+
+
+def assert_screened(metrics, sizes, nan_client):
+  """Asserts a round's counts with an empty and a NaN client among `sizes`:
+  every client counted, both sent zeros, the NaN client's examples dropped
+  from the training metrics."""
+  aggregator = metrics['aggregator']
+  assert aggregator['num_clients'] == len(sizes)
+  assert aggregator['num_zero_updates'] == 2
+  train = metrics['client_work']['train']
+  assert train['num_examples'] == sum(sizes) - sizes[nan_client]

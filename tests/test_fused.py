@@ -65,11 +65,7 @@ def test_a_fused_round_equals_the_per_client_round(weighting, clipping, server,
     output, fused_output = fused_checks.assert_same_round(
         per_client, on_shards, state, fused_state, datasets, clients_per_shard)
     state, fused_state = output.state, fused_output.state
-  aggregator = fused_output.metrics['aggregator']
-  assert aggregator['num_clients'] == len(sizes)
-  assert aggregator['num_zero_updates'] == 2  # the empty and the NaN client
-  train = fused_output.metrics['client_work']['train']
-  assert train['num_examples'] == sum(sizes) - sizes[4]  # NaN's dropped
+  fused_checks.assert_screened(fused_output.metrics, sizes, nan_client=4)
 
 
 @pytest.mark.parametrize('clipping', [True, False])
