@@ -88,10 +88,12 @@ def _setup(ctx: algorithm_setup.BuildContext, build_fn, build_fused_fn,
 
 def _build_fedopt(
     ctx: algorithm_setup.BuildContext) -> algorithm_setup.AlgorithmSetup:
-  lanes = ctx.lanes or fl_lanes.auto_lanes(ctx.task.model_fn,
-                                           ctx.client_optimizer)
+  fused_kwargs = None
+  if algorithm_setup.fuses(ctx):  # (auto_lanes traces the model)
+    fused_kwargs = dict(lanes=ctx.lanes or fl_lanes.auto_lanes(
+        ctx.task.model_fn, ctx.client_optimizer))
   return _setup(ctx, fedopt.build_fedopt, fused.build_fused_fedopt,
-                fused_kwargs=dict(lanes=lanes),
+                fused_kwargs=fused_kwargs,
                 client_optimizer=ctx.client_optimizer,
                 server_optimizer=ctx.server_optimizer,
                 client_weighting=ctx.client_weighting,

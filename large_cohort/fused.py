@@ -114,13 +114,14 @@ def build_fused_fedopt(
     lanes: How many of a shard's clients train side by side, vectorized
       (`fl_common.lanes`; e.g. `lanes.DEFAULT_LANES`); 1 (default): one
       after the other. Lanes need an element-wise client optimizer (SGD,
-      with or without momentum) and metrics that add over clients.
+      with or without momentum, Adagrad), a model whose forward pass
+      vectorizes, and metrics that add over clients.
 
   Raises:
     TypeError: If `model_aggregator` is not a diagnosed mean of the right
       weighting (the fused shard computes its per-client part itself).
     ValueError: If `lanes` < 1, or `lanes` > 1 with a client optimizer
-      that is not element-wise.
+      that is not element-wise or a model that does not vectorize.
   """
   if lanes < 1:
     raise ValueError(f'lanes must be at least 1, got {lanes}.')
