@@ -250,6 +250,7 @@ def build_adabest(
     metrics_aggregator: Optional[Callable[..., tff.Computation]] = None,
     on_shards: bool = False,
     resident_examples: Optional[Any] = None,
+    lanes: int = 1,
 ) -> stateful_process.StatefulClientLearningProcess:
   """Builds the AdaBest learning process (Varno et al. 2022, Algorithm 1).
 
@@ -283,6 +284,9 @@ def build_adabest(
       round's shards are then rows of them (`fl_common.shards.
       shards_from_arrays(..., rows_only=True)`). Default: shards carry
       examples.
+    lanes: With `on_shards`, how many of a shard's clients train side by
+      side, vectorized (`fl_common.lanes`; e.g. `lanes.auto_lanes(
+      model_fn)`); 1 (default): one after the other.
 
   Returns:
     A `stateful_process.StatefulClientLearningProcess`.
@@ -369,4 +373,4 @@ def build_adabest(
       client_learning_rate_decay=client_learning_rate_decay,
       model_aggregator=model_aggregator,
       metrics_aggregator=metrics_aggregator,
-      resident_examples=resident_examples)
+      resident_examples=resident_examples, lanes=lanes)

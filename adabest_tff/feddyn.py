@@ -137,6 +137,7 @@ def build_feddyn(
     metrics_aggregator: Optional[Callable[..., tff.Computation]] = None,
     on_shards: bool = False,
     resident_examples: Optional[Any] = None,
+    lanes: int = 1,
 ) -> stateful_process.StatefulClientLearningProcess:
   """Builds the FedDyn learning process (Varno et al. 2022, Algorithm 1).
 
@@ -157,6 +158,7 @@ def build_feddyn(
     metrics_aggregator: Optional, as in `tff.learning.algorithms`.
     on_shards: As in `adabest.build_adabest`: a TFF client trains a shard.
     resident_examples: As in `adabest.build_adabest`.
+    lanes: As in `adabest.build_adabest`.
 
   Returns:
     A `stateful_process.StatefulClientLearningProcess`.
@@ -228,4 +230,4 @@ def build_feddyn(
       client_learning_rate_decay=client_learning_rate_decay,
       model_aggregator=model_aggregator,
       metrics_aggregator=metrics_aggregator,
-      resident_examples=resident_examples)
+      resident_examples=resident_examples, lanes=lanes)

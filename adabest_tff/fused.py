@@ -38,6 +38,7 @@ from adabest_tff import stateful_process
 from fl_common import communication
 from fl_common import diagnosed_mean
 from fl_common import fused
+from fl_common import lanes as fl_lanes
 
 ModelFn = Callable[[], tff.learning.models.VariableModel]
 
@@ -94,12 +95,17 @@ def compose(model_fn: ModelFn,
   compose_algorithm` (one TFF client per client), with the same `kwargs`:
   what a builder's `on_shards` chooses."""
   resident_examples = kwargs.pop('resident_examples', None)
+  lanes = kwargs.pop('lanes', 1)
   if on_shards:
     return compose_fused(model_fn, algorithm,
-                         resident_examples=resident_examples, **kwargs)
+                         resident_examples=resident_examples, lanes=lanes,
+                         **kwargs)
   if resident_examples is not None:
     raise ValueError('resident_examples needs on_shards=True: one client per'
                      ' TFF client takes its tf.data dataset.')
+  if lanes != 1:
+    raise ValueError('lanes need on_shards=True: they train a shard\'s'
+                     ' clients side by side.')
   return stateful_process.compose_algorithm(model_fn, algorithm, **kwargs)
 
 
@@ -112,6 +118,7 @@ def compose_fused(
     model_aggregator: Optional[diagnosed_mean.WeightedDiagnosedMeanFactory],
     metrics_aggregator: Optional[Callable[..., tff.Computation]] = None,
     resident_examples: Optional[Any] = None,
+    lanes: int = 1,
 ) -> stateful_process.StatefulClientLearningProcess:
   """`algorithm` on shards (module docstring), with the per-client
   process's state and metrics:
@@ -132,6 +139,8 @@ def compose_fused(
       `sum_then_finalize` when `None`.
     resident_examples: As `fl_common.fused.build_fused_process`'s: shards
       are then rows of these arrays.
+    lanes: How many of a shard's clients train side by side, vectorized
+      (`fl_common.lanes`); 1: one after the other.
 
   Raises:
     TypeError: If `model_aggregator` is not a weighted diagnosed mean.
@@ -166,7 +175,7 @@ def compose_fused(
   state_type = initialize_fn.type_signature.result.member
   resident_examples = fused.as_resident(resident_examples)
   data_type = fused.shard_type(model_fn, resident_examples)
-  shard_work = fused.shard_computation(
+  shard_work = fl_lanes.shard_computation_fn(lanes)(
       model_fn, _program(algorithm.steps), aggregation, weights_type,
       work_state.round_context.type_signature.result, data_type,
       client_state_type, resident_examples=resident_examples)

@@ -101,7 +101,7 @@ def build_process(
         model_aggregator=driver_default_aggregator(),
         resident_examples=(flat_examples(arrays) if variant == 'resident'
                            else None),
-        lanes=(lanes.auto_lanes(model_fn, client_optimizer)
+        lanes=(lanes.auto_lanes(model_fn)
                if variant == 'resident' else 1))
   raise ValueError(f'Unknown variant {variant!r}; expected one of {VARIANTS}.')
 

@@ -91,6 +91,7 @@ OWN_FLAGS = {
     'client_lr_decay': frozenset(SHARED_FLAGS),
     'adabest_client_weighting': frozenset(SHARED_FLAGS),
     'clients_per_shard': frozenset(SHARED_FLAGS),  # flag_groups'.
+    'lanes': frozenset(SHARED_FLAGS),  # flag_groups'.
 }
 
 _CLIENT_WEIGHTING = {
@@ -102,10 +103,13 @@ _CLIENT_WEIGHTING = {
 def unused_own_flags(algorithm: str, values: Mapping[str, Any]
                      ) -> dict[str, str]:
   """Own flags that the other flags' values make moot."""
+  why_not = {}
+  if values['clients_per_shard'] == 1:
+    why_not['lanes'] = 'needs shards of clients, not --clients_per_shard=1'
   if algorithm == 'adabest' and not values['adabest_beta_decay_patience']:
-    return {'adabest_beta_decay_factor':
-                'needs --adabest_beta_decay_patience > 0 (beta never decays)'}
-  return {}
+    why_not['adabest_beta_decay_factor'] = (
+        'needs --adabest_beta_decay_patience > 0 (beta never decays)')
+  return why_not
 
 
 def effective_hparams(algorithm: str, values: Mapping[str, Any]
@@ -159,15 +163,17 @@ def _build_setup(
       on_shards=on_shards,
       **algorithm_args)
   if on_shards:
-    process, client_datasets_fn = algorithm_setup.fused_setup(
+    process, client_datasets_fn, execution = algorithm_setup.fused_setup(
         ctx, build_process, **kwargs)
   else:
     process, client_datasets_fn = build_process(ctx.task.model_fn,
                                                 **kwargs), None
+    execution = ''
   return algorithm_setup.AlgorithmSetup(
       process=process,
       client_datasets_fn=client_datasets_fn,
-      round_metrics_fn=_bytes_metrics(process))
+      round_metrics_fn=_bytes_metrics(process),
+      execution=execution)
 
 
 def _build_adabest(

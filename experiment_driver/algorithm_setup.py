@@ -17,6 +17,7 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from fl_common import fused
+from fl_common import lanes
 from fl_common import resident
 from fl_common import shards
 
@@ -60,7 +61,7 @@ class BuildContext:
       tff.learning.ClientWeighting.NUM_EXAMPLES)
   # --clients_per_shard: None picks one shard per core, 1 is per client.
   clients_per_shard: Optional[int] = None
-  # --lanes (FedOpt on shards): None picks `fl_common.lanes.auto_lanes`.
+  # --lanes (on shards): None picks `fl_common.lanes.auto_lanes`.
   lanes: Optional[int] = None
   # Whether fused processes may hold the population's examples on the
   # workers (`fl_common.resident.ResidentExamples`, files they memory-map):
@@ -125,14 +126,21 @@ def shards_fn(
 
 def fused_setup(ctx: BuildContext, build_fn: Callable[..., Any],
                 steps_fn: Optional[Callable[[int, int], Sequence[int]]] = None,
-                **kwargs) -> tuple[Any, 'ClientDatasetsFn']:
-  """`(build_fn(model_fn, resident_examples=..., **kwargs), its
-  client_datasets_fn)`: a fused process holding the population's examples
-  when `resident_examples(ctx)` has them (shards of rows), else taking
-  shards of examples."""
+                **kwargs) -> tuple[Any, 'ClientDatasetsFn', str]:
+  """`(build_fn(model_fn, resident_examples=..., lanes=..., **kwargs), its
+  client_datasets_fn, how its rounds run)`: a fused process holding the
+  population's examples when `resident_examples(ctx)` has them (shards of
+  rows), else taking shards of examples, its shards' clients trained
+  `--lanes` at a time, by default `fl_common.lanes.auto_lanes`'."""
   resident = resident_examples(ctx)
-  process = build_fn(ctx.task.model_fn, resident_examples=resident, **kwargs)
-  return process, shards_fn(ctx, steps_fn, rows_only=resident is not None)
+  num_lanes = ctx.lanes or lanes.auto_lanes(ctx.task.model_fn)
+  process = build_fn(ctx.task.model_fn, resident_examples=resident,
+                     lanes=num_lanes, **kwargs)
+  execution = 'shards of clients, ' + (
+      f'{num_lanes} clients side by side (--lanes)' if num_lanes > 1 else
+      'one client after the other')
+  return (process, shards_fn(ctx, steps_fn, rows_only=resident is not None),
+          execution)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -149,6 +157,6 @@ class AlgorithmSetup:
   # Called with the run directory's path after the last round (e.g. to write
   # a summary of rounds-to-target). None: nothing to do.
   finish_fn: Optional[Callable[[str], None]] = None
-  # How the rounds run where the driver chose it (e.g. FedOpt's lanes),
+  # How the rounds run where the driver chose it (shards, lanes),
   # printed at the start; not what they compute. '': nothing to say.
   execution: str = ''

@@ -2,8 +2,7 @@
 
 FedOpt (FedAvg, FedAvgM, FedAdagrad, FedAdam, FedYogi, FedLARS, FedLamb by
 `--server_optimizer`) honours every optimizer, aggregator and server
-learning-rate scaling flag; on shards, a small model's clients train side
-by side (`--lanes`, `fl_common.lanes`). FedSGD takes one full-batch gradient per client
+learning-rate scaling flag. FedSGD takes one full-batch gradient per client
 (client rate 1), so it has no client optimizer, batch size, epochs or uniform
 weighting. Unset learning rates take the large-cohort paper's tuned rates
 (`experiment_driver.tuned_defaults`).
@@ -15,7 +14,6 @@ from typing import Any
 from experiment_driver import algorithm_setup
 from experiment_driver import flag_groups as f
 from experiment_driver import tuned_defaults
-from fl_common import lanes as fl_lanes
 from large_cohort import fedopt
 from large_cohort import fused
 
@@ -33,23 +31,15 @@ WHY_NOT = {
 }
 OWN_FLAGS = {  # flag_groups'.
     'clients_per_shard': frozenset({'fedopt', 'fedsgd'}),
-    'lanes': frozenset({'fedopt'}),
+    'lanes': frozenset({'fedopt', 'fedsgd'}),
 }
-# Client optimizers whose step is element-wise (`fl_common.lanes.
-# check_lane_safe`): the ones that `--lanes` can train side by side.
-LANE_CLIENT_OPTIMIZERS = ('sgd', 'sgdm', 'adagrad')
 
 
 def unused_own_flags(algorithm: str, values: Mapping[str, Any]
                      ) -> dict[str, str]:
   """Own flags that the other flags' values make moot."""
   del algorithm
-  why_not = f.shard_flag_conflicts(values)
-  if (values['lanes'] not in (None, 1) and
-      values['client_optimizer'] not in LANE_CLIENT_OPTIMIZERS):
-    why_not.setdefault('lanes', 'needs an element-wise --client_optimizer ('
-                       + ', '.join(LANE_CLIENT_OPTIMIZERS) + ')')
-  return why_not
+  return f.shard_flag_conflicts(values)
 
 
 def effective_hparams(algorithm: str, values: Mapping[str, Any]
@@ -69,31 +59,22 @@ def effective_hparams(algorithm: str, values: Mapping[str, Any]
 
 
 def _setup(ctx: algorithm_setup.BuildContext, build_fn, build_fused_fn,
-           fused_kwargs=None, **kwargs) -> algorithm_setup.AlgorithmSetup:
-  """The fused process on shards (with `fused_kwargs`) when the context
-  allows it, else the per-client one."""
+           **kwargs) -> algorithm_setup.AlgorithmSetup:
+  """The fused process on shards when the context allows it, else the
+  per-client one."""
   if algorithm_setup.fuses(ctx):
-    fused_kwargs = fused_kwargs or {}
-    process, client_datasets_fn = algorithm_setup.fused_setup(
-        ctx, build_fused_fn, **kwargs, **fused_kwargs)
-    lanes = fused_kwargs.get('lanes', 1)
+    process, client_datasets_fn, execution = algorithm_setup.fused_setup(
+        ctx, build_fused_fn, **kwargs)
     return algorithm_setup.AlgorithmSetup(
         process=process, client_datasets_fn=client_datasets_fn,
-        execution=('shards of clients, ' + (
-            f'{lanes} clients side by side (--lanes)' if lanes > 1 else
-            'one client after the other')))
+        execution=execution)
   return algorithm_setup.AlgorithmSetup(
       process=build_fn(ctx.task.model_fn, **kwargs))
 
 
 def _build_fedopt(
     ctx: algorithm_setup.BuildContext) -> algorithm_setup.AlgorithmSetup:
-  fused_kwargs = None
-  if algorithm_setup.fuses(ctx):  # (auto_lanes traces the model)
-    fused_kwargs = dict(lanes=ctx.lanes or fl_lanes.auto_lanes(
-        ctx.task.model_fn, ctx.client_optimizer))
   return _setup(ctx, fedopt.build_fedopt, fused.build_fused_fedopt,
-                fused_kwargs=fused_kwargs,
                 client_optimizer=ctx.client_optimizer,
                 server_optimizer=ctx.server_optimizer,
                 client_weighting=ctx.client_weighting,

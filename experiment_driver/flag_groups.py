@@ -279,10 +279,10 @@ CLIENTS_PER_SHARD = flags.DEFINE_integer(
     lower_bound=1)
 LANES = flags.DEFINE_integer(
     'lanes', None,
-    'FedOpt on shards: how many of a shard\'s clients train side by side,'
+    'On shards: how many of a shard\'s clients train side by side,'
     ' vectorized (fl_common.lanes); 1 is one after the other. Default: 64'
-    ' for a model of at most 10,000 weights with an element-wise client'
-    ' optimizer (sgd, sgdm, adagrad), else 1.',
+    ' for a model of at most 10,000 weights whose forward pass vectorizes,'
+    ' else 1.',
     lower_bound=1)
 WORKER_ADDRESSES = flags.DEFINE_list(
     'worker_addresses', [],

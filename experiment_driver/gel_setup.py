@@ -278,9 +278,10 @@ def _build_setup(base: str, use_gel: bool,
     build_fn = (gel.build_fused_budgeted_baseline if on_shards else
                 gel.build_budgeted_baseline)
   if on_shards:
-    process, client_datasets_fn = algorithm_setup.fused_setup(
+    process, client_datasets_fn, execution = algorithm_setup.fused_setup(
         ctx, build_fn, budgets.draw, **common)
   else:
+    execution = ''
     process = build_fn(ctx.task.model_fn, **common)
     client_datasets_fn = budgets_lib.build_client_datasets_fn(
         ctx.task.datasets.train_data, ctx.task.datasets.train_preprocess_fn,
@@ -311,6 +312,7 @@ def _build_setup(base: str, use_gel: bool,
       round_metrics_fn=round_metrics_fn,
       finish_fn=(functools.partial(write_run_summary, task_name=ctx.task_name)
                  if _has_target(ctx.task_name) else None),
+      execution=execution,
   )
 
 
@@ -344,6 +346,7 @@ OWN_FLAGS = {
     'proximal_strength': frozenset(a for a in ALGORITHMS
                                    if a.startswith('fedprox_')),
     'clients_per_shard': frozenset(ALGORITHMS),  # flag_groups'.
+    'lanes': frozenset(ALGORITHMS),  # flag_groups'.
 }
 
 

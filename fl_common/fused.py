@@ -44,7 +44,7 @@ Builders: `large_cohort.build_fused_fedopt`, `build_fused_fedsgd`,
 `gel_tff.build_fused_gel`, `gel_tff.build_fused_budgeted_baseline`, and
 `on_shards=True` of `adabest_tff.build_adabest`, `build_feddyn` and
 `build_scaffold`, whose clients' states come in and go out stacked per
-shard (`StatefulClientProgram`). `build_fused_fedopt(..., lanes=K)` swaps
+shard (`StatefulClientProgram`). Each takes `lanes=K`, which swaps
 this module's shard loop for `fl_common.lanes`' (`shard_computation_fn`):
 the same round, a shard's clients trained K at a time, vectorized.
 
@@ -316,6 +316,19 @@ def stacked_type(type_spec: tff.Type) -> tff.Type:
       tff.types.type_to_tf_tensor_specs(type_spec)))
 
 
+def as_stateful(program: Union[ClientProgram, StatefulClientProgram],
+                stateful: bool) -> StatefulClientProgram:
+  """`program` as a `StatefulClientProgram`: itself if `stateful`, else a
+  `ClientProgram` taking and giving no client state (`()`)."""
+  if stateful:
+    return program
+  return StatefulClientProgram(
+      start=lambda hparams, client_state, num_examples: program.start(
+          hparams),
+      step=program.step,
+      finish=lambda state, hparams: (*program.finish(state, hparams), ()))
+
+
 def shard_computation(model_fn: ModelFn, program_fn: ProgramFn,
                       aggregation: FusedAggregation, weights_type: tff.Type,
                       hparams_type: tff.Type, data_type: tff.Type,
@@ -338,15 +351,6 @@ def shard_computation(model_fn: ModelFn, program_fn: ProgramFn,
   if stateful:
     arg_types.append(('client_states', stacked_type(client_state_type)))
 
-  def as_stateful(program):
-    if stateful:
-      return program
-    return StatefulClientProgram(
-        start=lambda hparams, client_state, num_examples: program.start(
-            hparams),
-        step=program.step,
-        finish=lambda state, hparams: (*program.finish(state, hparams), ()))
-
   @tff.tensorflow.computation(
       tff.StructWithPythonType(arg_types, collections.OrderedDict))
   def shard_work(args):
@@ -360,7 +364,7 @@ def shard_computation(model_fn: ModelFn, program_fn: ProgramFn,
     def train_clients(initial_weights, hparams, examples, rows, batch_sizes,
                       client_states):
       program = as_stateful(program_fn(model, model_weights,
-                                       initial_weights))
+                                       initial_weights), stateful)
 
       def assign(variables, values):
         return [v.assign(t) for v, t in zip(tf.nest.flatten(variables),
@@ -555,10 +559,10 @@ def build_fused_process(
       model's input, one row per example, to hold); shards are then rows
       of them (`shard_type`, `shard_source`,
       `fl_common.shards.shards_from_arrays(..., rows_only=True)`).
-    shard_computation_fn: `(weights_type, hparams_type, data_type, *,
-      resident_examples) -> shard computation`, typed as `shard_computation`'s
-      (e.g. `fl_common.lanes.lane_shard_computation`'s clients trained side
-      by side); `shard_computation` with `program_fn` when `None`.
+    shard_computation_fn: Builds the shard computation from
+      `shard_computation`'s arguments (`fl_common.lanes.
+      shard_computation_fn(lanes)`: a shard's clients trained side by side);
+      `shard_computation` when `None`.
   """
   metrics_aggregator = (metrics_aggregator or
                         tff.learning.metrics.sum_then_finalize)
@@ -597,15 +601,9 @@ def build_fused_process(
 
   resident_examples = as_resident(resident_examples)
   data_type = shard_type(model_fn, resident_examples)
-  if shard_computation_fn is None:
-    shard_work = shard_computation(shard_model_fn or model_fn, program_fn,
-                                   aggregation, weights_type,
-                                   state_type.client_work, data_type,
-                                   resident_examples=resident_examples)
-  else:
-    shard_work = shard_computation_fn(weights_type, state_type.client_work,
-                                      data_type,
-                                      resident_examples=resident_examples)
+  shard_work = (shard_computation_fn or shard_computation)(
+      shard_model_fn or model_fn, program_fn, aggregation, weights_type,
+      state_type.client_work, data_type, resident_examples=resident_examples)
   metrics_type = shard_work.type_signature.result[1]
   has_counters = bool(tf.nest.flatten(tff.types.type_to_tf_tensor_specs(
       shard_work.type_signature.result[2])))

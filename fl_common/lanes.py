@@ -3,59 +3,62 @@
 A fused shard (`fl_common.fused`) trains its clients one after the other.
 For a small model each local step is a few dozen tiny ops, and the
 TensorFlow executor's cost per op, not arithmetic, sets the round's time.
-Here a shard trains `lanes` of its clients at once: every tensor of the
-model gains a leading lane dimension, so a step of `lanes` clients costs
-about the ops of one step (a `MatMul` becomes one `BatchMatMulV2`).
+Here a shard trains `lanes` of its clients at once: every tensor of a
+client's step gains a leading lane dimension, so a step of `lanes` clients
+costs about the ops of one step (a `MatMul` becomes one `BatchMatMulV2`).
 
-How a lane computes exactly what the client computes alone: the model's
-own `forward_pass` is traced once, for one lane, and vectorized over the
-lanes by `tf.vectorized_map` (TensorFlow's pfor, without its while-loop
-fallback: `check_vectorizable`), inside a `tf.variable_creator_scope` that
-hands the model, as it builds itself, tensors in place of its variables:
-the lane's weights, non-trainable weights and metric variables
-(`TensorVariable`, below). The loss, the metric updates and the examples count are the
-model's, per lane; the gradient of the lanes' summed losses with respect to
-the stacked weights is each lane's own gradient (lanes do not interact);
-the client optimizer's `next` runs on the stacked tensors, which is each
-lane's step for an element-wise optimizer (SGD with or without momentum,
-Adagrad: `check_lane_safe` refuses a shared counter, such as Adam's step,
-since lanes step at different times, and a norm over a whole weight, such
-as LARS').
+How a lane computes exactly what the client computes alone: the
+algorithm's own client program (`fused.ClientProgram` or
+`StatefulClientProgram`: its `start`, `step` and `finish`, the same
+functions the one-after-the-other shard runs) is traced once, for one
+lane, on a model built by `model_fn` inside a `tf.variable_creator_scope`
+that hands it, in place of its variables, the lane's weights,
+non-trainable weights and metric values (`_LaneVariable`, below); then
+`tf.vectorized_map` (TensorFlow's pfor, without its while-loop fallback,
+which would be slower than no lanes) vectorizes it over the lanes. Every
+per-client quantity is therefore per lane: the client optimizer's state
+(Adam's step counter, LARS' norms), GeL's steps taken and guessed steps,
+FedProx's proximal term, the stateful algorithms' client states, and the
+aggregator's contribution (clipping, unit vectors, counts). Lanes do not
+interact: the round equals the one-after-the-other round up to float order
+(`tests/test_lanes.py`).
 
 Clients differ in their number and sizes of batches. The shard's clients
 are ordered by their number of batches (so lanes of a group finish
 together), taken `lanes` at a time; at the group's step `s` each lane runs
 its own batch `s`: lanes whose batches have the same size run together
 (one vectorized step per distinct size, usually one), and a lane with no
-such batch keeps its weights, optimizer state and metrics (`tf.where` on the
-lane). A lane's update is screened as TFF's client work screens it (a
-non-finite delta: zeros, weight 0, its metrics dropped), and its
-contribution to the aggregator's sums is the per-client aggregator's
-(`FusedAggregation.contribution`, vectorized over the lanes).
+such batch keeps its weights, program state and metrics (`tf.where` on the
+lane). A lane's upload is screened by its program as TFF's client work
+screens it (a non-finite delta: zeros, weight 0, its metrics dropped).
 
 The model's metrics must add over clients (as TFF's `sum_then_finalize`
 assumes): a shard's unfinalized metrics are the initial values plus every
 finite client's change, written to the shard model's metric variables and
 reported by its `report_local_unfinalized_metrics`.
 
-Below TFF's public API: `TensorVariable` (TFF's own duck-typed variable
-over a tensor, from `tensorflow_frontend.variable_utils`, which TFF's
-`functional_model_from_keras` and functional metrics use the same way); it
-is imported here only.
+Below TFF's and TensorFlow's public APIs, both here only: TFF's
+`TensorVariable` (a duck-typed variable over a tensor, from
+`tensorflow_frontend.variable_utils`, which TFF's
+`functional_model_from_keras` uses the same way), and TensorFlow's
+`tape.variable_accessed`, with which a lane's weights, read like a
+variable, are watched by the program's own `tf.GradientTape` as a
+`tf.Variable` would be; without it the program's gradients would be None.
 
-Why one module: the lane step, the checks that a model and an optimizer
-can take lanes (which trace that same step) and the shard's loop around it
-share the variable layout and the per-lane state; apart, each would
-restate them.
+Why one module: the lane step, the check that a model can take lanes
+(which traces that same step) and the shard's loop around it share the
+variable layout and the per-lane state; apart, each would restate them.
 """
 
 import collections
+import functools
 from collections.abc import Callable
 from typing import Any, NamedTuple, Optional
 
 import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
+from tensorflow.python.eager import tape as tape_lib
 from tensorflow_federated.python.core.environments.tensorflow_frontend import variable_utils
 
 from fl_common import fused
@@ -69,6 +72,34 @@ DEFAULT_LANES = 64
 # `auto_lanes` trains models of at most this many weights on lanes: there a
 # step's cost is the executor's per-op work, which lanes share.
 MAX_AUTO_LANE_WEIGHTS = 10_000
+
+
+class _LaneVariable(variable_utils.TensorVariable):
+  """A lane's variable: TFF's `TensorVariable` (its value a tensor, `assign`
+  rebinding it) that a `tf.GradientTape` watches when it is read, as it
+  watches a trainable `tf.Variable` (its `handle` is the value read, so the
+  tape's `gradient` finds it)."""
+
+  _should_act_as_resource_variable = True
+
+  def __init__(self, initial_value, *, trainable: bool = True, **kwargs):
+    super().__init__(initial_value, **kwargs)
+    self._trainable = trainable
+
+  @property
+  def trainable(self) -> bool:
+    return self._trainable
+
+  @property
+  def handle(self) -> tf.Tensor:
+    return self._tensor
+
+  def read_value(self):
+    if self._trainable:
+      tape_lib.variable_accessed(self)
+    return self._tensor
+
+  value = read_value
 
 
 class _Layout(NamedTuple):
@@ -105,66 +136,42 @@ def _layout(model_fn: ModelFn) -> _Layout:
                    indices(model.local_variables))
 
 
-def check_lane_safe(client_optimizer: tff.learning.optimizers.Optimizer,
-                    specs: Any) -> None:
-  """Raises `ValueError` unless `client_optimizer` is element-wise, so that
-  stacked lanes step independently: its state, apart from its
-  hyperparameters, is shaped as the weights (no shared counter, such as
-  Adam's step), and a step on two stacked lanes equals each lane's step
-  alone (no norm over a whole weight tensor, such as LARS' trust ratio).
-  Checked on `specs`' shapes with random values, eagerly."""
-  state = client_optimizer.initialize(specs)
-  hparams = client_optimizer.get_hparams(state)
-  shapes = {tuple(s.shape) for s in tf.nest.flatten(specs)}
-  shared = [key for key, value in state.items() if key not in hparams and
-            any(tuple(np.shape(t)) not in shapes
-                for t in tf.nest.flatten(value))]
-  if shared:
-    raise ValueError(
-        f'lanes need an element-wise client optimizer; this one keeps '
-        f'{shared} shared by all weights, which lanes stepping at different '
-        f'times would share. Use lanes=1.')
-  rng = np.random.default_rng(0)
-  draw = lambda: [tf.constant(rng.normal(size=[2, *s.shape]), s.dtype)
-                  for s in tf.nest.flatten(specs)]
-  weights, gradients = draw(), draw()
-  stacked_state, stacked = _lane_slots(state, hparams, 2), tuple(weights)
-  for _ in range(2):  # two steps: slots carry over
-    stacked_state, stacked = client_optimizer.next(
-        stacked_state, stacked, tuple(gradients))
-  for lane in range(2):
-    lane_state = state
-    lane_weights = tuple(w[lane] for w in weights)
-    for _ in range(2):
-      lane_state, lane_weights = client_optimizer.next(
-          lane_state, lane_weights, tuple(g[lane] for g in gradients))
-    for alone, together in zip(lane_weights, stacked):
-      if not np.allclose(alone, together[lane], rtol=1e-4,
-                         atol=1e-6):
-        raise ValueError(
-            'lanes need an element-wise client optimizer; a step of this one'
-            ' on stacked lanes differs from each lane\'s step alone (it'
-            ' couples the entries of a weight, e.g. by its norm). Use'
-            ' lanes=1.')
+class _LaneValues(NamedTuple):
+  """One lane's model values (stacked over lanes outside the lane)."""
+  trainable: list
+  non_trainable: list
+  metrics: list
 
 
-def auto_lanes(model_fn: ModelFn,
-               client_optimizer: tff.learning.optimizers.Optimizer) -> int:
-  """`DEFAULT_LANES` for a small model (at most `MAX_AUTO_LANE_WEIGHTS`
-  trainable weights) whose forward pass vectorizes, with an element-wise
-  client optimizer; else 1 (clients one after the other: a larger model's
-  step is arithmetic that lanes would not share)."""
-  with tf.Graph().as_default():
-    trainable = model_fn().trainable_variables
-    specs = tuple(tf.TensorSpec(v.shape, v.dtype) for v in trainable)
-  if sum(s.shape.num_elements() for s in specs) > MAX_AUTO_LANE_WEIGHTS:
-    return 1
-  try:
-    check_lane_safe(client_optimizer, specs)
-    check_vectorizable(model_fn)
-  except ValueError:
-    return 1
-  return DEFAULT_LANES
+def _lane_model(model_fn: ModelFn, layout: _Layout, values: _LaneValues
+                ) -> tff.learning.models.VariableModel:
+  """`model_fn()` whose variables are `_LaneVariable`s over `values`."""
+  by_index = {}
+  for indices, tensors in zip(layout, values):
+    by_index.update(zip(indices, tensors))
+  made = []
+
+  def inject(next_creator, **kwargs):
+    del next_creator
+    if len(made) in by_index:
+      kwargs['initial_value'] = by_index[len(made)]
+    initial_value = kwargs.pop('initial_value')
+    made.append(_LaneVariable(
+        initial_value, trainable=len(made) in set(layout.trainable),
+        dtype=kwargs.get('dtype'), shape=kwargs.get('shape'),
+        name=kwargs.get('name') or 'Variable'))
+    return made[-1]
+
+  with tf.variable_creator_scope(inject):
+    return model_fn()
+
+
+def _read(model: tff.learning.models.VariableModel) -> _LaneValues:
+  def values(variables):
+    return [v.read_value() for v in variables]
+  return _LaneValues(values(model.trainable_variables),
+                     values(model.non_trainable_variables),
+                     values(model.local_variables))
 
 
 def _where_lane(active: tf.Tensor, new: Any, old: Any) -> Any:
@@ -173,20 +180,6 @@ def _where_lane(active: tf.Tensor, new: Any, old: Any) -> Any:
     mask = tf.reshape(active, [-1] + [1] * (n.shape.rank - 1))
     return tf.where(mask, n, o)
   return tf.nest.map_structure(select, new, old)
-
-
-def _lane_slots(state: Any, hparams: Any, count: tf.Tensor) -> Any:
-  """An optimizer state's slots (all but its hyperparameters) per lane."""
-  return collections.OrderedDict(
-      (key, value if key in hparams else _tile(value, count))
-      for key, value in state.items())
-
-
-def _where_slots(active: tf.Tensor, new: Any, old: Any, hparams: Any) -> Any:
-  """`new`'s slots on active lanes, `old`'s elsewhere; `new`'s hparams."""
-  return collections.OrderedDict(
-      (key, value if key in hparams else _where_lane(active, value, old[key]))
-      for key, value in new.items())
 
 
 def _gather(examples: Any, rows: Optional[tf.Tensor],
@@ -203,47 +196,24 @@ def _tile(value: Any, count: tf.Tensor) -> Any:
       lambda t: tf.tile(t[tf.newaxis], [count] + [1] * t.shape.rank), value)
 
 
-def _lane_forward_fn(model_fn: ModelFn, layout: _Layout
-                     ) -> Callable[[Any], Any]:
-  """`(weights, non_trainable, metrics, batch) -> (loss, new non_trainable,
-  new metrics)`: one lane's step, the model's own forward pass on tensors
-  handed to it in place of its variables (module docstring); traced once
-  by `tf.vectorized_map`."""
-
-  def lane_forward(lane):
-    weights, non_trainable, metrics, batch = lane
-    values = {}
-    for indices, tensors in ((layout.trainable, weights),
-                             (layout.non_trainable, non_trainable),
-                             (layout.local, metrics)):
-      values.update(zip(indices, tensors))
-    made = []
-
-    def inject(next_creator, **kwargs):
-      if len(made) in values:
-        kwargs['initial_value'] = values[len(made)]
-      made.append(variable_utils.create_tensor_variable(next_creator,
-                                                        **kwargs))
-      return made[-1]
-
-    with tf.variable_creator_scope(inject):
-      lane_model = model_fn()
-    output = lane_model.forward_pass(batch, training=True)
-    return (output.loss,
-            [v.read_value() for v in lane_model.non_trainable_variables],
-            [v.read_value() for v in lane_model.local_variables])
-
-  return lane_forward
+def _vectorized(fn: Callable[[Any], Any], elems: Any) -> Any:
+  """`fn` over the lanes of `elems`, without pfor's while-loop fallback.
+  Its outputs pass `tf.identity`: pfor fails on an output that is a tensor
+  of an enclosing graph (e.g. a hyperparameter a program returns as is)."""
+  return tf.vectorized_map(
+      lambda lane: tf.nest.map_structure(tf.identity, fn(lane)), elems,
+      fallback_to_while_loop=False)
 
 
 def check_vectorizable(model_fn: ModelFn) -> None:
-  """Raises `ValueError` unless every op of the model's forward pass (and
-  of its gradient) has a vectorized form (`tf.vectorized_map` without its
-  fallback, a loop over the lanes that would be slower than no lanes: e.g.
-  `L2Loss`, Keras' L2 penalty). Traced on two lanes of one example, in a
-  throwaway graph."""
+  """Raises `ValueError` unless every op of the model's forward pass that a
+  lane runs (its gradient and metric updates) has a vectorized form
+  (`tf.vectorized_map` without its fallback, a loop over the lanes that
+  would be slower than no lanes: e.g. a loss computed by `tf.nn.l2_loss`).
+  Traced on two lanes of one example, in a throwaway graph. (A client
+  program's own ops are checked when its lane shard computation is
+  traced.)"""
   layout = _layout(model_fn)
-  lane_forward = _lane_forward_fn(model_fn, layout)
   with tf.Graph().as_default():
     model = model_fn()
 
@@ -253,17 +223,24 @@ def check_vectorizable(model_fn: ModelFn) -> None:
     def example(spec):
       return tf.zeros([2, 1, *[d or 1 for d in spec.shape[1:]]], spec.dtype)
 
-    def body():
-      weights = stacked(model.trainable_variables)
+    def lane_gradient(lane):
+      values, batch = lane
+      lane_model = _lane_model(model_fn, layout, values)
       with tf.GradientTape() as tape:
-        tape.watch(weights)
-        losses, _, _ = tf.vectorized_map(
-            lane_forward,
-            (weights, stacked(model.non_trainable_variables),
-             stacked(model.local_variables),
-             tf.nest.map_structure(example, model.input_spec)),
-            fallback_to_while_loop=False)
-      return tape.gradient(tf.reduce_sum(losses), weights)
+        output = lane_model.forward_pass(batch, training=True)
+      gradients = tape.gradient(
+          output.loss, lane_model.trainable_variables,
+          unconnected_gradients=tf.UnconnectedGradients.ZERO)
+      # The ops a lane runs: the gradient and the metric updates (a loss
+      # whose value only its gradient needs, e.g. a weight penalty, is not).
+      return gradients, _read(lane_model)
+
+    def body():
+      return _vectorized(lane_gradient, (_LaneValues(
+          stacked(model.trainable_variables),
+          stacked(model.non_trainable_variables),
+          stacked(model.local_variables)),
+          tf.nest.map_structure(example, model.input_spec)))
 
     try:
       fused.trace_inlined(body)
@@ -272,40 +249,53 @@ def check_vectorizable(model_fn: ModelFn) -> None:
                        f' ({str(e).splitlines()[0]}); use lanes=1.') from e
 
 
+def auto_lanes(model_fn: ModelFn) -> int:
+  """`DEFAULT_LANES` for a small model (at most `MAX_AUTO_LANE_WEIGHTS`
+  trainable weights) whose forward pass vectorizes; else 1 (clients one
+  after the other: a larger model's step is arithmetic that lanes would not
+  share)."""
+  with tf.Graph().as_default():
+    num_weights = sum(v.shape.num_elements()
+                      for v in model_fn().trainable_variables)
+  if num_weights > MAX_AUTO_LANE_WEIGHTS:
+    return 1
+  try:
+    check_vectorizable(model_fn)
+  except ValueError:
+    return 1
+  return DEFAULT_LANES
+
+
 def lane_shard_computation(
-    model_fn: ModelFn, client_optimizer: tff.learning.optimizers.Optimizer,
+    model_fn: ModelFn, program_fn: fused.ProgramFn,
     aggregation: fused.FusedAggregation, weights_type: tff.Type,
-    hparams_type: tff.Type, data_type: tff.Type, *, weighted: bool,
+    hparams_type: tff.Type, data_type: tff.Type,
+    client_state_type: Optional[tff.Type] = None, *,
     lanes: int = DEFAULT_LANES,
     resident_examples: Optional[resident.ResidentExamples] = None
 ) -> tff.Computation:
-  """FedOpt's shard computation (`fused.shard_computation` with
-  `large_cohort.fused`'s client program) with the shard's clients trained
-  `lanes` at a time (module docstring):
+  """`fused.shard_computation` (same arguments, same type) with the shard's
+  clients trained `lanes` at a time (module docstring):
 
-      <weights, hparams[, clipping_norm], shard> ->
-          <sums, unfinalized metrics, ()>
-
-  Each client takes one step of `client_optimizer` per batch from the
-  broadcast weights, weighted by its examples (`weighted`) or uniformly.
+      <weights, hparams[, clipping_norm], shard[, client_states]> ->
+          <sums, unfinalized metrics, counters[, new client states]>
 
   Raises:
-    ValueError: If `lanes` < 1, the optimizer is not element-wise
-      (`check_lane_safe`) or the model does not vectorize
-      (`check_vectorizable`).
+    ValueError: If `lanes` < 1, or an op of the model or of the client
+      program has no vectorized form (`check_vectorizable`).
   """
   if lanes < 1:
     raise ValueError(f'lanes must be at least 1, got {lanes}.')
-  layout = _layout(model_fn)
-  specs = tuple(tf.TensorSpec(t.shape, t.dtype) for t in
-                tff.types.type_to_tf_tensor_specs(weights_type.trainable))
-  check_lane_safe(client_optimizer, specs)
   check_vectorizable(model_fn)
+  layout = _layout(model_fn)
   clipping = aggregation.clipping
+  stateful = client_state_type is not None
   arg_types = [('weights', weights_type), ('hparams', hparams_type)]
   if clipping:
     arg_types.append(('clipping_norm', tff.TensorType(np.float32)))
   arg_types.append(('shard', data_type))
+  if stateful:
+    arg_types.append(('client_states', fused.stacked_type(client_state_type)))
 
   @tff.tensorflow.computation(
       tff.StructWithPythonType(arg_types, collections.OrderedDict))
@@ -314,12 +304,39 @@ def lane_shard_computation(
     model = model_fn()  # The shard's metric variables, and their reports.
     metric_variables = list(model.local_variables)
 
-    lane_forward = _lane_forward_fn(model_fn, layout)
+    def train(initial_weights, hparams, examples, rows, batch_sizes,
+              client_states):
+      initial = _LaneValues(
+          list(tf.nest.flatten(initial_weights.trainable)),
+          list(tf.nest.flatten(initial_weights.non_trainable)),
+          [v.read_value() for v in metric_variables])
 
-    def train(initial_weights, hparams, examples, rows, batch_sizes):
-      trainable = list(tf.nest.flatten(initial_weights.trainable))
-      non_trainable = list(tf.nest.flatten(initial_weights.non_trainable))
-      initial_metrics = [v.read_value() for v in metric_variables]
+      def lane_program(values):
+        lane_model = _lane_model(model_fn, layout, values)
+        program = fused.as_stateful(program_fn(
+            lane_model, tff.learning.models.ModelWeights.from_model(
+                lane_model), initial_weights), stateful)
+        return lane_model, program
+
+      def lane_start(lane):
+        client_state, num_examples = lane
+        _, program = lane_program(initial)
+        return program.start(hparams, client_state, num_examples)
+
+      def lane_step(lane):
+        values, state, batch = lane
+        lane_model, program = lane_program(values)
+        state = program.step(state, batch, hparams)
+        return _read(lane_model), state
+
+      def lane_finish(lane):
+        values, state = lane
+        _, program = lane_program(values)
+        upload, weight, non_finite, counters, new_state = program.finish(
+            state, hparams)
+        return (aggregation.contribution(upload, weight, clipping_norm),
+                non_finite, counters, new_state)
+
       ends = tf.cumsum(batch_sizes)
       starts = ends - batch_sizes
       markers = tf.cast(tf.reshape(tf.where(tf.equal(batch_sizes, 0)), [-1]),
@@ -327,30 +344,31 @@ def lane_shard_computation(
       num_clients = tf.size(markers)
       firsts = tf.concat([[0], markers[:-1] + 1], 0)
       num_batches = markers - firsts
+      client_examples = tf.gather(starts, markers) - tf.gather(starts,
+                                                               firsts)
       # Clients with as many batches share lanes (module docstring).
       order = tf.argsort(num_batches, stable=True)
 
-      # The zeros of the sums, shaped as one client's contribution.
-      zero_delta = [tf.zeros_like(t) for t in trainable]
-      totals = tf.nest.map_structure(
-          lambda t: tf.zeros(t.shape, t.dtype), aggregation.contribution(
-              tf.nest.pack_sequence_as(initial_weights.trainable,
-                                       zero_delta),
-              tf.constant(0.0), clipping_norm))
-      metric_totals = [tf.zeros_like(t) for t in initial_metrics]
+      # The zeros of the sums and counters, shaped as one client's (traced
+      # for one lane, its ops unused).
+      first_state = lane_start((tf.nest.map_structure(
+          lambda t: t[0], client_states), tf.zeros([], tf.int64)))
+      contribution, _, counters, _ = lane_finish((initial, first_state))
+      totals = tf.nest.map_structure(lambda t: tf.zeros(t.shape, t.dtype),
+                                     (contribution, counters))
+      metric_totals = [tf.zeros_like(t) for t in initial.metrics]
 
-      def group_body(g, totals, metric_totals):
+      def group_body(g, totals, metric_totals, new_states):
         clients = tf.gather(order, tf.range(
             g * lanes, tf.minimum((g + 1) * lanes, num_clients)))
         count = tf.size(clients)
         lane_first = tf.gather(firsts, clients)
         lane_batches = tf.gather(num_batches, clients)
-        weights = _tile(trainable, count)
-        lane_non_trainable = _tile(non_trainable, count)
-        lane_metrics = _tile(initial_metrics, count)
-        optimizer_state = _lane_slots(client_optimizer.set_hparams(
-            client_optimizer.initialize(specs), hparams), hparams, count)
-        examples_seen = tf.zeros([count], tf.int64)
+        lane_states = tf.nest.map_structure(
+            lambda t: tf.gather(t, clients), client_states)
+        state = _vectorized(lane_start, (lane_states,
+                                         tf.gather(client_examples, clients)))
+        values = _tile(initial, count)
 
         def step_body(s, carried):
           batch_index = tf.minimum(lane_first + s, tf.size(batch_sizes) - 1)
@@ -360,8 +378,6 @@ def lane_shard_computation(
           distinct, _ = tf.unique(tf.boolean_mask(sizes, sizes > 0))
 
           def size_body(j, carried):
-            (weights, lane_non_trainable, lane_metrics, optimizer_state,
-             examples_seen) = carried
             size = distinct[j]
             active = tf.equal(sizes, size)
             lane_starts = tf.gather(starts, batch_index)
@@ -373,71 +389,71 @@ def lane_shard_computation(
             positions = lane_starts[:, tf.newaxis] + tf.range(size)[
                 tf.newaxis]
             batch = _gather(examples, rows, positions)
-            with tf.GradientTape() as tape:
-              tape.watch(weights)
-              losses, new_non_trainable, new_metrics = tf.vectorized_map(
-                  lane_forward,
-                  (weights, lane_non_trainable, lane_metrics, batch),
-                  fallback_to_while_loop=False)
-              total_loss = tf.reduce_sum(losses)
-            gradients = [tf.convert_to_tensor(g) for g in tape.gradient(
-                total_loss, weights,
-                unconnected_gradients=tf.UnconnectedGradients.ZERO)]
-            new_state, new_weights = client_optimizer.next(
-                optimizer_state, tuple(weights), tuple(gradients))
-            return j + 1, (
-                _where_lane(active, list(new_weights), weights),
-                _where_lane(active, new_non_trainable, lane_non_trainable),
-                _where_lane(active, new_metrics, lane_metrics),
-                _where_slots(active, new_state, optimizer_state, hparams),
-                examples_seen + tf.where(active, size, tf.zeros_like(size)))
+            stepped = _vectorized(lane_step, (*carried, batch))
+            return j + 1, _where_lane(active, stepped, carried)
 
           _, carried = tf.while_loop(
               lambda j, _: j < tf.size(distinct), size_body,
               (tf.constant(0), carried))
           return s + 1, carried
 
-        _, (weights, _, lane_metrics, _, examples_seen) = tf.while_loop(
+        _, (values, state) = tf.while_loop(
             lambda s, _: s < tf.reduce_max(lane_batches), step_body,
-            (tf.constant(0), (weights, lane_non_trainable, lane_metrics,
-                              optimizer_state, examples_seen)))
-
-        # Each lane's upload, screened and weighted as the client's.
-        delta = [t[tf.newaxis] - w for t, w in zip(trainable, weights)]
-        finite = tf.reduce_all(tf.stack([
-            tf.reduce_all(tf.reshape(tf.math.is_finite(d), [count, -1]), 1)
-            for d in delta]), 0)
-        delta = _where_lane(finite, delta, [tf.zeros_like(d) for d in delta])
-        weight = tf.where(
-            finite, tf.cast(examples_seen, tf.float32) if weighted else
-            tf.ones([count]), 0.0)
-        contributions = tf.vectorized_map(
-            lambda lane: aggregation.contribution(
-                tf.nest.pack_sequence_as(initial_weights.trainable, lane[0]),
-                lane[1], clipping_norm), (delta, weight),
-            fallback_to_while_loop=False)
+            (tf.constant(0), (values, state)))
+        contributions, non_finite, counters, new_state = _vectorized(
+            lane_finish, (values, state))
         totals = tf.nest.map_structure(
             lambda total, c: total + tf.reduce_sum(c, 0), totals,
-            contributions)
+            (contributions, counters))
+        finite = tf.equal(non_finite, 0)  # As TFF drops a client's metrics.
         metric_totals = [
             total + tf.reduce_sum(_where_lane(finite, m - m0[tf.newaxis],
                                               tf.zeros_like(m)), 0)
-            for total, m, m0 in zip(metric_totals, lane_metrics,
-                                    initial_metrics)]
-        return g + 1, totals, metric_totals
+            for total, m, m0 in zip(metric_totals, values.metrics,
+                                    initial.metrics)]
+        new_states = tf.nest.map_structure(
+            lambda all_states, lane: tf.tensor_scatter_nd_update(
+                all_states, clients[:, tf.newaxis], lane),
+            new_states, tf.nest.pack_sequence_as(
+                client_states, tf.nest.flatten(new_state)))
+        return g + 1, totals, metric_totals, new_states
 
       num_groups = (num_clients + lanes - 1) // lanes
-      _, sums, metric_totals = tf.while_loop(
+      _, (sums, counters), metric_totals, new_states = tf.while_loop(
           lambda g, *_: g < num_groups, group_body,
-          (tf.constant(0), totals, metric_totals))
+          (tf.constant(0), totals, metric_totals, client_states))
       with tf.control_dependencies([
           v.assign(m0 + total) for v, m0, total in zip(
-              metric_variables, initial_metrics, metric_totals)]):
-        return sums, model.report_local_unfinalized_metrics(), ()
+              metric_variables, initial.metrics, metric_totals)]):
+        outputs = (sums, model.report_local_unfinalized_metrics(),
+                   tf.nest.map_structure(tf.identity, counters))
+      if stateful:
+        outputs += (new_states,)
+      return outputs
 
+    if stateful:
+      client_states = args['client_states']
+    else:  # A placeholder with a lane dimension for `lane_start`.
+      client_states = ()
     return fused.trace_inlined(
         train, args['weights'], args['hparams'],
         *fused.shard_source(args['shard'], resident_examples),
-        args['shard']['batch_sizes'])
+        args['shard']['batch_sizes'], client_states)
 
   return shard_work
+
+
+def shard_computation_fn(lanes: int) -> Callable[..., tff.Computation]:
+  """What a fused builder's `lanes` argument selects: `fused.
+  shard_computation` (clients one after the other) for 1, else
+  `lane_shard_computation` with `lanes` lanes; both take
+  `fused.shard_computation`'s arguments.
+
+  Raises:
+    ValueError: If `lanes` < 1.
+  """
+  if lanes < 1:
+    raise ValueError(f'lanes must be at least 1, got {lanes}.')
+  if lanes == 1:
+    return fused.shard_computation
+  return functools.partial(lane_shard_computation, lanes=lanes)

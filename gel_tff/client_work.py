@@ -113,6 +113,18 @@ def lemma1_coefficients(momentum: tf.Tensor, steps_taken: tf.Tensor,
   return geometric_sum(momentum, guessed + remaining_steps)
 
 
+def lemma1_norm(momentum: tf.Tensor, steps_taken: tf.Tensor,
+                guessed: tf.Tensor) -> tf.Tensor:
+  """`||a_i||_1`, the sum of `lemma1_coefficients`, in closed form (with
+  `j = tau_i - k`): `sum_{j=1}^{tau_i} (1 - alpha^(tau' + j)) / (1 - alpha)
+  = (tau_i - alpha^(tau' + 1) (1 - alpha^tau_i) / (1 - alpha)) / (1 - alpha)`.
+  FedNova's normalizer; unlike the coefficients it has no per-client
+  length, so it vectorizes over clients (`fl_common.lanes`)."""
+  steps_taken = tf.cast(steps_taken, tf.float32)
+  return (steps_taken - tf.pow(momentum, guessed + 1.0) *
+          geometric_sum(momentum, steps_taken)) / (1.0 - momentum)
+
+
 def _momentum_of(hparams: collections.OrderedDict) -> tf.Tensor:
   """The SGDM momentum `alpha` in the optimizer's hparams (0 for plain SGD)."""
   return tf.cast(hparams.get(_MOMENTUM_KEY, 0.0), tf.float32)
@@ -205,8 +217,7 @@ def guessed_update(
   if report_normalizer:
     update = fednova.FedNovaClientUpdate(
         model_delta=model_delta,
-        normalizer=tf.reduce_sum(
-            lemma1_coefficients(momentum, steps_taken, guessed)))
+        normalizer=lemma1_norm(momentum, steps_taken, guessed))
   else:
     update = model_delta
   return update, weight, non_finite

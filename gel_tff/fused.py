@@ -27,6 +27,7 @@ import tensorflow_federated as tff
 
 from fl_common import diagnosed_mean
 from fl_common import fused
+from fl_common import lanes as fl_lanes
 from gel_tff import client_work as client_work_lib
 
 ModelFn = Callable[[], tff.learning.models.VariableModel]
@@ -73,9 +74,11 @@ def compose_fused(
     model_aggregator: Optional[fused.DiagnosedMeanFactory],
     metrics_aggregator: Optional[tff.learning.metrics.MetricsAggregatorType],
     resident_examples: Optional[Any] = None,
+    lanes: int = 1,
 ) -> tff.learning.templates.LearningProcess:
   """One row of Table 3 on shards (arguments as `gel_tff.gel`'s `_build`;
-  `resident_examples` as `fl_common.fused.build_fused_process`'s).
+  `resident_examples` as `fl_common.fused.build_fused_process`'s; `lanes`
+  as `build_fused_gel`'s).
 
   `model_aggregator` is a `diagnosed_mean.diagnosed_mean_factory`, weighted
   or not (the per-client process takes the unweighted one through
@@ -122,4 +125,5 @@ def compose_fused(
       server_optimizer=server_optimizer,
       client_measurements_fn=client_measurements,
       metrics_aggregator=metrics_aggregator,
-      resident_examples=resident_examples)
+      resident_examples=resident_examples,
+      shard_computation_fn=fl_lanes.shard_computation_fn(lanes))

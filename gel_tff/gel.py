@@ -92,6 +92,7 @@ def _build(
     metrics_aggregator: Optional[tff.learning.metrics.MetricsAggregatorType],
     on_shards: bool = False,
     resident_examples: Optional[Any] = None,
+    lanes: int = 1,
 ) -> tff.learning.templates.LearningProcess:
   """Composes the four slots for one row of Table 3 (on shards of clients,
   `gel_tff.fused`, if `on_shards`)."""
@@ -108,7 +109,7 @@ def _build(
         client_weighting=client_weighting, report_normalizer=is_fednova,
         model_aggregator=model_aggregator,
         metrics_aggregator=metrics_aggregator,
-        resident_examples=resident_examples)
+        resident_examples=resident_examples, lanes=lanes)
   if (model_aggregator is not None and not isinstance(
       model_aggregator, tff.aggregators.WeightedAggregationFactory)):
     raise TypeError(
@@ -270,6 +271,7 @@ def build_fused_gel(
     metrics_aggregator: Optional[
         tff.learning.metrics.MetricsAggregatorType] = None,
     resident_examples: Optional[Any] = None,
+    lanes: int = 1,
 ) -> tff.learning.templates.LearningProcess:
   """`build_gel` on shards of clients (`gel_tff.fused`).
 
@@ -290,10 +292,14 @@ def build_fused_gel(
       model's input, one row per example, to hold); each round's shards are
       then rows of them (`shards_from_arrays(..., rows_only=True)`).
       Default: shards carry examples.
+    lanes: How many of a shard's clients train side by side, vectorized
+      (`fl_common.lanes`; e.g. `lanes.auto_lanes(model_fn)`); 1 (default):
+      one after the other.
 
   Raises:
     TypeError: If `model_aggregator` is not a diagnosed mean.
-    ValueError: If an argument is out of range (e.g. `momentum=0`).
+    ValueError: If an argument is out of range (e.g. `momentum=0`), or
+      `lanes` > 1 with a model that does not vectorize.
   """
   if not 0.0 < momentum < 1.0:
     raise ValueError(f'GeL needs momentum in (0, 1), got {momentum}.')
@@ -304,7 +310,7 @@ def build_fused_gel(
       proximal_strength=proximal_strength, client_weighting=client_weighting,
       model_aggregator=model_aggregator,
       metrics_aggregator=metrics_aggregator, on_shards=True,
-      resident_examples=resident_examples)
+      resident_examples=resident_examples, lanes=lanes)
 
 
 def build_fused_budgeted_baseline(
@@ -321,6 +327,7 @@ def build_fused_budgeted_baseline(
     metrics_aggregator: Optional[
         tff.learning.metrics.MetricsAggregatorType] = None,
     resident_examples: Optional[Any] = None,
+    lanes: int = 1,
 ) -> tff.learning.templates.LearningProcess:
   """`build_budgeted_baseline` on shards of clients (`gel_tff.fused`);
   arguments as in `build_fused_gel`."""
@@ -333,4 +340,4 @@ def build_fused_budgeted_baseline(
       proximal_strength=proximal_strength, client_weighting=client_weighting,
       model_aggregator=model_aggregator,
       metrics_aggregator=metrics_aggregator, on_shards=True,
-      resident_examples=resident_examples)
+      resident_examples=resident_examples, lanes=lanes)

@@ -112,19 +112,16 @@ def build_fused_fedopt(
       then rows of them (`shards_from_arrays(..., rows_only=True)`).
       Default: shards carry examples.
     lanes: How many of a shard's clients train side by side, vectorized
-      (`fl_common.lanes`; e.g. `lanes.DEFAULT_LANES`); 1 (default): one
-      after the other. Lanes need an element-wise client optimizer (SGD,
-      with or without momentum, Adagrad), a model whose forward pass
-      vectorizes, and metrics that add over clients.
+      (`fl_common.lanes`; e.g. `lanes.auto_lanes(model_fn)`); 1 (default):
+      one after the other. Lanes need a model whose forward pass
+      vectorizes and metrics that add over clients.
 
   Raises:
     TypeError: If `model_aggregator` is not a diagnosed mean of the right
       weighting (the fused shard computes its per-client part itself).
-    ValueError: If `lanes` < 1, or `lanes` > 1 with a client optimizer
-      that is not element-wise or a model that does not vectorize.
+    ValueError: If `lanes` < 1, or `lanes` > 1 with a model or a client
+      optimizer that does not vectorize.
   """
-  if lanes < 1:
-    raise ValueError(f'lanes must be at least 1, got {lanes}.')
   weighted = client_weighting is not tff.learning.ClientWeighting.UNIFORM
   if model_aggregator is None:
     model_aggregator = diagnosed_mean.diagnosed_mean_factory(
@@ -151,9 +148,7 @@ def build_fused_fedopt(
       metrics_aggregator=metrics_aggregator,
       shard_model_fn=fedopt.client_model_fn(model_fn),
       resident_examples=resident_examples,
-      shard_computation_fn=None if lanes == 1 else functools.partial(
-          fl_lanes.lane_shard_computation, fedopt.client_model_fn(model_fn),
-          client_optimizer, aggregation, weighted=weighted, lanes=lanes))
+      shard_computation_fn=fl_lanes.shard_computation_fn(lanes))
 
 
 def _fedsgd_program() -> fused.ProgramFn:
@@ -206,6 +201,7 @@ def build_fused_fedsgd(
     metrics_aggregator: Optional[
         tff.learning.metrics.MetricsAggregatorType] = None,
     resident_examples: Optional[Any] = None,
+    lanes: int = 1,
 ) -> tff.learning.templates.LearningProcess:
   """Builds FedSGD (`build_fedsgd`) on shards of clients (module docstring).
 
@@ -221,9 +217,11 @@ def build_fused_fedsgd(
       model's input, one row per example, to hold); each round's shards are
       then rows of them (`shards_from_arrays(..., rows_only=True)`).
       Default: shards carry examples.
+    lanes: As `build_fused_fedopt`'s.
 
   Raises:
     TypeError: If `model_aggregator` is not a weighted diagnosed mean.
+    ValueError: As `build_fused_fedopt`'s, for `lanes`.
   """
   if model_aggregator is None:
     model_aggregator = diagnosed_mean.diagnosed_mean_factory(clipping=False)
@@ -243,4 +241,5 @@ def build_fused_fedsgd(
       client_measurements_fn=lambda train, counters: collections.OrderedDict(
           train=train),
       metrics_aggregator=metrics_aggregator,
-      resident_examples=resident_examples)
+      resident_examples=resident_examples,
+      shard_computation_fn=fl_lanes.shard_computation_fn(lanes))

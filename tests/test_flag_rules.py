@@ -352,15 +352,19 @@ def test_help_lists_every_task_and_algorithm():
 
 
 @pytest.mark.parametrize('given, reason', [
-    ({'client_optimizer': 'adam'}, 'needs an element-wise --client_optimizer'),
     ({'clients_per_shard': '1'}, 'needs shards of clients'),
+    ({'algorithm': 'scaffold', 'clients_per_shard': '1'},
+     'needs shards of clients'),
     ({'zeroing': 'true'}, 'cannot be fused with --zeroing'),
-    ({'algorithm': 'fedsgd'}, 'is only used by --algorithm=fedopt'),
+    ({'algorithm': 'fedavgcm_gel', 'zeroing': 'true'},
+     'cannot be fused with --zeroing'),
 ])
 def test_lanes_are_refused_where_no_client_trains_on_lanes(given, reason):
   with _command_line(**{'algorithm': 'fedopt', 'lanes': '8', **given}):
     with pytest.raises(flag_rules.UnusedFlagError,
                        match=f'--lanes {reason}'):
       flag_rules.check_flags()
-  with _command_line(algorithm='fedopt', lanes='8', client_optimizer='sgdm'):
-    flag_rules.check_flags()
+  for algorithm in families.ALGORITHM_NAMES:  # Every algorithm fuses.
+    optimizer = {'client_optimizer': 'adam'} if algorithm == 'fedopt' else {}
+    with _command_line(algorithm=algorithm, lanes='8', **optimizer):
+      flag_rules.check_flags()

@@ -68,15 +68,16 @@ def test_a_fused_round_equals_the_per_client_round(weighting, clipping, server,
   fused_checks.assert_screened(fused_output.metrics, sizes, nan_client=4)
 
 
-@pytest.mark.parametrize('clipping', [True, False])
-def test_a_fused_fedsgd_round_equals_the_per_client_round(clipping):
+@pytest.mark.parametrize('clipping, lanes', [(True, 1), (False, 1),
+                                            (True, 3)])
+def test_a_fused_fedsgd_round_equals_the_per_client_round(clipping, lanes):
   model_fn = tiny_models.linear_model_fn(_NUM_FEATURES)
   kwargs = dict(
       server_optimizer=tff.learning.optimizers.build_sgdm(0.5, momentum=0.9),
       model_aggregator=diagnosed_mean.diagnosed_mean_factory(
           clipping=clipping, initial_clipping_norm=0.3))
   per_client = fedopt.build_fedsgd(model_fn, **kwargs)
-  on_shards = fused.build_fused_fedsgd(model_fn, **kwargs)
+  on_shards = fused.build_fused_fedsgd(model_fn, lanes=lanes, **kwargs)
   assert (on_shards.initialize.type_signature ==
           per_client.initialize.type_signature)
   sizes = [5, 1, 0, 8, 3, 4, 2]

@@ -1,6 +1,7 @@
 """gel_tff's fused processes: a round on shards of clients equals the
 per-client round (`build_gel` / `build_budgeted_baseline` with the same
-diagnosed mean) for every row of Table 3, with and without guessing: model,
+diagnosed mean) for every row of Table 3, with and without guessing, its
+clients one after the other or side by side (`lanes`): model,
 clipping norm, server optimizer state, FedNova's effective steps, the
 gradient count, diagnostics and training metrics, with step budgets,
 uneven client sizes, an empty client, a NaN client and uneven shards."""
@@ -30,8 +31,9 @@ def _round_datasets(round_num):
 
 
 @pytest.mark.parametrize('base', gel.BASES)
-@pytest.mark.parametrize('use_gel', [True, False])
-def test_a_fused_round_equals_the_per_client_round(base, use_gel):
+@pytest.mark.parametrize('use_gel, lanes', [(True, 1), (False, 1),
+                                            (True, 3), (False, 2)])
+def test_a_fused_round_equals_the_per_client_round(base, use_gel, lanes):
   model_fn = tiny_models.linear_model_fn(_NUM_FEATURES)
   kwargs = dict(base=base, client_learning_rate=0.05,
                 model_aggregator=diagnosed_mean.diagnosed_mean_factory(
@@ -41,10 +43,11 @@ def test_a_fused_round_equals_the_per_client_round(base, use_gel):
   if use_gel:
     kwargs['expected_steps'] = 6
     per_client = gel.build_gel(model_fn, **kwargs)
-    on_shards = gel.build_fused_gel(model_fn, **kwargs)
+    on_shards = gel.build_fused_gel(model_fn, lanes=lanes, **kwargs)
   else:
     per_client = gel.build_budgeted_baseline(model_fn, **kwargs)
-    on_shards = gel.build_fused_budgeted_baseline(model_fn, **kwargs)
+    on_shards = gel.build_fused_budgeted_baseline(model_fn, lanes=lanes,
+                                                  **kwargs)
   assert (on_shards.initialize.type_signature ==
           per_client.initialize.type_signature)
   state = fused_state = per_client.initialize()

@@ -1,6 +1,7 @@
 """adabest_tff.fused: AdaBest, FedDyn and SCAFFOLD on shards equal the
 per-client processes (with the driver's diagnosed mean) on the same
-clients: server state, metrics and every client's stored state, over rounds
+clients, one after the other or side by side (`lanes`): server state,
+metrics and every client's stored state, over rounds
 in which clients skip rounds, with uneven client sizes, an empty client, a
 NaN client and shards of uneven length."""
 
@@ -36,25 +37,27 @@ _BUILDERS = {
 }
 
 
-def _processes(name, weighting):
+def _processes(name, weighting, lanes=1):
   kwargs = dict(
       model_fn=tiny_models.linear_model_fn(fused_checks.NUM_FEATURES),
       client_learning_rate=0.1, client_learning_rate_decay=0.9,
       client_weighting=weighting,
       model_aggregator=diagnosed_mean.diagnosed_mean_factory(clipping=False))
   return (_BUILDERS[name](**kwargs),
-          _BUILDERS[name](on_shards=True, **kwargs))
+          _BUILDERS[name](on_shards=True, lanes=lanes, **kwargs))
 
 
 @pytest.mark.parametrize('name', sorted(_BUILDERS))
-@pytest.mark.parametrize('weighting', [
-    tff.learning.ClientWeighting.UNIFORM,
-    tff.learning.ClientWeighting.NUM_EXAMPLES])
-def test_fused_rounds_equal_per_client_rounds(name, weighting, tmp_path):
+@pytest.mark.parametrize('weighting, lanes', [
+    (tff.learning.ClientWeighting.UNIFORM, 1),
+    (tff.learning.ClientWeighting.NUM_EXAMPLES, 1),
+    (tff.learning.ClientWeighting.NUM_EXAMPLES, 3)])
+def test_fused_rounds_equal_per_client_rounds(name, weighting, lanes,
+                                              tmp_path):
   # Fixed initial weights: with some draws FedDyn's three rounds leave an
   # entry near zero whose float-order difference exceeds atol (seen once).
   tf.keras.utils.set_random_seed(0)
-  per_client, on_shards = _processes(name, weighting)
+  per_client, on_shards = _processes(name, weighting, lanes)
   assert on_shards.on_shards and not per_client.on_shards
   # Checkpoints and stores carry over between the two.
   for attribute in ('initialize', 'get_model_weights', 'set_model_weights',

@@ -5,7 +5,10 @@ diagnostics and the training metrics, with uneven client sizes (short last
 batches: lanes of one step differ in batch size), an empty client, a NaN
 client, shards of uneven length, groups of lanes cut short, and a
 classifier whose accuracy metric and softmax go through the vectorized
-forward pass; lanes refuse models and optimizers they cannot vectorize."""
+forward pass, and client optimizers with a step counter or a norm; lanes
+refuse models they cannot vectorize. (GeL's, FedSGD's and the stateful
+algorithms' rounds on lanes: `test_fused_gel`, `test_fused`,
+`test_fused_stateful`.)"""
 
 import collections
 
@@ -14,6 +17,7 @@ import pytest
 import tensorflow as tf
 import tensorflow_federated as tff
 
+from adabest_tff import adabest
 from fl_common import diagnosed_mean
 from fl_common import lanes as lanes_lib
 from fl_common import resident
@@ -112,47 +116,59 @@ def test_resident_rows_on_lanes_train_a_classifier_as_one_by_one():
   assert 0.0 < train['sparse_categorical_accuracy'] < 1.0
 
 
-def test_lanes_refuse_an_optimizer_with_a_shared_counter():
+@pytest.mark.parametrize('name', ['adam', 'yogi', 'lars', 'lamb'])
+def test_a_client_optimizer_with_a_counter_or_a_norm_steps_per_lane(name):
+  # Adam's step counter and LARS' per-weight norm are each lane's own.
   model_fn = tiny_models.linear_model_fn(fused_checks.NUM_FEATURES)
   kwargs = _kwargs()
-  kwargs['client_optimizer'] = tff.learning.optimizers.build_adam(0.1)
-  with pytest.raises(ValueError, match='element-wise client optimizer'):
-    fused.build_fused_fedopt(model_fn, lanes=4, **kwargs)
+  kwargs['client_optimizer'] = optimizers.build_optimizer(name, 0.05)
+  per_client = fedopt.build_fedopt(model_fn, **kwargs)
+  on_lanes = fused.build_fused_fedopt(model_fn, lanes=3, **kwargs)
+  sizes = [5, 1, 0, 8, 3, 4, 2]
+  datasets = fused_checks.client_datasets(sizes, nan_client=4)
+  state = per_client.initialize()
+  output, _ = fused_checks.assert_same_round(per_client, on_lanes, state,
+                                             state, datasets, 7)
+  assert not np.allclose(
+      per_client.get_model_weights(output.state).trainable[0],
+      per_client.get_model_weights(state).trainable[0])
+
+
+def test_lanes_must_be_at_least_one_and_need_shards():
+  model_fn = tiny_models.linear_model_fn(fused_checks.NUM_FEATURES)
   with pytest.raises(ValueError, match='at least 1'):
     fused.build_fused_fedopt(model_fn, lanes=0, **_kwargs())
+  with pytest.raises(ValueError, match='on_shards=True'):
+    adabest.build_adabest(model_fn, lanes=2)
 
 
-def test_sgd_with_and_without_momentum_is_lane_safe():
-  specs = (tf.TensorSpec([3, 2], tf.float32), tf.TensorSpec([2], tf.float32))
-  for momentum in (0.0, 0.9):
-    lanes_lib.check_lane_safe(
-        tff.learning.optimizers.build_sgdm(0.1, momentum=momentum), specs)
-
-
-def test_lanes_refuse_an_optimizer_that_couples_a_weights_entries():
-  specs = (tf.TensorSpec([3, 2], tf.float32),)
-  with pytest.raises(ValueError, match='differs from each lane'):
-    lanes_lib.check_lane_safe(optimizers.build_optimizer('lars', 0.1), specs)
-  with pytest.raises(ValueError, match=r"keeps \['step'\] shared"):
-    lanes_lib.check_lane_safe(optimizers.build_optimizer('lamb', 0.1), specs)
-  lanes_lib.check_lane_safe(optimizers.build_optimizer('adagrad', 0.1), specs)
-
-
-def test_auto_lanes_picks_lanes_for_a_small_model_with_an_sgd_client():
+def test_auto_lanes_picks_lanes_for_a_small_model_that_vectorizes():
   small = tiny_models.linear_model_fn(fused_checks.NUM_FEATURES)
-  sgd = tff.learning.optimizers.build_sgdm(0.1)
-  assert lanes_lib.auto_lanes(small, sgd) == lanes_lib.DEFAULT_LANES
-  assert lanes_lib.auto_lanes(small,
-                              tff.learning.optimizers.build_adam(0.1)) == 1
+  assert lanes_lib.auto_lanes(small) == lanes_lib.DEFAULT_LANES
   large = tiny_models.linear_model_fn(lanes_lib.MAX_AUTO_LANE_WEIGHTS)
-  assert lanes_lib.auto_lanes(large, sgd) == 1
+  assert lanes_lib.auto_lanes(large) == 1
+
+
+class _L2LossOp(tf.keras.losses.Loss):
+
+  def call(self, y_true, y_pred):
+    return tf.nn.l2_loss(y_pred - y_true)
 
 
 def test_lanes_refuse_a_model_whose_forward_pass_does_not_vectorize():
-  # Keras' L2 penalty is `L2Loss`, which pfor can only loop over.
-  penalized = _classifier_fn(tf.keras.regularizers.L2(0.01))
+  # pfor has no vectorized `L2Loss`; it could only loop over the lanes.
+  def l2_loss_model_fn():
+    keras_model = tf.keras.Sequential([
+        tf.keras.layers.Dense(1, input_shape=(6,))])
+    return tff.learning.models.from_keras_model(
+        keras_model, loss=_L2LossOp(),
+        input_spec=collections.OrderedDict(
+            x=tf.TensorSpec([None, 6], tf.float32),
+            y=tf.TensorSpec([None, 1], tf.float32)))
+
   with pytest.raises(ValueError, match=r'forward pass vectorizes \(.*L2Loss\)'):
-    fused.build_fused_fedopt(penalized, lanes=4, **_kwargs())
-  sgd = tff.learning.optimizers.build_sgdm(0.1)
-  assert lanes_lib.auto_lanes(penalized, sgd) == 1
-  assert lanes_lib.auto_lanes(_classifier_fn(), sgd) == lanes_lib.DEFAULT_LANES
+    fused.build_fused_fedopt(l2_loss_model_fn, lanes=4, **_kwargs())
+  assert lanes_lib.auto_lanes(l2_loss_model_fn) == 1
+  # Keras' weight penalties vectorize (their variables are the lane's).
+  penalized = _classifier_fn(tf.keras.regularizers.L2(0.01))
+  assert lanes_lib.auto_lanes(penalized) == lanes_lib.DEFAULT_LANES
