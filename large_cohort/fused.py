@@ -17,7 +17,6 @@ gradients at the broadcast model.
 """
 
 import collections
-import functools
 from collections.abc import Callable
 from typing import Any, Optional
 
