@@ -102,24 +102,12 @@ def geometric_sum(momentum: tf.Tensor, count: tf.Tensor) -> tf.Tensor:
   return (1.0 - tf.pow(momentum, count)) / (1.0 - momentum)
 
 
-def lemma1_coefficients(momentum: tf.Tensor, steps_taken: tf.Tensor,
-                        guessed: tf.Tensor) -> tf.Tensor:
-  """Lemma 1's `a_i` (eq. (6)): the coefficient of gradient `g^(t,k)`.
-
-  `a_i[k] = (1 - alpha^(tau' + tau_i - k)) / (1 - alpha)`, `k = 0..tau_i-1`.
-  """
-  steps_taken = tf.cast(steps_taken, tf.int32)
-  remaining_steps = tf.cast(steps_taken - tf.range(steps_taken), tf.float32)
-  return geometric_sum(momentum, guessed + remaining_steps)
-
-
 def lemma1_norm(momentum: tf.Tensor, steps_taken: tf.Tensor,
                 guessed: tf.Tensor) -> tf.Tensor:
-  """`||a_i||_1`, the sum of `lemma1_coefficients`, in closed form (with
-  `j = tau_i - k`): `sum_{j=1}^{tau_i} (1 - alpha^(tau' + j)) / (1 - alpha)
-  = (tau_i - alpha^(tau' + 1) (1 - alpha^tau_i) / (1 - alpha)) / (1 - alpha)`.
-  FedNova's normalizer; unlike the coefficients it has no per-client
-  length, so it vectorizes over clients (`fl_common.lanes`)."""
+  """FedNova's `||a_i||_1`, Lemma 1's `a_i[k] = (1 - alpha^(tau' + tau_i -
+  k)) / (1 - alpha)` (eq. (6), `k < tau_i`) summed in closed form: `(tau_i
+  - alpha^(tau' + 1) (1 - alpha^tau_i) / (1 - alpha)) / (1 - alpha)`; it
+  has no per-client length, so it vectorizes (`fl_common.lanes`)."""
   steps_taken = tf.cast(steps_taken, tf.float32)
   return (steps_taken - tf.pow(momentum, guessed + 1.0) *
           geometric_sum(momentum, steps_taken)) / (1.0 - momentum)

@@ -41,9 +41,9 @@ def measure_gradient_coefficients(
   gradient at step `k` is the unit vector `e_k`: a linear model `w` in
   R^`gradient_steps` with loss `w . x`, fed the batches `x = e_0, e_1, ...`.
   The update's `k`-th coordinate divided by `eta_l` is then `a_i[k]`,
-  whatever the implementation does in between; eq. (6)
-  (`client_work.lemma1_coefficients`) is the paper's closed form to compare
-  it with (Figure 3).
+  whatever the implementation does in between; eq. (6) is the paper's
+  closed form to compare it with (Figure 3; `client_work.lemma1_norm` is
+  its sum, FedNova's normalizer).
 
   Args:
     momentum: The client momentum `alpha` in [0, 1).
