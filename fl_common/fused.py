@@ -159,11 +159,12 @@ def inlined_tf_functions():
     tf.config.run_functions_eagerly(previous)
 
 
-def trace_inlined(body_fn: Callable[..., Any], *inputs: Any) -> Any:
+def trace_inlined(body_fn: Callable[..., Any], *inputs: Any,
+                  inline: bool = True) -> Any:
   """`body_fn(*inputs)`, traced as a `tf.function` without AutoGraph (a
   shard's `tf.while_loop`s) whose inner `tf.function`s are inlined
-  (`inlined_tf_functions`), or called if the model needs AutoGraph. A failed
-  trace adds nothing to the enclosing graph."""
+  (`inlined_tf_functions`), or called if the model needs AutoGraph or
+  `inline` is False. A failed trace adds nothing to the enclosing graph."""
 
   def call(inline: bool) -> Any:
     def body(*args):
@@ -171,10 +172,33 @@ def trace_inlined(body_fn: Callable[..., Any], *inputs: Any) -> Any:
         return body_fn(*args)
     return tf.function(body, autograph=False)(*inputs)
 
+  if not inline:
+    return call(False)
   try:
     return call(True)
   except tf.errors.OperatorNotAllowedInGraphError:
     return call(False)
+
+
+def runs_own_loops(model_fn: ModelFn) -> bool:
+  """Whether the model's forward pass runs loops of its own (a `While` op,
+  e.g. a Keras RNN's), traced once on one example in a throwaway graph.
+
+  Why: a shard inlines the model's functions into its loops
+  (`inlined_tf_functions`), which cuts a small model's per-op cost and
+  sped the EMNIST CNN's round up too, but slowed the Stack Overflow LSTM's
+  (its round 1.30x the limit inlined, 1.17x called, in one bench run at 10
+  clients); a shard calls the forward pass of a model that loops."""
+  with tf.Graph().as_default() as graph:
+    model = model_fn()
+    model.forward_pass(tf.nest.map_structure(
+        lambda spec: tf.zeros([1, *[d or 1 for d in spec.shape[1:]]],
+                              spec.dtype), model.input_spec), training=True)
+    graph_def = graph.as_graph_def()
+  nodes = list(graph_def.node)
+  for function in graph_def.library.function:
+    nodes.extend(function.node_def)
+  return any(node.op in ('While', 'StatelessWhile') for node in nodes)
 
 
 def can_fuse(factory: Any) -> bool:
@@ -351,6 +375,8 @@ def shard_computation(model_fn: ModelFn, program_fn: ProgramFn,
   if stateful:
     arg_types.append(('client_states', stacked_type(client_state_type)))
 
+  inline = not runs_own_loops(model_fn)
+
   @tff.tensorflow.computation(
       tff.StructWithPythonType(arg_types, collections.OrderedDict))
   def shard_work(args):
@@ -360,7 +386,8 @@ def shard_computation(model_fn: ModelFn, program_fn: ProgramFn,
     metric_variables = list(model.local_variables)
 
     # tf.while_loop, not AutoGraph (module docstring); the model's
-    # functions inlined in the loops (`trace_inlined`).
+    # functions inlined in the loops (`trace_inlined`) unless it runs loops
+    # of its own (`runs_own_loops`).
     def train_clients(initial_weights, hparams, examples, rows, batch_sizes,
                       client_states):
       program = as_stateful(program_fn(model, model_weights,
@@ -439,7 +466,7 @@ def shard_computation(model_fn: ModelFn, program_fn: ProgramFn,
               *shard_source(args['shard'], resident_examples),
               args['shard']['batch_sizes'],
               args['client_states'] if stateful else ())
-    return trace_inlined(train_clients, *inputs)
+    return trace_inlined(train_clients, *inputs, inline=inline)
 
   return shard_work
 

@@ -309,3 +309,33 @@ def test_a_model_that_needs_autograph_runs_on_shards_uninlined():
   fused_checks.assert_same_round(
       per_client, on_shards, state, state,
       fused_checks.client_datasets([4, 3, 5]), 2)
+
+
+def test_a_model_that_runs_its_own_loop_runs_on_shards_as_calls():
+  # A recurrent model's forward pass is called, not inlined, by the shards
+  # (`runs_own_loops`: inlined, the LSTM's rounds were slower); same round.
+  def rnn_model_fn():
+    return tff.learning.models.from_keras_model(
+        tf.keras.Sequential([
+            tf.keras.layers.Reshape((_NUM_FEATURES, 1),
+                                    input_shape=(_NUM_FEATURES,)),
+            tf.keras.layers.SimpleRNN(2),
+            tf.keras.layers.Dense(1)]),
+        loss=tf.keras.losses.MeanSquaredError(),
+        input_spec=collections.OrderedDict(
+            x=tf.TensorSpec([None, _NUM_FEATURES], tf.float32),
+            y=tf.TensorSpec([None, 1], tf.float32)))
+
+  assert fl_fused.runs_own_loops(rnn_model_fn)
+  assert not fl_fused.runs_own_loops(tiny_models.linear_model_fn(
+      _NUM_FEATURES))
+  kwargs = dict(
+      client_optimizer=tff.learning.optimizers.build_sgdm(0.1),
+      server_optimizer=tff.learning.optimizers.build_sgdm(1.0),
+      model_aggregator=diagnosed_mean.diagnosed_mean_factory(clipping=False))
+  per_client = fedopt.build_fedopt(rnn_model_fn, **kwargs)
+  on_shards = fused.build_fused_fedopt(rnn_model_fn, **kwargs)
+  state = per_client.initialize()
+  fused_checks.assert_same_round(
+      per_client, on_shards, state, state,
+      fused_checks.client_datasets([4, 0, 5, 3], nan_client=2), 2)
