@@ -90,6 +90,11 @@ def resident_examples(
   return resident.resident_examples(data.train_data, data.train_preprocess_fn)
 
 
+def _cores(ctx: BuildContext) -> int:
+  """The cores of every worker (one automatic shard per core)."""
+  return ctx.num_workers * (os.cpu_count() or 1)
+
+
 def shards_fn(
     ctx: BuildContext,
     steps_fn: Optional[Callable[[int, int], Sequence[int]]] = None,
@@ -108,11 +113,10 @@ def shards_fn(
       holds (`resident_examples(ctx)`), not examples.
   """
   data = ctx.task.datasets
-  cores = ctx.num_workers * (os.cpu_count() or 1)
 
   def client_datasets_fn(round_num, client_ids):
     per_shard = (ctx.clients_per_shard or
-                 shards.auto_clients_per_shard(len(client_ids), cores))
+                 shards.auto_clients_per_shard(len(client_ids), _cores(ctx)))
     return shards.shards_for_round(
         data.train_data, data.train_preprocess_fn, client_ids, per_shard,
         np.random.default_rng([ctx.seed, round_num]),
@@ -131,9 +135,12 @@ def fused_setup(ctx: BuildContext, build_fn: Callable[..., Any],
   client_datasets_fn, how its rounds run)`: a fused process holding the
   population's examples when `resident_examples(ctx)` has them (shards of
   rows), else taking shards of examples, its shards' clients trained
-  `--lanes` at a time, by default `fl_common.lanes.auto_lanes`'."""
+  `--lanes` at a time, by default `fl_common.lanes.auto_lanes`' for the
+  first round's shards."""
   resident = resident_examples(ctx)
-  num_lanes = ctx.lanes or lanes.auto_lanes(ctx.task.model_fn)
+  num_lanes = ctx.lanes or lanes.auto_lanes(
+      ctx.task.model_fn, ctx.clients_per_shard or shards.auto_clients_per_shard(
+          ctx.clients_per_round, _cores(ctx)))
   process = build_fn(ctx.task.model_fn, resident_examples=resident,
                      lanes=num_lanes, **kwargs)
   execution = 'shards of clients, ' + (

@@ -282,7 +282,7 @@ LANES = flags.DEFINE_integer(
     'On shards: how many of a shard\'s clients train side by side,'
     ' vectorized (fl_common.lanes); 1 is one after the other. Default: 64'
     ' for a model of at most 10,000 weights whose forward pass vectorizes,'
-    ' else 1.',
+    ' in shards of at least 32 clients, else 1.',
     lower_bound=1)
 WORKER_ADDRESSES = flags.DEFINE_list(
     'worker_addresses', [],

@@ -72,6 +72,9 @@ DEFAULT_LANES = 64
 # `auto_lanes` trains models of at most this many weights on lanes: there a
 # step's cost is the executor's per-op work, which lanes share.
 MAX_AUTO_LANE_WEIGHTS = 10_000
+# ... in shards of at least this many clients: GeL's Synthetic rounds were
+# slower on lanes at 10 clients a shard, even at 25 and faster at 50.
+MIN_AUTO_LANE_CLIENTS = 32
 
 
 class _LaneVariable(variable_utils.TensorVariable):
@@ -249,11 +252,17 @@ def check_vectorizable(model_fn: ModelFn) -> None:
                        f' ({str(e).splitlines()[0]}); use lanes=1.') from e
 
 
-def auto_lanes(model_fn: ModelFn) -> int:
+def auto_lanes(model_fn: ModelFn,
+               clients_per_shard: Optional[int] = None) -> int:
   """`DEFAULT_LANES` for a small model (at most `MAX_AUTO_LANE_WEIGHTS`
-  trainable weights) whose forward pass vectorizes; else 1 (clients one
-  after the other: a larger model's step is arithmetic that lanes would not
-  share)."""
+  trainable weights) whose forward pass vectorizes, in shards of at least
+  `MIN_AUTO_LANE_CLIENTS` clients (when `clients_per_shard` is given); else
+  1 (clients one after the other: a larger model's step is arithmetic that
+  lanes would not share, and a smaller shard's round is mostly its fixed
+  cost, which does not repay the lanes' tracing at start-up)."""
+  if clients_per_shard is not None and (
+      clients_per_shard < MIN_AUTO_LANE_CLIENTS):
+    return 1
   with tf.Graph().as_default():
     num_weights = sum(v.shape.num_elements()
                       for v in model_fn().trainable_variables)

@@ -36,7 +36,7 @@ _BASELINE_DIR = '/tmp/fl_papers_flag_rules_baseline'
 NON_DEFAULT = {
     'data_dir': '/tmp/fl_papers_no_data', 'use_synthetic_data': 'true',
     'offline': 'true', 'progress': 'false', 'synthetic_num_classes': '10',
-    'clients_per_shard': '1', 'lanes': '1',
+    'clients_per_shard': '1', 'lanes': '2',
     'synthetic_alpha': '0.5', 'synthetic_beta': '0.5', 'digits_model': 'cnn',
     'train_batch_size': '7', 'eval_batch_size': '17', 'client_epochs': '2',
     'max_elements_per_client': '9', 'validation_fraction': '0.3',
