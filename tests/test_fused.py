@@ -299,6 +299,11 @@ def test_a_model_that_needs_autograph_runs_on_shards_uninlined():
     tf.function(forward_inlined, autograph=False).get_concrete_function(
         fl_fused.batched_spec(model.input_spec))
   # ... so the shards trace the model as calls, and the round is the same.
+  _assert_a_sgd_round_on_shards_is_per_clients(
+      model_fn, fused_checks.client_datasets([4, 3, 5]))
+
+
+def _assert_a_sgd_round_on_shards_is_per_clients(model_fn, datasets):
   kwargs = dict(
       client_optimizer=tff.learning.optimizers.build_sgdm(0.1),
       server_optimizer=tff.learning.optimizers.build_sgdm(1.0),
@@ -306,9 +311,8 @@ def test_a_model_that_needs_autograph_runs_on_shards_uninlined():
   per_client = fedopt.build_fedopt(model_fn, **kwargs)
   on_shards = fused.build_fused_fedopt(model_fn, **kwargs)
   state = per_client.initialize()
-  fused_checks.assert_same_round(
-      per_client, on_shards, state, state,
-      fused_checks.client_datasets([4, 3, 5]), 2)
+  fused_checks.assert_same_round(per_client, on_shards, state, state,
+                                 datasets, 2)
 
 
 def test_a_model_that_runs_its_own_loop_runs_on_shards_as_calls():
@@ -329,13 +333,5 @@ def test_a_model_that_runs_its_own_loop_runs_on_shards_as_calls():
   assert fl_fused.runs_own_loops(rnn_model_fn)
   assert not fl_fused.runs_own_loops(tiny_models.linear_model_fn(
       _NUM_FEATURES))
-  kwargs = dict(
-      client_optimizer=tff.learning.optimizers.build_sgdm(0.1),
-      server_optimizer=tff.learning.optimizers.build_sgdm(1.0),
-      model_aggregator=diagnosed_mean.diagnosed_mean_factory(clipping=False))
-  per_client = fedopt.build_fedopt(rnn_model_fn, **kwargs)
-  on_shards = fused.build_fused_fedopt(rnn_model_fn, **kwargs)
-  state = per_client.initialize()
-  fused_checks.assert_same_round(
-      per_client, on_shards, state, state,
-      fused_checks.client_datasets([4, 0, 5, 3], nan_client=2), 2)
+  _assert_a_sgd_round_on_shards_is_per_clients(
+      rnn_model_fn, fused_checks.client_datasets([4, 0, 5, 3], nan_client=2))
