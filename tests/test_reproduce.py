@@ -676,3 +676,34 @@ def test_adabest_instability_names_each_beta_and_flags_the_collapse(tmp_path):
   assert table[('feddyn', 'best_minus_final')] == pytest.approx(0.0)
   assert any('Collapsed' in n and 'adabest beta=0.9' in n and
              'beta=0.5' not in n for n in result.notes)
+
+
+def test_optimizers_report_the_1500_round_runs_apart(tmp_path):
+  root = str(tmp_path)
+  points = []
+  long_rounds = large_cohort_experiments.LONG_ROUNDS
+  runs = (('cohort_synthetic_lamb', 'lamb', 200, {100: 0.5, 200: 0.6}),
+          ('long_synthetic_lamb', 'lamb', long_rounds,
+           {200: 0.62, 800: 0.85, long_rounds: 0.95}),
+          ('long_synthetic_adam', 'adam', long_rounds,
+           {200: 0.9, long_rounds: 0.96}))
+  for name, optimizer, rounds, accuracy in runs:
+    run_directories.write_run(root, name, {
+        'server_optimizer': optimizer, 'clipping': True, 'seed': 0}, {
+            'round': list(range(1, rounds + 1)),
+            'clients_per_round': [200] * rounds,
+            'test/accuracy': [accuracy.get(r, np.nan)
+                              for r in range(1, rounds + 1)]})
+    points.append(core.sweep.SweepPoint(name, {}, (),
+                                        os.path.join(root, name), rounds))
+  analysis = large_cohort_experiments.analyze_optimizers(
+      core.load_finished_runs(points), root)
+  values = analysis.table.set_index([core.ROW, core.QUANTITY])[core.VALUE]
+  assert values[('FedLamb M=200', 'final_test_accuracy')] == 0.6
+  assert values[('FedLamb M=200, 1,500 rounds',
+                 'final_test_accuracy')] == 0.95
+  assert values[('FedLamb M=200, 1,500 rounds', 'rounds_to_0.8')] == 800
+  assert values[('FedAdam M=200, 1,500 rounds', 'rounds_to_0.9')] == 200
+  assert ('FedAdam M=200', 'final_test_accuracy') not in values
+  assert 'test_accuracy_1500_rounds.png' in analysis.figures
+  assert ('FedLamb 0.950 (at round 200: 0.620)' in analysis.notes[-1])
