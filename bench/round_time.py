@@ -243,4 +243,5 @@ def main(argv: Sequence[str]) -> None:
 
 
 if __name__ == '__main__':
+  runtime.refuse_unmanaged_default_context()  # before absl's flag errors
   app.run(main)

@@ -56,6 +56,8 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Optional
 
+from fl_common import default_context
+
 _REPO_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEFAULT_COMMAND = (sys.executable, os.path.join(_REPO_DIR, 'run_experiment.py'))
 DEFAULT_ROOT_OUTPUT_DIR = '/tmp/fl_papers'  # the driver's default
@@ -411,6 +413,7 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
   """Runs the sweep; returns 0, 1 if a point failed, 2 for bad options."""
+  default_context.refuse_unmanaged_default_context()  # runs subprocesses
   argv = list(sys.argv[1:] if argv is None else argv)
   split = argv.index('--') if '--' in argv else len(argv)
   args = _parser().parse_args(argv[:split])  # exits with code 2 if bad

@@ -80,10 +80,11 @@ def report_dir(args, experiment: core.Experiment) -> str:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-  args = _parser().parse_args(argv)
   # Importing the library imports TFF; this process runs no computation
-  # (each run is a driver subprocess), so TFF's default context goes now.
+  # (each run is a driver subprocess), so TFF's default context goes now,
+  # before argparse may exit on bad arguments.
   runtime.refuse_unmanaged_default_context()
+  args = _parser().parse_args(argv)
   try:
     if args.list:
       for e in reproduce.EXPERIMENTS.values():

@@ -273,3 +273,21 @@ def test_clients_arrays_past_the_byte_cap_are_sent_in_slices(monkeypatch):
     assert _server_results(2.0, [1.0, 2.0])[1] == 1.5
     assert len(splitting_context._merge_computations) == 1
   assert total == 1.0 + 256 * 15
+
+
+@pytest.mark.parametrize('module, args, message', [
+    ('large_cohort.sweep', ['--total_rounds=1', '--bogus'],
+     'error: unrecognized arguments: --bogus'),
+    ('reproduce', ['--bogus'], 'error: unrecognized arguments: --bogus'),
+    ('bench.round_time', ['--bogus'], "Unknown command line flag 'bogus'"),
+])
+def test_command_line_tools_refuse_bad_flags_without_tffs_exit_traceback(
+    module, args, message):
+  # TFF's default context, alive at exit, prints a ServiceManager.__del__
+  # traceback after the tool's own error line: each tool drops it first.
+  finished = subprocess.run(
+      [sys.executable, '-m', module, *args],
+      capture_output=True, text=True, timeout=120, cwd=_REPO)
+  assert finished.returncode != 0
+  assert message in finished.stderr
+  assert 'Traceback' not in finished.stderr, finished.stderr[-2000:]

@@ -1,8 +1,8 @@
 """Start and stop the TFF C++ runtime this package computes on.
 
 Nothing here runs at import: a runtime is installed only inside one of the
-context managers below (and `refuse_unmanaged_default_context()` is an
-explicit call of the entry points).
+context managers below (and `refuse_unmanaged_default_context()`, from
+`fl_common.default_context`, is an explicit call of the entry points).
 
 * `local_runtime()` starts one local `worker_binary` it owns (`workers`) and
   runs every TFF computation of the block on it;
@@ -18,12 +18,10 @@ Modules: `workers` (processes), `stubs` (gRPC and health probes), `contexts`
 """
 
 import contextlib
-import gc
 from collections.abc import Iterator, Sequence
 from typing import Optional
 
 from tensorflow_federated.python.core.impl.context_stack import context_stack_impl
-from tensorflow_federated.python.core.impl.context_stack import runtime_error_context
 from tensorflow_federated.python.core.impl.executors import remote_executor_grpc_stub
 
 from experiment_driver.runtime import contexts
@@ -40,6 +38,7 @@ from experiment_driver.runtime.workers import stop_all_workers
 from experiment_driver.runtime.workers import stop_worker
 from experiment_driver.runtime.workers import WORKER_BINARY_PATH
 from experiment_driver.runtime.workers import worker_intra_op_threads
+from fl_common.default_context import refuse_unmanaged_default_context
 
 __all__ = [
     'WORKER_BINARY_PATH',
@@ -53,23 +52,6 @@ __all__ = [
     'stop_worker',
     'worker_intra_op_threads',
 ]
-
-
-def refuse_unmanaged_default_context() -> None:
-  """Replaces TFF's default context by one that refuses to run.
-
-  TFF's default context starts its own `worker_binary` on first use, which
-  outlives Python and holds the parent's stdout open. Entry points that must
-  never start one (the driver, the test suite, the benchmarks) call this, so
-  that every computation runs inside `local_runtime()` or `remote_runtime()`.
-  Dropping it early (rather than at interpreter exit, when `subprocess` is
-  gone) also silences the `ServiceManager.__del__` traceback TFF prints at
-  exit. Importing the package does not do this: plain TFF code keeps working.
-  """
-  context_stack_impl.context_stack.set_default_context(
-      runtime_error_context.RuntimeErrorContext())
-  gc.collect()
-
 
 
 @contextlib.contextmanager

@@ -1,0 +1,30 @@
+"""Dropping TFF's default execution context in processes that run none.
+
+Importing TFF installs a default context that starts its own `worker_binary`
+on first use; that worker outlives Python and holds the parent's stdout
+open, and if the context is still alive at interpreter exit, TFF prints a
+`ServiceManager.__del__` traceback (`subprocess` is gone by then). Entry
+points call `refuse_unmanaged_default_context()` first, before parsing
+their arguments, so that bad input exits with its one `error:` line and
+every computation runs inside `experiment_driver.runtime`'s
+`local_runtime()` or `remote_runtime()`. Here rather than in the driver's
+runtime so that the library's own command-line tools
+(`python -m large_cohort.sweep`) can call it; the runtime re-exports it.
+"""
+
+import gc
+
+import tensorflow_federated as tff
+# Below TFF's public API: the context that raises on use, as TFF installs
+# when no runtime is set; `tff.framework` exports no such context.
+from tensorflow_federated.python.core.impl.context_stack import runtime_error_context
+
+
+def refuse_unmanaged_default_context() -> None:
+  """Replaces TFF's default context by one that refuses to run.
+
+  Importing the package does not do this: plain TFF code keeps working.
+  """
+  tff.framework.set_default_context(
+      runtime_error_context.RuntimeErrorContext())
+  gc.collect()
