@@ -90,9 +90,11 @@ def resident_examples(
   return resident.resident_examples(data.train_data, data.train_preprocess_fn)
 
 
-def _cores(ctx: BuildContext) -> int:
-  """The cores of every worker (one automatic shard per core)."""
-  return ctx.num_workers * (os.cpu_count() or 1)
+def _clients_per_shard(ctx: BuildContext, num_clients: int) -> int:
+  """`--clients_per_shard`, or the automatic size for `num_clients`: one
+  shard per core of every worker."""
+  return ctx.clients_per_shard or shards.auto_clients_per_shard(
+      num_clients, ctx.num_workers * (os.cpu_count() or 1))
 
 
 def shards_fn(
@@ -115,10 +117,9 @@ def shards_fn(
   data = ctx.task.datasets
 
   def client_datasets_fn(round_num, client_ids):
-    per_shard = (ctx.clients_per_shard or
-                 shards.auto_clients_per_shard(len(client_ids), _cores(ctx)))
     return shards.shards_for_round(
-        data.train_data, data.train_preprocess_fn, client_ids, per_shard,
+        data.train_data, data.train_preprocess_fn, client_ids,
+        _clients_per_shard(ctx, len(client_ids)),
         np.random.default_rng([ctx.seed, round_num]),
         steps_fn(round_num, len(client_ids)) if steps_fn else None,
         max_shard_bytes=(None if ctx.clients_per_shard else
@@ -139,8 +140,7 @@ def fused_setup(ctx: BuildContext, build_fn: Callable[..., Any],
   first round's shards."""
   resident = resident_examples(ctx)
   num_lanes = ctx.lanes or lanes.auto_lanes(
-      ctx.task.model_fn, ctx.clients_per_shard or shards.auto_clients_per_shard(
-          ctx.clients_per_round, _cores(ctx)))
+      ctx.task.model_fn, _clients_per_shard(ctx, ctx.clients_per_round))
   process = build_fn(ctx.task.model_fn, resident_examples=resident,
                      lanes=num_lanes, **kwargs)
   execution = 'shards of clients, ' + (

@@ -286,8 +286,38 @@ def _long_runs(frame: pd.DataFrame, output_dir: str):
                f' {int(peak[analysis.ROUND])}) and ends at'
                f' {final[optimizer]:.3f}: at the rate tuned over 200 rounds'
                ' it does not last the paper\'s 1,500 (the paper: FedLARS'
-               ' "does not do well on EMNIST", Section 5.2).')
+               ' "does not do well on EMNIST", Section 5.2).'
+               + _collapse_reading(frame[frame[OPTIMIZER] == optimizer],
+                                   int(peak[analysis.ROUND])))
   return table, name, note
+
+
+TRAIN_LOSS = 'train/loss'
+ZERO_UPDATES = 'num_zero_updates'
+
+
+def _collapse_reading(frame: pd.DataFrame, peak_round: int) -> str:
+  """How a collapsed optimizer's runs read: the cohorts' training loss at
+  its peak and at the end, and the round from which every client's update
+  is exactly zero (mean over the seeds where that happens)."""
+  if TRAIN_LOSS not in frame or ZERO_UPDATES not in frame:
+    return ''
+  loss = analysis.mean_curves(frame, TRAIN_LOSS, analysis.ROUND, [])
+  loss = loss.dropna(subset=[TRAIN_LOSS]).set_index(analysis.ROUND)[
+      TRAIN_LOSS]
+  frozen = frame[frame[ZERO_UPDATES] >= frame[M]].groupby(analysis.RUN)[
+      analysis.ROUND].min()
+  reading = (f' Its cohorts\' training loss goes from'
+             f' {loss[loss.index <= peak_round].iloc[-1]:.3g} at round'
+             f' {peak_round} to {loss.iloc[-1]:.3g} at the end')
+  if len(frozen):
+    reading += (f', and from round {frozen.mean():.0f} (mean of'
+                f' {len(frozen)} of {frame[analysis.RUN].nunique()} seeds)'
+                ' every client\'s update is exactly zero')
+  return reading + (
+      ': the server step η·‖x‖ lets ‖x‖, and the logits with it, grow'
+      ' geometrically, until the clients\' SGD steps fall below float32\'s'
+      ' resolution of the weights and the model stops moving.')
 
 
 def analyze_optimizers(frame: pd.DataFrame, output_dir: str

@@ -686,12 +686,21 @@ def test_optimizers_report_the_1500_round_runs_apart(tmp_path):
           ('long_synthetic_lamb', 'lamb', long_rounds,
            {200: 0.62, 800: 0.85, long_rounds: 0.95}),
           ('long_synthetic_adam', 'adam', long_rounds,
-           {200: 0.9, long_rounds: 0.96}))
+           {200: 0.9, long_rounds: 0.96}),
+          # Collapses: its loss explodes and, from round 600, all 200
+          # clients send zero updates.
+          ('long_synthetic_lars', 'lars', long_rounds,
+           {100: 0.8, 200: 0.7, long_rounds: 0.3}))
   for name, optimizer, rounds, accuracy in runs:
+    collapses = optimizer == 'lars'
     run_directories.write_run(root, name, {
         'server_optimizer': optimizer, 'clipping': True, 'seed': 0}, {
             'round': list(range(1, rounds + 1)),
             'clients_per_round': [200] * rounds,
+            'train/loss': [0.5 * 1.1**r if collapses else 0.5
+                           for r in range(1, rounds + 1)],
+            'num_zero_updates': [200 if collapses and r >= 600 else 3
+                                 for r in range(1, rounds + 1)],
             'test/accuracy': [accuracy.get(r, np.nan)
                               for r in range(1, rounds + 1)]})
     points.append(core.sweep.SweepPoint(name, {}, (),
@@ -707,3 +716,9 @@ def test_optimizers_report_the_1500_round_runs_apart(tmp_path):
   assert ('FedAdam M=200', 'final_test_accuracy') not in values
   assert 'test_accuracy_1500_rounds.png' in analysis.figures
   assert ('FedLamb 0.950 (at round 200: 0.620)' in analysis.notes[-1])
+  assert 'FedLARS peaks at 0.800 (round 100) and ends at 0.300' in (
+      analysis.notes[-1])
+  assert (f'goes from {0.5 * 1.1**100:.3g} at round 100 to'
+          f' {0.5 * 1.1**long_rounds:.3g} at the end, and from round 600'
+          ' (mean of 1 of 1 seeds)') in analysis.notes[-1]
+  assert analysis.notes[-1].count('peaks at') == 1
