@@ -46,7 +46,8 @@ def _processes(weighting, clipping, server_optimizer):
 def test_a_fused_round_equals_the_per_client_round(weighting, clipping, server,
                                                    clients_per_shard):
   server_optimizer = {
-      'adam': tff.learning.optimizers.build_adam(0.05),
+      'adam': tff.learning.optimizers.build_adam(
+          0.05, epsilon=fused_checks.ADAM_EPSILON),
       'sgd': tff.learning.optimizers.build_sgdm(1.0),
       'sgdm': tff.learning.optimizers.build_sgdm(0.5, momentum=0.9),
   }[server]

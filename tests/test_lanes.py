@@ -34,7 +34,8 @@ def _kwargs(weighting=tff.learning.ClientWeighting.NUM_EXAMPLES,
   return dict(
       client_optimizer=tff.learning.optimizers.build_sgdm(
           0.1, momentum=momentum),
-      server_optimizer=tff.learning.optimizers.build_adam(0.05),
+      server_optimizer=tff.learning.optimizers.build_adam(
+          0.05, epsilon=fused_checks.ADAM_EPSILON),
       client_weighting=weighting,
       model_aggregator=diagnosed_mean.diagnosed_mean_factory(
           clipping=clipping,

@@ -22,12 +22,16 @@ def linear_model_fn(num_features: int) -> ModelFn:
   """A model_fn: `Dense(1)` on `num_features` inputs, mean squared error.
 
   Its input spec is `OrderedDict(x=float32 [None, num_features], y=float32
-  [None, 1])`; Keras initializes the weights.
+  [None, 1])`. Its kernel is Glorot-initialized with a fixed seed, so that a
+  test's rounds, and any failure of its float comparisons, are the same on
+  every run.
   """
 
   def model_fn() -> tff.learning.models.VariableModel:
     keras_model = tf.keras.Sequential(
-        [tf.keras.layers.Dense(1, input_shape=(num_features,))])
+        [tf.keras.layers.Dense(
+            1, input_shape=(num_features,),
+            kernel_initializer=tf.keras.initializers.GlorotUniform(seed=0))])
     return tff.learning.models.from_keras_model(
         keras_model,
         loss=tf.keras.losses.MeanSquaredError(),
