@@ -6,7 +6,9 @@ this process (`bench.timing.time_interleaved`). The limit runs twice: here,
 with TensorFlow's oneDNN rewrites as this process has them (`limit_here`),
 and in a child process with them off (`limit_onednn_off`,
 `bench.limit.LimitInChild`); the faster is the limit (`limit_s`,
-`limit_cpu_s`; `limit_onednn` says which setting it ran with). Each row
+`limit_cpu_s`; `limit_onednn` says which setting it ran with). With the
+`resident` round, its floor runs too (`tff_rounds.FloorProcess`: the same
+shards, no work). Each row
 holds, per round kind, the fastest wall time (`<kind>_s`), the mean CPU time
 of driver plus worker (`<kind>_cpu_s`), and for the TFF rounds their ratios
 to the limit (`<kind>_ratio`, `<kind>_cpu_ratio`; NaN if the limit's time is
@@ -76,6 +78,10 @@ def measure_ratios(workload: workloads.Workload, cohorts: Sequence[int],
             workload, variant, arrays)
         rounds[variant] = tff_rounds.round_for(process, workload, arrays,
                                                variant)
+      if 'resident' in rounds:
+        rounds[tff_rounds.FLOOR] = tff_rounds.round_for(
+            tff_rounds.FloorProcess(rounds['resident'].process), workload,
+            arrays, tff_rounds.FLOOR)
       timings = timing.time_interleaved(rounds, repeats)
     limits = [k for k in (LIMIT_HERE, LIMIT_ONEDNN_OFF) if k in timings]
     fastest = min(limits, key=lambda k: timings[k].wall_seconds)

@@ -111,7 +111,7 @@ _QUICK = flags.DEFINE_bool(
 _OUTPUT = flags.DEFINE_string(
     'output', None, 'Also write every table to this .json or .csv file.')
 
-_TFF_KINDS = tff_rounds.VARIANTS
+_TFF_KINDS = tff_rounds.VARIANTS + (tff_rounds.FLOOR,)
 _RATIO_COLUMNS = [('workload', 'workload', 's'), ('clients', 'clients', 'd'),
                   ('limit_s', 'limit s', '.3f'),
                   ('limit_onednn', 'oneDNN', 's')]

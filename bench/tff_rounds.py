@@ -37,6 +37,13 @@ Three processes, all FedAvg (client SGD at the workload's rate, server SGD at
 
 `tff_reduce` and `fedavg` get the client datasets prebuilt: they measure
 TFF's round alone.
+
+Beside them, `floor` (`FloorProcess`, not a FedAvg variant): a round of the
+resident round's shape that does no work: its model broadcast to the same
+shards, each returning zeros, summed and added on the server. TFF's runtime
+cost of such a round, on 2 cores about 5 ms, is a floor under every TFF
+round of this shape, whatever its TensorFlow does; at 20 clients of a small
+model it exceeds the whole limit.
 """
 
 import collections
@@ -58,6 +65,7 @@ from large_cohort import fused
 from large_cohort import optimizers
 
 VARIANTS = ('tff_reduce', 'fedavg', 'package', 'fused', 'resident')
+FLOOR = 'floor'
 # Variants whose process holds the cohort's examples: built per cohort.
 PER_COHORT_VARIANTS = ('resident',)
 
@@ -106,6 +114,50 @@ def build_process(
   raise ValueError(f'Unknown variant {variant!r}; expected one of {VARIANTS}.')
 
 
+class FloorProcess:
+  """A round of `process`' shape that does no work (module docstring).
+
+  Its state is `process`' model weights (`ModelWeights` at the server);
+  `next(state, shards)` broadcasts them to the shards (`process`' client
+  data type), each shard returns zeros of the weights without reading its
+  data, and the server adds their sum to the weights. `next` returns an
+  object with the new `state`, as `LearningProcess.next` does.
+  """
+
+  Output = collections.namedtuple('Output', ['state'])
+
+  def __init__(self, process: tff.learning.templates.LearningProcess):
+    weights_type = process.get_model_weights.type_signature.result
+    data_type = process.next.type_signature.parameter[1]
+
+    @tff.federated_computation
+    def initialize():
+      return tff.federated_map(process.get_model_weights,
+                               process.initialize())
+
+    @tff.tensorflow.computation(weights_type, data_type.member)
+    def no_work(weights, data):
+      del data
+      return tf.nest.map_structure(tf.zeros_like, weights)
+
+    @tff.tensorflow.computation(weights_type, weights_type)
+    def add(weights, total):
+      return tf.nest.map_structure(tf.add, weights, total)
+
+    @tff.federated_computation(tff.FederatedType(weights_type, tff.SERVER), data_type)
+    def next_fn(weights, data):
+      zeros = tff.federated_map(
+          no_work, (tff.federated_broadcast(weights), data))
+      return tff.federated_map(add, (weights, tff.federated_sum(zeros)))
+
+    self.initialize = initialize
+    self._next = next_fn
+    self.get_model_weights = lambda state: state
+
+  def next(self, state, data) -> 'FloorProcess.Output':
+    return FloorProcess.Output(self._next(state, data))
+
+
 class TffRound:
   """Rounds of one learning process; call it to run the next round.
 
@@ -145,7 +197,10 @@ def flat_examples(arrays: workloads.ClientArrays) -> collections.OrderedDict:
 def round_for(process: tff.learning.templates.LearningProcess,
               workload: workloads.Workload, arrays: workloads.ClientArrays,
               variant: str) -> TffRound:
-  """`variant`'s rounds of `process` on `arrays` (module docstring)."""
+  """`variant`'s rounds of `process` on `arrays` (module docstring);
+  `FLOOR`'s on the resident round's shards."""
+  if variant == FLOOR:
+    variant = 'resident'
   return TffRound(process, datasets_fn_for(workload, arrays, variant),
                   overlap_datasets=variant in ('package', 'fused',
                                                'resident'))

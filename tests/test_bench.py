@@ -250,6 +250,26 @@ def test_measure_ratios_reports_each_round_against_the_limit():
     ratios.measure_ratios(TINY, [2], repeats=1, variants=['fedavg'])
 
 
+def test_the_floor_round_takes_the_resident_shards_and_does_no_work():
+  arrays = TINY.client_arrays(5, seed=3)
+  resident = tff_rounds.build_process(TINY, 'resident', arrays)
+  floor_round = tff_rounds.round_for(tff_rounds.FloorProcess(resident), TINY,
+                                     arrays, tff_rounds.FLOOR)
+  start = resident.get_model_weights(resident.initialize())
+  for _ in range(2):
+    floor_round()
+  for a, b in zip(start.trainable, floor_round.state.trainable):
+    np.testing.assert_array_equal(a, b)
+  assert np.abs(start.trainable[0]).max() > 0.1
+  [row] = ratios.measure_ratios(TINY, [3], repeats=1, variants=['resident'],
+                                limit_in_child=False)
+  assert row['floor_s'] > 0
+  assert row['floor_ratio'] == row['floor_s'] / row['limit_s']
+  [row] = ratios.measure_ratios(TINY, [3], repeats=1, variants=['fedavg'],
+                                limit_in_child=False)
+  assert 'floor_s' not in row
+
+
 def test_the_limit_in_a_child_without_onednn_does_the_same_work():
   workload = workloads.get_workload('synthetic_lr')
   here = limit.LimitRound(workload, workload.client_arrays(3, seed=2))
