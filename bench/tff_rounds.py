@@ -41,9 +41,8 @@ TFF's round alone.
 Beside them, `floor` (`FloorProcess`, not a FedAvg variant): a round of the
 resident round's shape that does no work: its model broadcast to the same
 shards, each returning zeros, summed and added on the server. TFF's runtime
-cost of such a round, on 2 cores about 5 ms, is a floor under every TFF
-round of this shape, whatever its TensorFlow does; at 20 clients of a small
-model it exceeds the whole limit.
+cost of such a round is a floor under every TFF round of this shape,
+whatever its TensorFlow does.
 """
 
 import collections
@@ -120,11 +119,9 @@ class FloorProcess:
   Its state is `process`' model weights (`ModelWeights` at the server);
   `next(state, shards)` broadcasts them to the shards (`process`' client
   data type), each shard returns zeros of the weights without reading its
-  data, and the server adds their sum to the weights. `next` returns an
-  object with the new `state`, as `LearningProcess.next` does.
+  data, and the server adds their sum to the weights. `next` returns a
+  `LearningProcessOutput` without metrics.
   """
-
-  Output = collections.namedtuple('Output', ['state'])
 
   def __init__(self, process: tff.learning.templates.LearningProcess):
     weights_type = process.get_model_weights.type_signature.result
@@ -144,7 +141,8 @@ class FloorProcess:
     def add(weights, total):
       return tf.nest.map_structure(tf.add, weights, total)
 
-    @tff.federated_computation(tff.FederatedType(weights_type, tff.SERVER), data_type)
+    @tff.federated_computation(tff.FederatedType(weights_type, tff.SERVER),
+                               data_type)
     def next_fn(weights, data):
       zeros = tff.federated_map(
           no_work, (tff.federated_broadcast(weights), data))
@@ -152,10 +150,11 @@ class FloorProcess:
 
     self.initialize = initialize
     self._next = next_fn
-    self.get_model_weights = lambda state: state
 
-  def next(self, state, data) -> 'FloorProcess.Output':
-    return FloorProcess.Output(self._next(state, data))
+  def next(self, state, data
+           ) -> tff.learning.templates.LearningProcessOutput:
+    return tff.learning.templates.LearningProcessOutput(
+        state=self._next(state, data), metrics=())
 
 
 class TffRound:
