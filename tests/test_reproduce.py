@@ -295,6 +295,49 @@ def test_catastrophic_failure_rate_per_cohort_and_clipping(tmp_path):
   assert peaks['clipping=False M=800'] == pytest.approx(25.5)
 
 
+def test_catastrophic_reads_the_drift_arm_apart_and_says_why_none_failed(
+    tmp_path):
+  root = str(tmp_path)
+  points = []
+  # (M, arm flags, peak ‖Δ‖ per seed): no run fails; the peaks fall with M
+  # in both arms.
+  for m, extra, peaks in (
+      (10, {}, (2.0, 4.0)), (800, {}, (1.0, 1.0)),
+      (10, {'client_epochs': 10, 'dirichlet_alpha': 0.3}, (6.0, 6.0)),
+      (800, {'client_epochs': 10, 'dirichlet_alpha': 0.3}, (0.5, 0.7))):
+    for seed, peak in enumerate(peaks):
+      name = f'm{m}_e{len(extra)}_s{seed}'
+      run_directories.write_run(root, name, {
+          'clipping': False, 'seed': seed, 'client_epochs': 5,
+          'dirichlet_alpha': None, **extra}, {
+              'round': [1, 2], 'clients_per_round': [m] * 2,
+              'catastrophic_failure': [0, 0],
+              'update_norm': [peak, peak / 2],
+              'train/accuracy': [0.5, 0.6],
+              'test/accuracy': [np.nan, 0.6]})
+      points.append(core.sweep.SweepPoint(name, {}, (),
+                                          os.path.join(root, name), 2))
+  frame = core.load_finished_runs(points)
+  result = large_cohort_experiments.analyze_catastrophic(frame, root)
+  peaks = result.table[result.table[core.QUANTITY] == 'peak_update_norm'
+                       ].set_index(core.ROW)[core.VALUE].to_dict()
+  assert peaks == pytest.approx({
+      'clipping=False M=10': 3.0, 'clipping=False M=800': 1.0,
+      'clipping=False M=10 E=10 Dirichlet 0.3': 6.0,
+      'clipping=False M=800 E=10 Dirichlet 0.3': 0.6})
+  [note] = result.notes
+  assert ("the task's local work: 3 at M=10, 1 at M=800; E=10 Dirichlet 0.3:"
+          ' 6 at M=10, 0.6 at M=800.') in note
+  assert 'averaging more clients damps' in note
+  assert set(result.figures) >= {'update_norm_clipping_false.png',
+                                 'update_norm_clipping_false_drift.png'}
+  # A larger peak at the largest cohort in one arm: no claim of damping.
+  frame.loc[(frame[large_cohort_experiments.M] == 800)
+            & frame['dirichlet_alpha'].notna(), 'update_norm'] = 9.0
+  [note] = large_cohort_experiments.analyze_catastrophic(frame, root).notes
+  assert 'damps' not in note and '9 at M=800' in note
+
+
 def test_table_rates_picks_the_best_validation_cell_and_checks_the_rates_used(
     tmp_path):
   root = str(tmp_path)
