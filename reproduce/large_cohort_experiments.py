@@ -164,10 +164,9 @@ def catastrophic_grids(scale: str) -> tuple[core.Grid, ...]:
   grid = cohort_grid(scale, 'sgd', ('false', 'true'), task='digits')
   if scale == 'paper':
     return (grid,)
-  drift = dataclasses.replace(
-      grid, name=grid.name + '_drift', flags={**grid.flags, **DRIFT_FLAGS},
-      axes=(grid.axes[0], sweep.Axis(CLIPPING, ('false',))))
-  return grid, drift
+  drift = cohort_grid(scale, 'sgd', ('false',), task='digits')
+  return grid, dataclasses.replace(drift, name=drift.name + '_drift',
+                                   flags={**drift.flags, **DRIFT_FLAGS})
 
 
 def _drift_arm(frame: pd.DataFrame) -> pd.Series:
@@ -188,9 +187,10 @@ def analyze_catastrophic(frame: pd.DataFrame, output_dir: str
   by = [ARM, CLIPPING, M]
   rows_fn = lambda r: f'clipping={bool(r[CLIPPING])} M={int(r[M])}{r[ARM]}'
   failures = _failure_table(frame, by)
+  peaks = _norm_peaks(frame, by)
   table = pd.concat([
       _long(failures, rows_fn, 'failure_percent', 'failure_percent', n='n'),
-      _long(_norm_peaks(frame, by), rows_fn, 'peak_update_norm', 'value',
+      _long(peaks, rows_fn, 'peak_update_norm', 'value',
             'std', 'n'),
       _long(analysis.accuracy_by_run(frame, by=by).groupby(by).agg(
           value=('accuracy', 'mean'), std=('accuracy', 'std'),
@@ -215,7 +215,7 @@ def analyze_catastrophic(frame: pd.DataFrame, output_dir: str
   total = failures[failures[CLIPPING] == False]  # noqa: E712
   notes = []
   if len(total) and (total['failure_percent'] == 0).all():
-    notes.append(_no_failure_reading(_norm_peaks(frame, by)))
+    notes.append(_no_failure_reading(peaks))
   return core.Analysis(table, figures, notes)
 
 
@@ -240,8 +240,9 @@ def _no_failure_reading(peaks: pd.DataFrame) -> str:
     reading += (
         ' In every arm the largest cohort has a smaller peak than the'
         ' smallest: averaging more clients damps the pseudo-gradient, and no'
-        ' client of this model has a gradient that blows up, with more local'
-        ' steps and label skew too.')
+        ' client of this model has a gradient that blows up' + (
+            ', with more local steps and label skew too.' if len(arms) > 1
+            else '.'))
   return reading + (
       ' Reproducing the failure needs a task with such clients (the paper\'s'
       ' EMNIST CNN, `--scale=paper`).')
