@@ -149,7 +149,9 @@ def inlined_tf_functions():
   control dependencies). Those inner functions are then traced without
   AutoGraph: a model whose Python branches on tensors (AutoGraph's job)
   raises `tf.errors.OperatorNotAllowedInGraphError`, and `trace_inlined`
-  retraces it without inlining.
+  retraces it without inlining. What a call would hide from the caller
+  (Keras' logits behind a softmax) stays hidden: the models are built by
+  `with_called_predictions`.
   """
   previous = tf.config.functions_run_eagerly()
   tf.config.run_functions_eagerly(True)
@@ -157,6 +159,40 @@ def inlined_tf_functions():
     yield
   finally:
     tf.config.run_functions_eagerly(previous)
+
+
+def with_called_predictions(model_fn: ModelFn) -> ModelFn:
+  """`model_fn` whose models' `predict_on_batch` outputs pass through
+  `tf.identity`, the boundary that calling it as a `tf.function` puts
+  between the predictions and the loss.
+
+  Why: TFF's Keras model computes its loss on the output of
+  `predict_on_batch`, a call in the per-client process. Keras computes a
+  loss on probabilities from the logits instead whenever it can see them:
+  a tensor that carries Keras' `_keras_logits`, or the output of a
+  `Softmax` or `Sigmoid` op; neither crosses a call, but both would cross
+  a `predict_on_batch` inlined by `inlined_tf_functions`. Then a saturated
+  prediction's loss and gradient would come from its logits (unbounded)
+  instead of from Keras' probabilities clipped at its epsilon (at most
+  -log(1e-7) = 16.1 an example, no gradient), and a fused round would not
+  be the per-client round. Every shard computation and the fused
+  evaluation build their models through this.
+  """
+
+  def boundary(value: Any) -> Any:
+    return tf.identity(value) if tf.is_tensor(value) else value
+
+  def make_model() -> tff.learning.models.VariableModel:
+    model = model_fn()
+    predict = model.predict_on_batch
+
+    def predict_on_batch(*args, **kwargs):
+      return tf.nest.map_structure(boundary, predict(*args, **kwargs))
+
+    model.predict_on_batch = predict_on_batch
+    return model
+
+  return make_model
 
 
 def trace_inlined(body_fn: Callable[..., Any], *inputs: Any,
@@ -375,6 +411,7 @@ def shard_computation(model_fn: ModelFn, program_fn: ProgramFn,
   if stateful:
     arg_types.append(('client_states', stacked_type(client_state_type)))
 
+  model_fn = with_called_predictions(model_fn)
   inline = not runs_own_loops(model_fn)
 
   @tff.tensorflow.computation(

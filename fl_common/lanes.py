@@ -295,6 +295,7 @@ def lane_shard_computation(
   """
   if lanes < 1:
     raise ValueError(f'lanes must be at least 1, got {lanes}.')
+  model_fn = fused.with_called_predictions(model_fn)
   check_vectorizable(model_fn)
   layout = _layout(model_fn)
   clipping = aggregation.clipping

@@ -120,6 +120,7 @@ def build_fused_per_client_evaluation(
     model = _check_model(model_fn())
     weights_type = tff.learning.models.weights_type_from_model(model)
   resident_examples = fused.as_resident(resident_examples)
+  model_fn = fused.with_called_predictions(model_fn)
   shard_type = fused.shard_type(model_fn, resident_examples)
 
   @tff.tensorflow.computation(weights_type, shard_type)

@@ -6,6 +6,7 @@ import collections
 
 import numpy as np
 import tensorflow as tf
+import tensorflow_federated as tff
 
 from fl_common import shards
 
@@ -79,3 +80,38 @@ def assert_screened(metrics, sizes, nan_client):
   assert aggregator['num_zero_updates'] == 2
   train = metrics['client_work']['train']
   assert train['num_examples'] == sum(sizes) - sizes[nan_client]
+
+
+def saturated_classifier_fn():
+  """A Keras softmax classifier (TFF's `from_keras_model`, Keras' cross
+  entropy on probabilities) whose predictions on
+  `saturated_classifier_datasets` start saturated: probabilities below
+  Keras' epsilon, which TFF's per-client forward pass clips (its
+  `predict_on_batch` is a call; Keras sees no logits through it)."""
+
+  def model_fn():
+    keras_model = tf.keras.Sequential([tf.keras.layers.Dense(
+        3, activation='softmax', input_shape=(NUM_FEATURES,),
+        kernel_initializer=tf.keras.initializers.RandomNormal(seed=0))])
+    return tff.learning.models.from_keras_model(
+        keras_model, loss=tf.keras.losses.SparseCategoricalCrossentropy(),
+        input_spec=collections.OrderedDict(
+            x=tf.TensorSpec([None, NUM_FEATURES], tf.float32),
+            y=tf.TensorSpec([None], tf.int32)),
+        metrics=[tf.keras.metrics.SparseCategoricalAccuracy()])
+  return model_fn
+
+
+def saturated_classifier_datasets(sizes, batch_size=2, seed=0):
+  rng = np.random.default_rng(seed)
+  return [tf.data.Dataset.from_tensor_slices(collections.OrderedDict(
+      x=(50.0 * rng.normal(size=(size, NUM_FEATURES))).astype(np.float32),
+      y=rng.integers(0, 3, size).astype(np.int32))).batch(batch_size)
+          for size in sizes]
+
+
+def assert_saturated_loss(loss):
+  """Asserts that a mean loss is that of saturated predictions as TFF's
+  per-client forward pass computes it: large, and bounded by Keras'
+  clipping of probabilities at 1e-7 (-log(1e-7) = 16.1 per example)."""
+  assert 5.0 < loss <= -np.log(1e-7) + 1e-3

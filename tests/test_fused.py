@@ -132,6 +132,27 @@ def test_a_round_on_shards_cut_to_a_byte_cap_equals_the_per_client_round():
                                  datasets, 7, max_shard_bytes=100)
 
 
+@pytest.mark.parametrize('lanes', [1, 2])
+def test_a_saturated_softmax_classifier_trains_as_on_the_per_client_round(
+    lanes):
+  # Inlined, Keras would see the softmax's logits and compute the loss (and
+  # its gradient) from them; TFF's per-client forward pass clips the
+  # probabilities instead (`fl_common.fused.with_called_predictions`).
+  model_fn = fused_checks.saturated_classifier_fn()
+  kwargs = dict(
+      client_optimizer=tff.learning.optimizers.build_sgdm(0.1),
+      server_optimizer=tff.learning.optimizers.build_sgdm(1.0),
+      model_aggregator=diagnosed_mean.diagnosed_mean_factory(clipping=False))
+  per_client = fedopt.build_fedopt(model_fn, **kwargs)
+  on_shards = fused.build_fused_fedopt(model_fn, lanes=lanes, **kwargs)
+  datasets = fused_checks.saturated_classifier_datasets([5, 3, 8, 2])
+  state = per_client.initialize()
+  output, _ = fused_checks.assert_same_round(per_client, on_shards, state,
+                                             state, datasets, 2)
+  fused_checks.assert_saturated_loss(
+      output.metrics['client_work']['train']['loss'])
+
+
 def test_split_shards_cut_at_client_boundaries_within_the_cap():
   sizes = [5, 1, 0, 8, 3, 4, 2]
   datasets = fused_checks.client_datasets(sizes)

@@ -10,6 +10,7 @@ import tensorflow_federated as tff
 
 from fl_common import per_client_evaluation
 from fl_common import shards
+from tests import fused_checks
 
 
 def _model_fn():
@@ -78,6 +79,29 @@ def test_fused_evaluation_equals_the_per_client_evaluation(clients_per_shard):
           [shard['unfinalized'] for shard in per_shard]),
       per_client_evaluation.sum_over_clients(
           [client['unfinalized'] for client in got]))
+
+
+def test_fused_evaluation_of_saturated_predictions_equals_per_client():
+  # Keras' loss on clipped probabilities, as per client (not on the logits
+  # that the inlined evaluation would show it).
+  model_fn = fused_checks.saturated_classifier_fn()
+  datasets = fused_checks.saturated_classifier_datasets([5, 3, 8])
+  with tf.Graph().as_default():
+    weights_model = model_fn()
+  weights = tff.learning.models.ModelWeights(
+      trainable=[np.random.default_rng(1).normal(size=v.shape).astype(
+          np.float32) for v in weights_model.trainable_variables],
+      non_trainable=[])
+  per_client = per_client_evaluation.build_per_client_evaluation(model_fn)(
+      weights, datasets)
+  per_shard = per_client_evaluation.build_fused_per_client_evaluation(
+      model_fn)(weights, shards.shards_from_datasets(datasets, 2))
+  got = per_client_evaluation.split_clients(per_shard)
+  for a, b in zip(per_client, got):
+    tf.nest.map_structure(
+        lambda x, y: np.testing.assert_allclose(np.asarray(x), y, rtol=1e-5),
+        a, b)
+  fused_checks.assert_saturated_loss(per_client[0]['finalized']['loss'])
 
 
 def test_summed_then_finalized_metrics_equal_tff_federated_evaluation():
