@@ -56,22 +56,33 @@ def test_each_client_gets_its_own_accuracy():
   assert [c['finalized']['num_examples'] for c in per_client] == [5, 1, 8]
 
 
+def _assert_fused_equals_per_client(model_fn, weights, datasets,
+                                    clients_per_shard, rtol):
+  """Evaluates `datasets` per client and on shards of `clients_per_shard`,
+  asserts each client's metrics equal; returns (per_client, per_shard,
+  the shards' clients)."""
+  per_client = per_client_evaluation.build_per_client_evaluation(model_fn)(
+      weights, datasets)
+  fused = per_client_evaluation.build_fused_per_client_evaluation(model_fn)
+  per_shard = fused(weights,
+                    shards.shards_from_datasets(datasets, clients_per_shard))
+  got = per_client_evaluation.split_clients(per_shard)
+  assert len(got) == len(per_client) == len(datasets)
+  for a, b in zip(per_client, got):
+    tf.nest.map_structure(
+        lambda x, y: np.testing.assert_allclose(np.asarray(x), y, rtol=rtol),
+        a, b)
+  return per_client, per_shard, got
+
+
 @pytest.mark.parametrize('clients_per_shard', [1, 2, 3])
 def test_fused_evaluation_equals_the_per_client_evaluation(clients_per_shard):
   weights, datasets, _ = _weights_and_clients()
   # An empty client too: its metrics are the model's initial (zero) ones.
   datasets.insert(1, datasets[0].take(0))
-  per_client = per_client_evaluation.build_per_client_evaluation(_model_fn)(
-      weights, datasets)
-  fused = per_client_evaluation.build_fused_per_client_evaluation(_model_fn)
-  per_shard = fused(weights,
-                    shards.shards_from_datasets(datasets, clients_per_shard))
-  got = per_client_evaluation.split_clients(per_shard)
-  assert len(got) == len(per_client) == 4
-  for a, b in zip(per_client, got):
-    tf.nest.map_structure(
-        lambda x, y: np.testing.assert_allclose(np.asarray(x), y, rtol=1e-6),
-        a, b)
+  assert len(datasets) == 4
+  _, per_shard, got = _assert_fused_equals_per_client(
+      _model_fn, weights, datasets, clients_per_shard, rtol=1e-6)
   # Summed per shard, the totals are the clients' sums.
   tf.nest.map_structure(
       np.testing.assert_array_equal,
@@ -92,15 +103,8 @@ def test_fused_evaluation_of_saturated_predictions_equals_per_client():
       trainable=[np.random.default_rng(1).normal(size=v.shape).astype(
           np.float32) for v in weights_model.trainable_variables],
       non_trainable=[])
-  per_client = per_client_evaluation.build_per_client_evaluation(model_fn)(
-      weights, datasets)
-  per_shard = per_client_evaluation.build_fused_per_client_evaluation(
-      model_fn)(weights, shards.shards_from_datasets(datasets, 2))
-  got = per_client_evaluation.split_clients(per_shard)
-  for a, b in zip(per_client, got):
-    tf.nest.map_structure(
-        lambda x, y: np.testing.assert_allclose(np.asarray(x), y, rtol=1e-5),
-        a, b)
+  per_client, _, _ = _assert_fused_equals_per_client(
+      model_fn, weights, datasets, 2, rtol=1e-5)
   fused_checks.assert_saturated_loss(per_client[0]['finalized']['loss'])
 
 
