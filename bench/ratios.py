@@ -19,7 +19,6 @@ Must run inside `experiment_driver.runtime.local_runtime()`.
 
 import contextlib
 import math
-import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -37,29 +36,6 @@ def _ratio(numerator: float, denominator: float) -> float:
   """`numerator / denominator`; NaN for a zero denominator (a CPU time below
   the clock's 10 ms resolution)."""
   return numerator / denominator if denominator > 0 else math.nan
-
-
-# A call of a round with deferred metrics runs rounds for about this long
-# (at most `MAX_ROUNDS_PER_CALL`), its last round not overlapped.
-SECONDS_PER_CALL = 0.3
-MAX_ROUNDS_PER_CALL = 10
-
-
-def set_rounds_per_call(round_fn: Any) -> None:
-  """For a round whose metrics are deferred as the driver defers them
-  (`tff_rounds.TffRound` with `defer_metrics`): how many rounds a timed call
-  runs, from one round's time (after a warm-up round). A round's time is
-  then its call's over that number: the time between rounds of a training
-  loop that sends each round before it fetches the last one's metrics,
-  plus a share of the call's last round, which nothing overlaps."""
-  if not getattr(round_fn, 'defer_metrics', False):
-    return
-  round_fn()
-  started = time.perf_counter()
-  round_fn()
-  seconds = time.perf_counter() - started
-  round_fn.rounds_per_call = max(1, min(MAX_ROUNDS_PER_CALL,
-                                        int(SECONDS_PER_CALL / seconds)))
 
 
 def measure_ratios(workload: workloads.Workload, cohorts: Sequence[int],
@@ -106,12 +82,7 @@ def measure_ratios(workload: workloads.Workload, cohorts: Sequence[int],
         rounds[tff_rounds.FLOOR] = tff_rounds.round_for(
             tff_rounds.FloorProcess(rounds['resident'].process), workload,
             arrays, tff_rounds.FLOOR)
-      for variant in variants:
-        set_rounds_per_call(rounds[variant])
       timings = timing.time_interleaved(rounds, repeats)
-      for name, round_fn in rounds.items():
-        timings[name] = timing.per_round(
-            timings[name], getattr(round_fn, 'rounds_per_call', 1))
     limits = [k for k in (LIMIT_HERE, LIMIT_ONEDNN_OFF) if k in timings]
     fastest = min(limits, key=lambda k: timings[k].wall_seconds)
     row = {'workload': workload.name, 'clients': num_clients,

@@ -16,14 +16,7 @@ Three processes, all FedAvg (client SGD at the workload's rate, server SGD at
   client datasets built each round from a `ClientData` and the task's
   preprocessing, as `experiment_driver.training_loop` builds them: the next
   round's while a round computes (`experiment_driver.round_inputs`), each
-  call waiting for that build to finish; and each round's metrics fetched
-  after the next round is sent, as the training loop fetches those of a
-  round that neither evaluates nor checkpoints
-  (`experiment_driver.worker_state.deferred_results`), so that the driver's
-  work between rounds (sending the next one, reading the metrics) overlaps
-  the worker's. Such rounds are timed in calls of several rounds
-  (`bench.ratios.set_rounds_per_call`), the last one of each call fetched
-  before the call returns.
+  call waiting for that build to finish.
 
 * `fused` — the full round on fused shards (`large_cohort.fused`): the
   same algorithm and aggregator, the cohort's clients grouped into one shard
@@ -53,9 +46,8 @@ whatever its TensorFlow does.
 """
 
 import collections
-import contextlib
 from collections.abc import Callable
-from typing import Any, Optional
+from typing import Optional
 
 import numpy as np
 
@@ -64,7 +56,6 @@ import tensorflow_federated as tff
 
 from bench import workloads
 from experiment_driver import round_inputs
-from experiment_driver import worker_state
 from fl_common import diagnosed_mean
 from fl_common import lanes
 from fl_common import shards
@@ -180,41 +171,19 @@ class TffRound:
 
   def __init__(self, process: tff.learning.templates.LearningProcess,
                datasets_fn: Callable[[], list[tf.data.Dataset]],
-               overlap_datasets: bool = False, defer_metrics: bool = False):
+               overlap_datasets: bool = False):
     self.process = process
     self.state = process.initialize()
     self._inputs = round_inputs.OverlappedRoundInputs(lambda _: datasets_fn())
     self._overlap_datasets = overlap_datasets
-    self.defer_metrics = defer_metrics
     self._round_num = 0
-    # Rounds per call; the timings divide by it (`bench.ratios`).
-    self.rounds_per_call = 1
-
-  def _round(self, defer: bool) -> Any:
-    self._round_num += 1
-    with (worker_state.deferred_results() if defer else
-          contextlib.nullcontext()):
-      output = self._inputs.run(
-          self._round_num,
-          self._round_num + 1 if self._overlap_datasets else None,
-          lambda datasets: self.process.next(self.state, datasets))
-    self.state = output.state
-    return output.metrics
 
   def __call__(self) -> None:
-    """Runs `rounds_per_call` rounds. With `defer_metrics`, as the driver's
-    training loop runs rounds that neither evaluate nor checkpoint: each
-    round's metrics are fetched after the next round is sent
-    (`worker_state.deferred_results`), the last round's before the call
-    returns."""
-    pending = None
-    for k in range(self.rounds_per_call):
-      last = k == self.rounds_per_call - 1
-      metrics = self._round(self.defer_metrics and not last)
-      if pending is not None:
-        worker_state.fetch(pending)
-      pending = metrics
-    worker_state.fetch(pending)
+    self._round_num += 1
+    self.state = self._inputs.run(
+        self._round_num,
+        self._round_num + 1 if self._overlap_datasets else None,
+        lambda datasets: self.process.next(self.state, datasets)).state
 
 
 def flat_examples(arrays: workloads.ClientArrays) -> collections.OrderedDict:
@@ -231,9 +200,9 @@ def round_for(process: tff.learning.templates.LearningProcess,
   `FLOOR`'s on the resident round's shards."""
   if variant == FLOOR:
     variant = 'resident'
-  driver_like = variant in ('package', 'fused', 'resident')
   return TffRound(process, datasets_fn_for(workload, arrays, variant),
-                  overlap_datasets=driver_like, defer_metrics=driver_like)
+                  overlap_datasets=variant in ('package', 'fused',
+                                               'resident'))
 
 
 def datasets_fn_for(workload: workloads.Workload,

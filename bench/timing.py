@@ -67,17 +67,6 @@ def worker_pid(address: str) -> int:
                      f'serving {address}.')
 
 
-def per_round(calls: Timing, rounds_per_call: int) -> Timing:
-  """`calls`, timings of calls that each ran `rounds_per_call` rounds, per
-  round."""
-  if rounds_per_call == 1:
-    return calls
-  return Timing(
-      wall_seconds=calls.wall_seconds / rounds_per_call,
-      cpu_seconds=calls.cpu_seconds / rounds_per_call,
-      wall_samples=tuple(w / rounds_per_call for w in calls.wall_samples))
-
-
 def time_interleaved(functions: Mapping[str, Callable[[], object]],
                      repeats: int) -> dict[str, Timing]:
   """Times each function `repeats` times, after one warm-up call each.

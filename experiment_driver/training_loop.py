@@ -12,7 +12,6 @@ rounds (`worker_state`); it is fetched for each checkpoint.
 """
 
 import collections
-import contextlib
 import dataclasses
 import functools
 import os
@@ -314,82 +313,53 @@ def run_training(
 
   metrics: dict[str, float] = {}
   round_times = []
-  # Rounds whose metrics may be fetched after the next round is sent
-  # (`worker_state.deferred_results`): not with stateful clients (the next
-  # round may sample a client whose state this round computes), and only
-  # for a round that neither evaluates nor checkpoints.
-  can_defer = on_checkpoint is None
-
-  def quiet(round_num: int) -> bool:
-    return (can_defer and round_num < config.total_rounds and
-            round_num % config.rounds_per_eval != 0 and
-            round_num % config.rounds_per_checkpoint != 0)
-
-  def finish_round(round_num: int, started: float, client_ids, output):
-    """Fetches the round's metrics, evaluates, releases them, checkpoints."""
-    nonlocal metrics, last_train_accuracy
-    round_metrics = worker_state.fetch(output.metrics)
-    finished = time.perf_counter()
-    # A deferred round's time runs from when the previous round's ended.
-    round_seconds = finished - max(started, finish_round.last_finished)
-    finish_round.last_finished = finished
-    round_times.append(round_seconds)
-
-    flat = outputs.flatten_metrics(round_metrics)
-    metrics = {'round_time_sec': round_seconds,
-               'clients_per_round': float(len(client_ids))}
-    metrics.update(flat)
-    metrics.update(summarize_training_metrics(flat, config.accuracy_name))
-    for metrics_fn in (setup.round_metrics_fn, *config.extra_metrics_fns):
-      if metrics_fn is not None:
-        metrics.update(metrics_fn(round_num, client_ids, metrics))
-    for name in CUMULATIVE_METRICS:
-      if name in metrics:
-        totals[name] += metrics[name]
-        metrics[f'cumulative_{name}'] = totals[name]
-    train_accuracy = metrics.get('train/accuracy', np.nan)
-    if np.isfinite(train_accuracy) and np.isfinite(last_train_accuracy):
-      metrics['catastrophic_failure'] = float(
-          diagnostics.is_catastrophic_failure(last_train_accuracy,
-                                              train_accuracy))
-    last_train_accuracy = train_accuracy
-
-    if (round_num % config.rounds_per_eval == 0 or
-        round_num == config.total_rounds):
-      started = time.perf_counter()
-      metrics.update(evaluator(process.get_model_weights(output.state)))
-      metrics['eval_time_sec'] = time.perf_counter() - started
-    run_dir.release_metrics(metrics, round_num)
-    config.print_fn(outputs.progress_line(
-        round_num, config.total_rounds, round_seconds,
-        float(np.mean(round_times)), metrics))
-
-    if (round_num % config.rounds_per_checkpoint == 0 or
-        round_num == config.total_rounds):
-      run_dir.save_checkpoint({
-          'server_state': worker_state.fetch(output.state),
-          'totals': {k: np.float64(v) for k, v in totals.items()},
-          'last_train_accuracy': np.float64(last_train_accuracy),
-      }, round_num)
-      if on_checkpoint is not None:
-        on_checkpoint(round_num)
-
-  finish_round.last_finished = 0.0
-  pending = None  # The last round sent, whose metrics wait to be fetched.
   with round_inputs.OverlappedRoundInputs(build_round_inputs) as inputs:
     for round_num in range(start_round + 1, config.total_rounds + 1):
       started = time.perf_counter()
-      with (worker_state.deferred_results() if quiet(round_num) else
-            contextlib.nullcontext()):
-        client_ids, output = inputs.run(
-            round_num,
-            round_num + 1 if round_num < config.total_rounds else None,
-            functools.partial(run_round, round_num, state))
+      client_ids, output = inputs.run(
+          round_num,
+          round_num + 1 if round_num < config.total_rounds else None,
+          functools.partial(run_round, round_num, state))
       state = output.state
-      if pending is not None:
-        finish_round(*pending)
-      pending = (round_num, started, client_ids, output)
-      if not quiet(round_num):
-        finish_round(*pending)
-        pending = None
+      round_seconds = time.perf_counter() - started
+      round_times.append(round_seconds)
+
+      flat = outputs.flatten_metrics(output.metrics)
+      metrics = {'round_time_sec': round_seconds,
+                 'clients_per_round': float(len(client_ids))}
+      metrics.update(flat)
+      metrics.update(summarize_training_metrics(flat, config.accuracy_name))
+      for metrics_fn in (setup.round_metrics_fn, *config.extra_metrics_fns):
+        if metrics_fn is not None:
+          metrics.update(metrics_fn(round_num, client_ids, metrics))
+      for name in CUMULATIVE_METRICS:
+        if name in metrics:
+          totals[name] += metrics[name]
+          metrics[f'cumulative_{name}'] = totals[name]
+      train_accuracy = metrics.get('train/accuracy', np.nan)
+      if np.isfinite(train_accuracy) and np.isfinite(last_train_accuracy):
+        metrics['catastrophic_failure'] = float(
+            diagnostics.is_catastrophic_failure(last_train_accuracy,
+                                                train_accuracy))
+      last_train_accuracy = train_accuracy
+
+      if (round_num % config.rounds_per_eval == 0 or
+          round_num == config.total_rounds):
+        started = time.perf_counter()
+        metrics.update(evaluator(process.get_model_weights(state)))
+        metrics['eval_time_sec'] = time.perf_counter() - started
+      run_dir.release_metrics(metrics, round_num)
+      config.print_fn(outputs.progress_line(
+          round_num, config.total_rounds, round_seconds,
+          float(np.mean(round_times)), metrics))
+
+      if (round_num % config.rounds_per_checkpoint == 0 or
+          round_num == config.total_rounds):
+        run_dir.save_checkpoint({
+            'server_state': worker_state.fetch(state),
+            'totals': {k: np.float64(v) for k, v in totals.items()},
+            'last_train_accuracy': np.float64(last_train_accuracy),
+        }, round_num)
+        if on_checkpoint is not None:
+          on_checkpoint(round_num)
   return metrics

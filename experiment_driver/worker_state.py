@@ -38,11 +38,7 @@ in 4 slices of 25 (fastest of 5) and from 1.10 to 1.07 at 200 clients in 4
 slices of 50 (fastest of 4), side by side on two workers.
 """
 
-import asyncio
-import concurrent.futures
-import contextlib
-import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any, Optional
 
 import tensorflow_federated as tff
@@ -93,86 +89,28 @@ class StateOnWorker(ingestable_base.Ingestable):
     return self._runner.run_coro_and_return_result(self.fetch_async())
 
 
-class PendingResult:
-  """A result element of a state-passing computation (its metrics) that is
-  computed and sent back in the background (`deferred_results`); `result()`
-  waits for it and returns the Python value the call would have returned."""
-
-  def __init__(self, future: concurrent.futures.Future, type_spec: tff.Type,
-               transform_result: Optional[Callable[[Any], Any]]):
-    self._future = future
-    self._type_spec = type_spec
-    self._transform_result = transform_result
-
-  def result(self) -> Any:
-    return _python_value(self._future.result(), self._type_spec,
-                         self._transform_result)
-
-
-_deferring = False
-
-
-@contextlib.contextmanager
-def deferred_results() -> Iterator[None]:
-  """Inside the block, a state-passing computation (a process's `next`) run
-  whole on one worker through a `StateKeepingContext` returns as soon as the
-  worker has its call: its state stays on the worker (`StateOnWorker`) and
-  its other result elements come back as `PendingResult`s, computed in the
-  background; `fetch` resolves them.
-
-  Why: a round's metrics are only ready when the round has computed, and
-  waiting for them before sending the next round leaves the worker idle
-  while the driver sends it (the round's arguments, RPCs) and handles the
-  metrics. A training loop that sends round r+1 before it fetches round r's
-  metrics hides that time (`training_loop.run_training`).
-  """
-  global _deferring
-  previous, _deferring = _deferring, True
-  try:
-    yield
-  finally:
-    _deferring = previous
-
-
-def _map_states(value: Any, fn: Callable[[Any], Any],
-                types: tuple[type, ...] = (StateOnWorker,)) -> Any:
-  """`value` with `fn(s)` for each `s` of `types` (default: `StateOnWorker`)
-  in it: at its top level, or as an element of a list, tuple (named or not),
-  dict or `tff.structure.Struct`."""
-  if isinstance(value, types):
+def _map_states(value: Any, fn: Callable[[StateOnWorker], Any]) -> Any:
+  """`value` with `fn(s)` for each `StateOnWorker` `s` in it: at its top
+  level, or as an element of a list, tuple (named or not), dict or
+  `tff.structure.Struct`."""
+  if isinstance(value, StateOnWorker):
     return fn(value)
   if isinstance(value, structure.Struct):
-    return structure.Struct([(name, _map_states(element, fn, types))
-                             for name, element
+    return structure.Struct([(name, _map_states(element, fn)) for name, element
                              in structure.iter_elements(value)])
   if isinstance(value, dict):
-    return type(value)((k, _map_states(v, fn, types))
-                       for k, v in value.items())
+    return type(value)((k, _map_states(v, fn)) for k, v in value.items())
   if isinstance(value, tuple) and hasattr(value, '_fields'):
-    return type(value)(*(_map_states(v, fn, types) for v in value))
+    return type(value)(*(_map_states(v, fn) for v in value))
   if isinstance(value, (list, tuple)):
-    return type(value)(_map_states(v, fn, types) for v in value)
+    return type(value)(_map_states(v, fn) for v in value)
   return value
 
 
 def fetch(value: Any) -> Any:
-  """`value` with each `StateOnWorker` and `PendingResult` in it (as
-  `_map_states` finds them) fetched as a Python value."""
-  return _map_states(
-      value, lambda handle: (handle.fetch() if isinstance(handle, StateOnWorker)
-                             else handle.result()),
-      (StateOnWorker, PendingResult))
-
-
-_fetch_loops = threading.local()
-
-
-def _compute_on_thread(coro: Any) -> Any:
-  """Runs `coro` on this thread's own event loop (a fetching thread's)."""
-  loop = getattr(_fetch_loops, 'loop', None)
-  if loop is None:
-    loop = _fetch_loops.loop = asyncio.new_event_loop()
-  return loop.run_until_complete(coro)
+  """`value` with each `StateOnWorker` in it (as `_map_states` finds them)
+  fetched as a Python value."""
+  return _map_states(value, lambda state: state.fetch())
 
 
 async def _fetch_async(value: Any) -> Any:
@@ -243,11 +181,6 @@ class StateKeepingContext(async_execution_context.AsyncExecutionContext):
     # learning process's `next`). The computation is held, so its id is not
     # reused.
     self._compiled = {}
-    # Computes deferred result elements (`deferred_results`): TFF's
-    # `RemoteExecutor` blocks its event loop for the RPC, which would hold
-    # the next call back.
-    self._fetcher = concurrent.futures.ThreadPoolExecutor(
-        max_workers=1, thread_name_prefix='deferred-results')
 
   def _compile(self, comp: tff.Computation) -> tff.Computation:
     held = self._compiled.get(id(comp))
@@ -312,14 +245,8 @@ class StateKeepingContext(async_execution_context.AsyncExecutionContext):
                             executor, result_type[0], self._runner,
                             self._transform_result)
       elements = [state]
-      defer = _deferring
       for index in range(1, len(result_type)):
         element = await executor.create_selection(result, index)
-        if defer:
-          elements.append(PendingResult(
-              self._fetcher.submit(_compute_on_thread, element.compute()),
-              result_type[index], self._transform_result))
-          continue
         elements.append(_python_value(await element.compute(),
                                       result_type[index],
                                       self._transform_result))

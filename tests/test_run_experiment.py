@@ -121,22 +121,6 @@ def test_cohort_in_slices_gives_the_same_metrics(full_run, tmp_path):
                                 rtol=1e-5)
 
 
-def test_deferred_metrics_are_those_of_rounds_run_one_by_one(full_run,
-                                                              tmp_path):
-  # The full run fetches rounds 1 and 3's metrics after it has sent the next
-  # round (neither evaluates nor checkpoints); here every round evaluates and
-  # checkpoints, so each is fetched before the next is sent.
-  run_dir, _ = full_run
-  _run(*_SMALL_RUN, '--rounds_per_eval=1', '--rounds_per_checkpoint=1',
-       f'--root_output_dir={tmp_path}', '--experiment_name=one_by_one')
-  deferred = _metrics(run_dir)
-  one_by_one = _metrics(os.path.join(tmp_path, 'one_by_one'))
-  training = [c for c in deferred
-              if not c.startswith(('test/', 'validation/'))]
-  assert 'train/loss' in training and 'cumulative_examples_processed' in training
-  pd.testing.assert_frame_equal(one_by_one[training], deferred[training])
-
-
 def test_relative_paths_are_from_where_bazel_run_was_typed(tmp_path):
   # `bazel run` starts the driver in its runfiles; BUILD_WORKING_DIRECTORY
   # names the user's directory.

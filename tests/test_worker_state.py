@@ -94,31 +94,6 @@ def test_next_leaves_the_state_on_the_worker_with_the_same_results():
   _assert_same_rounds(([fetched['server_state']], metrics, weights), plain)
 
 
-def test_deferred_metrics_arrive_later_with_the_same_values():
-  process = _fedavg()
-  cohorts = [_datasets([3, 4, 5], seed=1), _datasets([2, 6], seed=2),
-             _datasets([3, 4, 5], seed=3)]
-  plain = _rounds(process, cohorts)
-  with runtime.local_runtime(keep_state_on_worker=True):
-    state = process.set_model_weights(process.initialize(), _INITIAL_WEIGHTS)
-    outputs = []
-    for datasets in cohorts:  # Each round sent before any metrics fetched.
-      with worker_state.deferred_results():
-        outputs.append(process.next(state, datasets))
-      state = outputs[-1].state
-    assert all(isinstance(o.metrics, worker_state.PendingResult)
-               for o in outputs)
-    metrics = [worker_state.fetch(o.metrics) for o in reversed(outputs)][::-1]
-    weights = process.get_model_weights(state)
-    # Outside the block, results come back computed.
-    undeferred = process.next(state, cohorts[0])
-    assert not isinstance(undeferred.metrics, worker_state.PendingResult)
-  assert isinstance(metrics[0], type(plain[1][0]))
-  for deferred, expected in zip(metrics, plain[1]):
-    np.testing.assert_allclose(_flat(deferred), _flat(expected), rtol=1e-6)
-  np.testing.assert_allclose(_flat(weights), _flat(plain[2]), rtol=1e-6)
-
-
 @pytest.fixture(name='sent')
 def _sent(monkeypatch):
   """The types of the values sent to workers, in order, as a list."""
