@@ -41,10 +41,14 @@ def _ratio(numerator: float, denominator: float) -> float:
 def measure_ratios(workload: workloads.Workload, cohorts: Sequence[int],
                    repeats: int,
                    variants: Sequence[str] = tff_rounds.VARIANTS,
-                   limit_in_child: bool = True) -> list[dict[str, Any]]:
+                   limit_in_child: bool = True,
+                   budget_seconds: float = 0.0) -> list[dict[str, Any]]:
   """One row per cohort size: the limit's and each variant's times, ratios.
 
   The learning processes are built once and reused for every cohort size.
+  Each cohort size's rounds are timed `repeats` times, or more while they
+  fit in `budget_seconds` (`timing.time_interleaved`); `repeats` in a row
+  is how many.
   With `limit_in_child` (a registered workload: the child builds it by name),
   the limit also runs with oneDNN off in a child process, unless this
   process has it off already.
@@ -82,10 +86,12 @@ def measure_ratios(workload: workloads.Workload, cohorts: Sequence[int],
         rounds[tff_rounds.FLOOR] = tff_rounds.round_for(
             tff_rounds.FloorProcess(rounds['resident'].process), workload,
             arrays, tff_rounds.FLOOR)
-      timings = timing.time_interleaved(rounds, repeats)
+      timings = timing.time_interleaved(rounds, repeats,
+                                        budget_seconds=budget_seconds)
     limits = [k for k in (LIMIT_HERE, LIMIT_ONEDNN_OFF) if k in timings]
     fastest = min(limits, key=lambda k: timings[k].wall_seconds)
     row = {'workload': workload.name, 'clients': num_clients,
+           'repeats': len(timings[fastest].wall_samples),
            'limit_onednn': here if fastest == LIMIT_HERE else 'off'}
     timings[LIMIT] = timings[fastest]
     for name, t in timings.items():

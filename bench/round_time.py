@@ -80,6 +80,12 @@ _SMALL_MODEL_COHORTS = flags.DEFINE_list(
 _REPEATS = flags.DEFINE_integer(
     'repeats', 3, 'Timed calls per measurement (after one warm-up call); the '
     'fastest counts.', lower_bound=1)
+_BUDGET_SECONDS = flags.DEFINE_float(
+    'budget_seconds', 20.0, 'Ratios section: a cohort\'s rounds are timed '
+    '--repeats times, or more (up to 30) while they fit in this many seconds '
+    '(a small model\'s 20-client rounds take milliseconds; their fastest of 3 '
+    'varied by ~20 % between runs); the table\'s "repeats" column says how '
+    'many. 0: exactly --repeats.', lower_bound=0.0)
 _SPEEDUP_WORKLOAD = flags.DEFINE_string(
     'speedup_workload', 'emnist_cnn', 'Workload of the cores section.')
 _SPEEDUP_CLIENTS = flags.DEFINE_integer(
@@ -113,7 +119,7 @@ _OUTPUT = flags.DEFINE_string(
 
 _TFF_KINDS = tff_rounds.VARIANTS + (tff_rounds.FLOOR,)
 _RATIO_COLUMNS = [('workload', 'workload', 's'), ('clients', 'clients', 'd'),
-                  ('limit_s', 'limit s', '.3f'),
+                  ('repeats', 'repeats', 'd'), ('limit_s', 'limit s', '.3f'),
                   ('limit_onednn', 'oneDNN', 's')]
 for _kind in _TFF_KINDS:
   _RATIO_COLUMNS += [(f'{_kind}_s', f'{_kind} s', '.3f'),
@@ -193,11 +199,14 @@ def main(argv: Sequence[str]) -> None:
     with runtime.local_runtime(max_clients_per_call=per_call,
                                keep_state_on_worker=True):
       for workload, workload_cohorts in workload_list:
-        rows += ratios.measure_ratios(workload, workload_cohorts, repeats)
+        rows += ratios.measure_ratios(
+            workload, workload_cohorts, repeats,
+            budget_seconds=0.0 if quick else _BUDGET_SECONDS.value)
     tables['ratios'] = rows
     tables['scaling'] = ratios.per_client_rows(rows, (ratios.LIMIT, 'package'))
     print(report.format_table(
-        f'Round time vs the limit (fastest of {repeats}; x limit = wall-time '
+        f'Round time vs the limit (fastest of the timed calls, at least '
+        f'{repeats}; x limit = wall-time '
         'ratio, cpu x = CPU-time ratio, driver + worker; cohorts in slices of '
         f'<= {per_call} clients)', rows, _RATIO_COLUMNS), flush=True)
     print(flush=True)

@@ -68,30 +68,44 @@ def worker_pid(address: str) -> int:
 
 
 def time_interleaved(functions: Mapping[str, Callable[[], object]],
-                     repeats: int) -> dict[str, Timing]:
+                     repeats: int, budget_seconds: float = 0.0,
+                     max_repeats: int = 30) -> dict[str, Timing]:
   """Times each function `repeats` times, after one warm-up call each.
 
   Round r calls every function once, in the order given, before round r+1.
+  With `budget_seconds`, more rounds run (at most `max_repeats` in all) as
+  long as they fit in that time at the first timed round's pace: cheap
+  measurements (a small model's round takes milliseconds, and their fastest
+  of 3 varied by ~20 % from run to run) take more samples at little cost.
 
   Raises:
-    ValueError: If `repeats` is not positive.
+    ValueError: If `repeats` is not positive or `max_repeats` < `repeats`.
   """
   if repeats < 1:
     raise ValueError(f'repeats must be positive, got {repeats}.')
+  if max_repeats < repeats:
+    raise ValueError(f'max_repeats={max_repeats} is below repeats={repeats}.')
   for function in functions.values():
     function()  # warm-up: tracing, compilation, worker-side caches
   walls = {name: [] for name in functions}
   cpus = {name: [] for name in functions}
-  for _ in range(repeats):
+  done = 0
+  while done < repeats:
     for name, function in functions.items():
       cpu_started = _cpu_seconds_with_children()
       started = time.perf_counter()
       function()
       walls[name].append(time.perf_counter() - started)
       cpus[name].append(_cpu_seconds_with_children() - cpu_started)
+    done += 1
+    if done == 1 and budget_seconds > 0:
+      round_seconds = sum(w[0] for w in walls.values())
+      affordable = (int(budget_seconds / round_seconds) if round_seconds > 0
+                    else max_repeats)
+      repeats = max(repeats, min(max_repeats, affordable))
   return {
       name: Timing(wall_seconds=min(walls[name]),
-                   cpu_seconds=sum(cpus[name]) / repeats,
+                   cpu_seconds=sum(cpus[name]) / done,
                    wall_samples=tuple(walls[name]))
       for name in functions
   }

@@ -12,6 +12,7 @@ import collections
 import csv
 import json
 import os
+import time
 
 import numpy as np
 import psutil
@@ -221,6 +222,26 @@ def test_time_interleaved_warms_up_then_alternates():
     assert t.cpu_seconds >= 0
   with pytest.raises(ValueError, match='repeats must be positive, got 0'):
     timing.time_interleaved(functions, repeats=0)
+
+
+def test_time_interleaved_takes_more_samples_within_its_budget():
+  calls = []
+
+  def sleeper(name, seconds):
+    return lambda: (calls.append(name), time.sleep(seconds))
+
+  functions = {'a': sleeper('a', 0.01), 'b': sleeper('b', 0.01)}
+  # A timed round takes ~0.02 s: a 0.2 s budget affords ~10, capped at 6.
+  timings = timing.time_interleaved(functions, repeats=2, budget_seconds=0.2,
+                                    max_repeats=6)
+  assert calls == ['a', 'b'] * 7  # a warm-up, then 6 timed rounds
+  assert all(len(t.wall_samples) == 6 for t in timings.values())
+  # A budget that affords less than `repeats` still takes `repeats`.
+  calls.clear()
+  timing.time_interleaved(functions, repeats=3, budget_seconds=0.001)
+  assert calls == ['a', 'b'] * 4
+  with pytest.raises(ValueError, match='max_repeats=2 is below repeats=3'):
+    timing.time_interleaved(functions, repeats=3, max_repeats=2)
 
 
 def test_worker_pid_finds_the_worker_serving_an_address(tff_runtime):
