@@ -17,7 +17,8 @@ Sections, printed as tables in one run:
   `--cohorts`; EMNIST's and Synthetic's logistic regressions at
   `--small_model_cohorts`) and cohort size, measured side by side in this
   process: the ratio of each TFF round to the limit, in wall time (the
-  fastest of `--repeats` calls after a warm-up) and in CPU time of driver
+  fastest of at least `--repeats` calls after a warm-up, more while they
+  fit in `--budget_seconds`) and in CPU time of driver
   plus worker (steadier when other jobs share the machine). Then the same
   runs as time per client at each cohort size (linear scaling keeps it
   constant).
@@ -41,6 +42,7 @@ with the server state kept on it between rounds
 `--output=FILE.json|FILE.csv` also writes every table to a file.
 """
 
+import math
 import os
 from collections.abc import Sequence
 
@@ -173,6 +175,14 @@ def main(argv: Sequence[str]) -> None:
     raise app.UsageError(f'--sections has unknown {unknown}; choose from '
                          f'{list(SECTIONS)}.')
   quick = _QUICK.value
+  if not math.isfinite(_BUDGET_SECONDS.value):
+    raise app.UsageError(
+        f'--budget_seconds must be finite, got {_BUDGET_SECONDS.value}.')
+  if flags.FLAGS['budget_seconds'].present and (
+      quick or 'ratios' not in _SECTIONS.value):
+    raise app.UsageError('--budget_seconds only sets the ratios section\'s '
+                         'timed calls; it does nothing with --quick or '
+                         'without --sections=ratios.')
   cohorts = [10, 50] if quick else _ints(_COHORTS.value, 'cohorts')
   small_cohorts = [20, 100] if quick else _ints(_SMALL_MODEL_COHORTS.value,
                                                 'small_model_cohorts')

@@ -280,6 +280,12 @@ def test_clients_arrays_past_the_byte_cap_are_sent_in_slices(monkeypatch):
      'error: unrecognized arguments: --bogus'),
     ('reproduce', ['--bogus'], 'error: unrecognized arguments: --bogus'),
     ('bench.round_time', ['--bogus'], "Unknown command line flag 'bogus'"),
+    ('bench.round_time', ['--budget_seconds=inf'],
+     '--budget_seconds must be finite, got inf'),
+    ('bench.round_time', ['--sections=e2e', '--budget_seconds=5'],
+     '--budget_seconds only sets the ratios section'),
+    ('bench.round_time', ['--quick', '--budget_seconds=5'],
+     '--budget_seconds only sets the ratios section'),
 ])
 def test_command_line_tools_refuse_bad_flags_without_tffs_exit_traceback(
     module, args, message):
