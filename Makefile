@@ -1,24 +1,22 @@
 # Two commands for a fresh machine: `make demo` and `make test` (see README).
-PYTHON ?= python3
-VENV := .venv
+# PYTHON=python3.12 picks the interpreter (3.11, 3.12 or 3.13; by default
+# VENV's own, else the first supported of python3, python3.13, python3.12,
+# python3.11, pyenv's included); GPU=1 installs TensorFlow for CUDA 12.
+PYTHON ?=
+GPU ?= 0
+VENV ?= .venv
 PY := $(VENV)/bin/python
-STAMP := $(VENV)/.installed
 DEMO_DIR ?= /tmp/fl_papers_demo
 
 .PHONY: install demo test bench bench-small bazel-test reproduce reproduce-smoke clean
 
-install: $(STAMP)
+# requirements/install.sh: the lock file with --no-deps, the fixes of
+# requirements/fix_dependencies.py, this package; returns at once when VENV
+# already holds that install.
+install:
+	@PYTHON='$(PYTHON)' GPU='$(GPU)' sh requirements/install.sh $(VENV)
 
-# TFF 0.87.0 pins jax/jaxlib 0.4.14, whose wheels are gone: the lock file holds
-# every TFF dependency with jax/jaxlib 0.4.13 instead, and TFF goes in --no-deps.
-$(STAMP): requirements/lock.txt setup.py
-	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --disable-pip-version-check -r requirements/lock.txt
-	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps tensorflow-federated==0.87.0
-	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps -e .
-	touch $(STAMP)
-
-demo: $(STAMP)
+demo: install
 	$(PY) run_experiment.py --task=synthetic --total_rounds=30 \
 	  --clients_per_round=10 --rounds_per_eval=10 \
 	  --root_output_dir=$(DEMO_DIR) --experiment_name=demo
@@ -26,12 +24,12 @@ demo: $(STAMP)
 # Test modules run on TEST_JOBS processes (pytest-xdist, a module's tests
 # together: each module starts its own TFF worker, ~1.5 GB per process).
 TEST_JOBS ?= 2
-test: $(STAMP)
+test: install
 	$(PY) -m pytest -q -n $(TEST_JOBS) --dist loadfile tests
 
 # Writes the latest figures to results/bench/ (README.md is the report).
 BENCH_DIR := results/bench
-bench: $(STAMP)
+bench: install
 	{ echo '$$ python -m bench.round_time --output=$(BENCH_DIR)/bench.json'; \
 	  $(PY) -m bench.round_time --output=$(BENCH_DIR)/bench.json; \
 	} > $(BENCH_DIR)/bench_run.log.tmp
@@ -44,7 +42,7 @@ bench: $(STAMP)
 REPRODUCE_ROOT ?= /tmp/fl_papers/reproduce
 # The small-model rows and the end-to-end Synthetic run only (~5 min): the
 # TFF, fused and limit rounds of emnist_linear and synthetic_lr.
-bench-small: $(STAMP)
+bench-small: install
 	mkdir -p $(BENCH_DIR)/small_models
 	{ echo '$$ python -m bench.round_time --sections=ratios,e2e --workloads= --output=$(BENCH_DIR)/small_models/bench.json'; \
 	  $(PY) -m bench.round_time --sections=ratios,e2e --workloads= \
@@ -54,12 +52,12 @@ bench-small: $(STAMP)
 	$(PY) -m bench.report $(BENCH_DIR)/small_models/bench_run.log $(BENCH_DIR)/small_models/README.md bench-small
 	cat $(BENCH_DIR)/small_models/README.md
 
-reproduce: $(STAMP)
+reproduce: install
 	$(PY) -m reproduce all --scale=local --root_output_dir=$(REPRODUCE_ROOT)
 
 # Every experiment for two rounds, one seed (CI): runs, analyses and reports
 # in a fresh temporary directory.
-reproduce-smoke: $(STAMP)
+reproduce-smoke: install
 	root=$$(mktemp -d) && \
 	  $(PY) -m reproduce all --scale=smoke --root_output_dir=$$root \
 	    > $$root.log 2>&1; status=$$?; \
@@ -73,7 +71,7 @@ SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 # Extra `bazel test` flags, e.g. BAZEL_TEST_FLAGS=--test_env=NAME (.ci/run).
 BAZEL_TEST_FLAGS ?=
 
-bazel-test: $(STAMP)
+bazel-test: install
 	@missing=$$(for p in $(BAZEL_DEBS); do \
 	  dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q 'ok installed' \
 	    || echo $$p; done); \

@@ -14,9 +14,7 @@ import signal
 import sys
 import warnings
 
-os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '3')
-
-from absl import app  # pylint: disable=g-import-not-at-top
+from absl import app
 from absl import flags
 from absl import logging
 
@@ -99,7 +97,8 @@ def _train(run_dir: outputs.RunDirectory) -> None:
 def main(argv) -> None:
   if len(argv) > 1:
     raise app.UsageError(f'unexpected arguments: {" ".join(argv[1:])}')
-  logging.set_verbosity(logging.WARNING)
+  if not flags.FLAGS['verbosity'].present:  # --verbosity brings logs back
+    logging.set_verbosity(logging.WARNING)
   # `bazel run` starts the program in its runfiles directory; relative paths
   # in flags are meant from where the user typed the command.
   os.chdir(os.environ.get('BUILD_WORKING_DIRECTORY', os.getcwd()))

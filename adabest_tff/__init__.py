@@ -8,6 +8,8 @@ clients in one graph (`adabest_tff.fused`): the runner then takes shards
 (`fl_common.shards`) in the order of the client ids.
 """
 
+from fl_common import tf_environment  # Keras 2 for TFF, before TensorFlow  # pylint: disable=unused-import
+
 from adabest_tff.adabest import build_adabest
 from adabest_tff.client_state_store import ClientStateStore
 from adabest_tff.feddyn import build_feddyn

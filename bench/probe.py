@@ -17,10 +17,8 @@ The result is printed as JSON on the last line of stdout.
 """
 
 import json
-import os
 import sys
 
-os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '3')
 
 from absl import logging  # pylint: disable=g-import-not-at-top
 

@@ -43,10 +43,8 @@ with the server state kept on it between rounds
 """
 
 import math
-import os
 from collections.abc import Sequence
 
-os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '3')
 
 from absl import app  # pylint: disable=g-import-not-at-top
 from absl import flags

@@ -11,3 +11,5 @@ leave behind), and the reading of run directories (`analysis`) and the
 papers' figures drawn from them (`plots`, `python -m fl_common.plots`). The
 paper packages import this one, TFF and `tasks`, never each other.
 """
+
+from fl_common import tf_environment  # Keras 2 for TFF, before TensorFlow  # pylint: disable=unused-import

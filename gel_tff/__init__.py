@@ -7,6 +7,8 @@ Table 3 (`BASES`: FedAvg, FedAvgCM, FedProx, FedNova, FedYogi), and
 shards of clients (many real clients per TFF client call).
 """
 
+from fl_common import tf_environment  # Keras 2 for TFF, before TensorFlow  # pylint: disable=unused-import
+
 from gel_tff.budgets import build_client_datasets_fn
 from gel_tff.budgets import StepBudgets
 from gel_tff.gel import BASES

@@ -9,6 +9,8 @@ the optimizers by name (`build_optimizer`) and LARS/LAMB as
 with warmup).
 """
 
+from fl_common import tf_environment  # Keras 2 for TFF, before TensorFlow  # pylint: disable=unused-import
+
 from large_cohort.fedopt import build_fedopt
 from large_cohort.fedopt import build_fedsgd
 from large_cohort.fused import build_fused_fedopt

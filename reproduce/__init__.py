@@ -12,6 +12,8 @@ library packages (`large_cohort`, `adabest_tff`, `gel_tff`) do not import
 this one.
 """
 
+from fl_common import tf_environment  # Keras 2 for TFF, before TensorFlow  # pylint: disable=unused-import
+
 from reproduce import adabest_experiments
 from reproduce import core
 from reproduce import gel_experiments

@@ -7,6 +7,8 @@ Paper-specific settings per task (tuned learning rates, GeL's budgets) live
 with the algorithms that use them.
 """
 
+from fl_common import tf_environment  # Keras 2 for TFF, before TensorFlow  # pylint: disable=unused-import
+
 import dataclasses
 import functools
 from collections.abc import Callable

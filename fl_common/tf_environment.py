@@ -1,0 +1,101 @@
+"""TensorFlow's environment, set before TensorFlow is imported.
+
+Two settings that TensorFlow reads once, when it is imported, so every
+package of this project imports this module before anything imports
+TensorFlow (the packages' `__init__`s and the entry points do):
+
+* **Keras 2.** TFF 0.87 wraps Keras 2 models (`tff.learning.models.
+  from_keras_model` reads Keras 2 internals), and since TensorFlow 2.16
+  `tf.keras` is Keras 3 unless `TF_USE_LEGACY_KERAS=1` routes it to the
+  `tf_keras` package. Importing this module sets the variable; if TensorFlow
+  was imported before with Keras 3, it says so (`LegacyKerasError`) instead
+  of letting TFF fail later on `'Sequential' object has no attribute
+  '_is_compiled'`.
+* **A quiet terminal.** `TF_CPP_MIN_LOG_LEVEL` defaults to 3, and unless
+  the user asked for output (`FL_PAPERS_VERBOSE=1`, absl's `--verbosity`/`-v`
+  on the command line, or a level below 2) or imported TensorFlow already,
+  TensorFlow is imported here with the process's stderr pointed at a
+  temporary file, replayed if the import fails:
+  its C++ start-up lines (absl's pre-initialization warning, CPU features,
+  and on the CUDA build "Unable to register cuDNN factory" and the like) are
+  written before the level is read. It happens on import, not in the entry
+  points, because `python -m tasks.prepare_data` imports the package (and
+  so TensorFlow) before its module runs.
+
+And one at exit: if TFF was imported, its default context is dropped while
+Python can still run it (`atexit`), so that a process that never started a
+runtime (`python -m tasks.prepare_data --help`) ends without TFF's
+`ServiceManager.__del__` traceback (`fl_common.default_context` says why).
+
+`TF_ENABLE_ONEDNN_OPTS` is left alone: the CPU-only wheel's oneDNN line is
+an INFO line that the log level silences, and the variable would reach TFF's
+`worker_binary`, whose float32 results it shifts by ~1e-7.
+"""
+
+import atexit
+import os
+import sys
+import tempfile
+
+LEGACY_KERAS = 'TF_USE_LEGACY_KERAS'
+VERBOSE = 'FL_PAPERS_VERBOSE'
+_TRUE = ('1', 'true', 'True')
+
+
+class LegacyKerasError(ImportError):
+  """TensorFlow was imported with Keras 3 before this project."""
+
+
+def _use_legacy_keras() -> None:
+  tf = sys.modules.get('tensorflow')
+  already_set = os.environ.get(LEGACY_KERAS) in _TRUE
+  os.environ[LEGACY_KERAS] = '1'
+  if tf is None or already_set:
+    return
+  # `_tf_uses_legacy_keras` is what TensorFlow >= 2.16 decided at import.
+  if not getattr(tf, '_tf_uses_legacy_keras', True):
+    raise LegacyKerasError(
+        'TensorFlow was imported with Keras 3 before this package; TFF 0.87'
+        ' needs Keras 2 (tf_keras): set TF_USE_LEGACY_KERAS=1 before'
+        ' importing TensorFlow, or import this package first')
+
+
+def verbose(argv: list[str] | None = None) -> bool:
+  """True if the user asked for library output: the variable or --verbosity."""
+  if os.environ.get(VERBOSE, '') not in ('', '0'):
+    return True
+  argv = sys.argv if argv is None else argv
+  return any(arg.split('=')[0] in ('--verbosity', '-v', '--v')
+             for arg in argv[1:])
+
+
+def _quiet_import() -> None:
+  """Imports TensorFlow with its start-up lines kept off the terminal."""
+  level = os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '3')
+  if verbose() or level not in ('2', '3') or 'tensorflow' in sys.modules:
+    return
+  sys.stderr.flush()
+  saved = os.dup(2)
+  with tempfile.TemporaryFile() as captured:
+    os.dup2(captured.fileno(), 2)
+    try:
+      import tensorflow  # pylint: disable=g-import-not-at-top,unused-import
+    except BaseException:
+      os.dup2(saved, 2)
+      captured.seek(0)
+      sys.stderr.write(captured.read().decode(errors='replace'))
+      raise
+    finally:
+      os.dup2(saved, 2)
+      os.close(saved)
+
+
+def _drop_tff_default_context() -> None:
+  if 'tensorflow_federated' in sys.modules:
+    from fl_common import default_context  # pylint: disable=g-import-not-at-top
+    default_context.refuse_unmanaged_default_context()
+
+
+_use_legacy_keras()
+_quiet_import()
+atexit.register(_drop_tff_default_context)
