@@ -31,7 +31,7 @@ Why one module: downloading, resuming, checking and naming the cached files
 are one protocol (a `.part` file, its digest or SQLite check, the rename);
 the TFDS datasets' preparation, which uses it, is in `centralized_images`.
 
-Paths mirror TFF 0.87 and Keras 2.14:
+Paths mirror TFF 0.87 and Keras 2 (tf_keras 2.21):
 * `download.get_compressed_file(origin, cache_dir)` keeps `<cache_dir>/<f>`
   for an origin `.../<f>.lzma` (`cache_dir` defaults to `~/.tff`);
 * `tf.keras.utils.get_file(fname, cache_dir=...)` keeps
