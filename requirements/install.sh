@@ -26,9 +26,10 @@ version_of() {
   "$1" -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null
 }
 
-# A runnable interpreter for $1: itself, or pyenv's copy of that name.
+# A runnable interpreter for $1: itself, or for a bare name, pyenv's copy.
 resolve() {
   if version_of "$1" >/dev/null; then echo "$1"; return 0; fi
+  case $1 in */*) return 1;; esac  # a path is taken as it is
   if command -v pyenv >/dev/null 2>&1; then
     for candidate in "$(pyenv root)"/versions/*/bin/"$(basename "$1")"; do
       if version_of "$candidate" >/dev/null; then echo "$candidate"; return 0; fi

@@ -216,3 +216,38 @@ def test_the_worker_runs_graphs_with_attributes_it_predates():
   x = np.arange(6, dtype=np.float32).reshape(3, 2)
   w = np.array([[0.5], [-2.0]], np.float32)
   np.testing.assert_allclose(gradient(x, w), 2 * x.T @ (x @ w), rtol=1e-6)
+
+
+_INSTALL = os.path.join(_REPO, 'requirements', 'install.sh')
+
+
+def _fake_python(tmp_path, version):
+  path = tmp_path / f'python{version}'
+  path.write_text(f'#!/bin/sh\necho {version}\n')
+  path.chmod(0o755)
+  return str(path)
+
+
+@pytest.mark.parametrize('python, expected', [
+    ('fake-3.10', 'is Python 3.10; this package needs Python 3.11, 3.12 or'),
+    ('/nonexistent/python3.12', 'is not a runnable Python'),
+])
+def test_install_refuses_an_unsupported_python_before_any_work(
+    tmp_path, python, expected):
+  if python.startswith('fake-'):
+    python = _fake_python(tmp_path, python[len('fake-'):])
+  venv = tmp_path / 'venv'
+  result = subprocess.run(['sh', _INSTALL, str(venv)], capture_output=True,
+                          text=True, env={**os.environ, 'PYTHON': python})
+  assert result.returncode == 2
+  assert result.stderr.startswith('error: ') and result.stderr.count('\n') == 1
+  assert expected in result.stderr
+  assert not venv.exists()
+
+
+def test_install_refuses_a_gpu_setting_it_does_not_know(tmp_path):
+  result = subprocess.run(['sh', _INSTALL, str(tmp_path / 'venv')],
+                          capture_output=True, text=True,
+                          env={**os.environ, 'GPU': 'yes'})
+  assert result.returncode == 2
+  assert result.stderr == 'error: GPU=yes: use GPU=1 or GPU=0\n'
