@@ -6,8 +6,9 @@ the prepared data offline.
 
 The mirror (127.0.0.1) serves small archives generated here in the sources'
 own formats (CIFAR's binary version). TFDS registers the real archives'
-sizes and digests, so the tests register the generated ones' instead
-(`centralized_images._source_files`); everything else is the code users run.
+sizes and digests (and checks a manual download against them), so the tests
+register the generated ones' instead (`DatasetBuilder.url_infos`);
+everything else is the code users run.
 """
 
 import hashlib
@@ -19,6 +20,7 @@ import tarfile
 
 import numpy as np
 import pytest
+import tensorflow_datasets as tfds
 from tensorflow_datasets.core.download import checksums
 
 from tasks import centralized_images
@@ -79,8 +81,8 @@ def _register(monkeypatch, name, archive):
   info = checksums.UrlInfo(size=len(archive),
                            checksum=hashlib.sha256(archive).hexdigest(),
                            filename=filename)
-  monkeypatch.setattr(centralized_images, '_source_files',
-                      lambda builder: {_ORIGINS[name]: info})
+  monkeypatch.setattr(tfds.core.DatasetBuilder, 'url_infos',
+                      {_ORIGINS[name]: info})
   return filename
 
 
@@ -179,13 +181,15 @@ def test_prepare_data_then_the_driver_trains_offline(served, tmp_path):
   # prepare_data's own main, with the generated archive registered.
   script = (
       'import hashlib, sys\n'
+      'from tasks import prepare_data\n'
+      'import tensorflow_datasets as tfds\n'
       'from tensorflow_datasets.core.download import checksums\n'
-      'from tasks import centralized_images, prepare_data\n'
       f'archive = open({str(directory / "cifar-10-binary.tar.gz")!r},'
       ' "rb").read()\n'
       'info = checksums.UrlInfo(size=len(archive), checksum=hashlib.sha256('
       'archive).hexdigest(), filename="cifar-10-binary.tar.gz")\n'
-      'centralized_images._source_files = lambda builder: {"u": info}\n'
+      'tfds.core.DatasetBuilder.url_infos = {'
+      f'{_ORIGINS["cifar10"]!r}: info}}\n'
       'sys.exit(prepare_data.main(["--task=cifar10",'
       f' "--data_dir={data_dir}"]))\n')
   env = {**os.environ, data_files.MIRROR_ENV: url, data_files.OFFLINE_ENV: '0'}

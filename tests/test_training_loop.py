@@ -74,11 +74,11 @@ def _growth_mb(task_name, task_kwargs, rounds, modes):
 
 def test_client_datasets_do_not_accumulate_across_rounds():
   # Stack Overflow's preprocessing puts its 10k-word vocabulary in a map
-  # function: ~0.6 MB per client dataset that TensorFlow's kernel cache keeps
-  # unless something clears it, as seeding does.
+  # function: ~0.6 MB per client dataset. TensorFlow 2.14's kernel cache kept
+  # each one (+50 MB over these 150 datasets) unless something cleared it,
+  # as seeding does; 2.21 keeps ~6 MB unseeded. Seeded, nothing may pile up.
   growth = _growth_mb('stackoverflow', {'use_synthetic_data': True}, 30,
-                      ['seeded', 'unseeded'])
-  assert growth['unseeded'] > 50.0, growth  # 150 datasets kept
+                      ['seeded'])
   assert growth['seeded'] < 15.0, growth
 
 
