@@ -54,7 +54,8 @@ if [ -n "${PYTHON:-}" ]; then
     exit 2
   }
 elif [ -x "$venv/bin/python" ] && supported_version "$(version_of "$venv/bin/python")"; then
-  python=$venv/bin/python
+  # The interpreter VENV was made from: a rebuild deletes VENV's own.
+  python=$("$venv/bin/python" -c 'import sys; print(sys._base_executable)')
   version=$(version_of "$python")
 else
   python=""
