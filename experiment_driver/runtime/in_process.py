@@ -1,0 +1,598 @@
+"""TFF computations run in this process's own TensorFlow, on its devices.
+
+TFF 0.87 executes a federated computation only in its C++ `worker_binary`
+(a statically linked TensorFlow 2.14, CPU only, reached over gRPC). This
+module is the in-process counterpart: `InProcessExecutor` is a TFF
+`Executor` that evaluates the computation TFF's native compiler produces
+(`compiler.desugar_and_transform_to_native`, as for the worker) in Python,
+and runs each of its TensorFlow computations in a `tf.compat.v1.Session` of
+this process, imported with TFF's own
+`tensorflow_utils.deserialize_and_call_tf_computation` and placed on one
+device. Values between computations are NumPy arrays (and `tf.data`
+datasets); a CLIENTS-placed value is a list with one member per client.
+
+What the compiled computations contain is small: building blocks
+(references, lambdas, blocks, calls, structs, selections, literals) and the
+intrinsics `federated_{apply,map,aggregate,broadcast,eval_at_server,
+value_at_server,value_at_clients,zip_at_server,zip_at_clients}` (plus the
+few others below). Each is given the C++ federating executor's meaning:
+`federated_aggregate` folds `accumulate` over the clients in their order,
+then `report`; `federated_map` calls its function once per client, on up to
+`lanes` threads at once. An intrinsic not implemented here is refused with
+its name, never approximated.
+
+Each TensorFlow computation's graph is imported once per device; calls take
+a session from a pool (one per concurrent call: a session's variables are
+its own, so concurrent calls never share them). Sessions of a mapped
+function (client work) each use `threads_per_lane` threads; the others
+(server update, merges) use every core of the device.
+"""
+
+import concurrent.futures
+import queue
+import threading
+import weakref
+from collections.abc import Sequence
+from typing import Any, Callable, Optional
+
+import numpy as np
+import tensorflow as tf
+import tensorflow_federated as tff
+from tensorflow_federated.python.common_libs import structure
+from tensorflow_federated.python.core.impl.compiler import building_blocks
+from tensorflow_federated.python.core.impl.compiler import intrinsic_defs
+from tensorflow_federated.python.core.backends.native import compiler
+from tensorflow_federated.python.core.environments.tensorflow_frontend import tensorflow_computation
+from tensorflow_federated.python.core.impl.executor_stacks import python_executor_stacks
+from tensorflow_federated.python.core.impl.executors import executor_base
+from tensorflow_federated.python.core.impl.executors import executor_factory as executor_factory_lib
+from tensorflow_federated.python.core.impl.executors import executor_value_base
+from tensorflow_federated.python.core.impl.types import placements
+from tensorflow_federated.python.core.impl.types import type_conversions
+from tensorflow_federated.python.core.impl.types import type_serialization
+from tensorflow_federated.python.core.impl.utils import tensorflow_utils
+from tensorflow_federated.python.tensorflow_libs import graph_utils
+from tensorflow_federated.python.tensorflow_libs import serialization_utils
+
+
+class UnsupportedComputationError(NotImplementedError):
+  """A compiled computation uses something the in-process runtime lacks."""
+
+
+def _dataset_options() -> tf.data.Options:
+  """The worker's: tf.data's static rewrites off (`value_transfer`)."""
+  options = tf.data.Options()
+  options.experimental_optimization.apply_default_optimizations = False
+  options.autotune.enabled = False
+  return options
+
+
+_DATASET_OPTIONS = _dataset_options()
+
+
+def _serialize_dataset(dataset: tf.data.Dataset) -> bytes:
+  """A dataset as the serialized graph `DatasetFromGraph` rebuilds it from."""
+  dataset = dataset.with_options(_DATASET_OPTIONS)
+  return tf.raw_ops.DatasetToGraphV2(
+      input_dataset=tf.data.experimental.to_variant(dataset)).numpy()
+
+
+class _Federated:
+  """A placed value: `members` has one entry per client (one if all equal)."""
+
+  __slots__ = ('placement', 'all_equal', 'members')
+
+  def __init__(self, placement, all_equal: bool, members: list[Any]):
+    self.placement = placement
+    self.all_equal = all_equal
+    self.members = members
+
+  def member(self, k: int) -> Any:
+    return self.members[0] if self.all_equal else self.members[k]
+
+
+class _Closure:
+  """A lambda with the environment it was evaluated in."""
+
+  __slots__ = ('block', 'env')
+
+  def __init__(self, block: building_blocks.Lambda, env: dict[str, Any]):
+    self.block = block
+    self.env = env
+
+
+def _serialize_value(value: Any, kind: str, dtype: Any) -> Any:
+  if kind == 'tensor':
+    return np.asarray(value, dtype)
+  return _serialize_dataset(value)
+
+
+class _TensorFlowComputation:
+  """One TensorFlow computation's graph, placed on `device`.
+
+  The computation's GraphDef is imported as TFF's
+  `tensorflow_utils.deserialize_and_call_tf_computation` does (the same
+  bindings, init op and session token), but with placeholders fed at each
+  call, and without its check of each result tensor's inferred shape against
+  the TFF type: TensorFlow 2.21 infers some shapes less precisely than the
+  TensorFlow that traced the graph, which the worker never checks either.
+  """
+
+  def __init__(self, proto, device: str,
+               session_config: tf.compat.v1.ConfigProto):
+    function_type = type_serialization.deserialize_type(proto.type)
+    tensorflow = proto.tensorflow
+    self._graph = tf.Graph()
+    self._feeds = []  # (placeholder, kind, dtype) in parameter order.
+    input_map = {}
+    with self._graph.as_default(), tf.device(device):
+      if function_type.parameter is not None:
+        self._stamp(function_type.parameter, tensorflow.parameter, input_map)
+      if tensorflow.session_token_tensor_name:
+        input_map[tensorflow.session_token_tensor_name] = (
+            tf.compat.v1.placeholder_with_default('in_process', shape=[]))
+      if input_map:
+        input_map = graph_utils.add_control_dep_mappings(input_map)
+      return_elements = tensorflow_utils.extract_tensor_names_from_binding(
+          tensorflow.result)
+      if tensorflow.initialize_op:
+        return_elements.append(tensorflow.initialize_op)
+      outputs = tf.graph_util.import_graph_def(
+          serialization_utils.unpack_graph_def(tensorflow.graph_def),
+          input_map, return_elements, name='imported')
+    output_map = dict(zip(return_elements, outputs))
+    self._init_op = output_map.pop(tensorflow.initialize_op, None)
+    self._fetches = []
+    self._result = self._assemble(function_type.result, tensorflow.result,
+                                  output_map)
+    self._graph.finalize()
+    self._config = session_config
+    self._sessions = queue.SimpleQueue()
+
+  def _stamp(self, type_spec, binding, input_map) -> None:
+    kind = binding.WhichOneof('binding')
+    if isinstance(type_spec, tff.StructType) and kind == 'struct':
+      for (_, element_type), element_binding in zip(
+          structure.iter_elements(type_spec), binding.struct.element):
+        self._stamp(element_type, element_binding, input_map)
+    elif isinstance(type_spec, tff.TensorType) and kind == 'tensor':
+      placeholder = tf.compat.v1.placeholder(type_spec.dtype.type,
+                                             shape=type_spec.shape)
+      self._feeds.append((placeholder, 'tensor', type_spec.dtype.type))
+      input_map[binding.tensor.tensor_name] = placeholder
+    elif isinstance(type_spec, tff.SequenceType) and kind == 'sequence':
+      with tf.device('/device:CPU:0'):
+        graph_def = tf.compat.v1.placeholder(tf.string, shape=[])
+        self._feeds.append((graph_def, 'sequence', None))
+        sequence = binding.sequence
+        if sequence.WhichOneof('binding') == 'graph_def_tensor_name':
+          input_map[sequence.graph_def_tensor_name] = graph_def
+        else:
+          input_map[sequence.variant_tensor_name] = (
+              tf.raw_ops.DatasetFromGraph(graph_def=graph_def))
+    else:
+      raise UnsupportedComputationError(
+          f'a TensorFlow parameter of type {type_spec} bound as {kind}')
+
+  def _assemble(self, type_spec, binding, output_map) -> Any:
+    """The result's structure, with the index of each fetched tensor."""
+    kind = binding.WhichOneof('binding')
+    if isinstance(type_spec, tff.TensorType) and kind == 'tensor':
+      self._fetches.append(output_map[binding.tensor.tensor_name])
+      return len(self._fetches) - 1
+    if isinstance(type_spec, tff.StructType) and kind == 'struct':
+      return structure.Struct([
+          (name, self._assemble(element_type, element_binding, output_map))
+          for (name, element_type), element_binding in zip(
+              structure.iter_elements(type_spec), binding.struct.element)])
+    raise UnsupportedComputationError(
+        f'a TensorFlow result of type {type_spec} bound as {kind}')
+
+  def __call__(self, arg: Any) -> Any:
+    feed = {}
+    if self._feeds:
+      leaves = []
+      _flatten_leaves(arg, leaves)
+      if len(leaves) != len(self._feeds):
+        raise TypeError(f'{len(leaves)} values for {len(self._feeds)} '
+                        'parameters of a TensorFlow computation.')
+      for (placeholder, kind, dtype), leaf in zip(self._feeds, leaves):
+        feed[placeholder] = _serialize_value(leaf, kind, dtype)
+    try:
+      session = self._sessions.get_nowait()
+    except queue.Empty:
+      session = tf.compat.v1.Session(graph=self._graph, config=self._config)
+    try:
+      if self._init_op is not None:
+        session.run(self._init_op, feed)
+      values = session.run(self._fetches, feed)
+    finally:
+      self._sessions.put(session)
+    return _fill(self._result, values)
+
+  def close(self) -> None:
+    while True:
+      try:
+        self._sessions.get_nowait().close()
+      except queue.Empty:
+        return
+
+
+def _flatten_leaves(value: Any, leaves: list[Any]) -> None:
+  """The tensors and datasets of `value`, in TFF's element order."""
+  if isinstance(value, (np.ndarray, np.generic, tf.data.Dataset, tf.Tensor,
+                        int, float, bool, str, bytes)):
+    leaves.append(value)
+    return
+  try:
+    elements = structure.from_container(value)
+  except TypeError:
+    leaves.append(value)
+    return
+  for _, element in structure.iter_elements(elements):
+    _flatten_leaves(element, leaves)
+
+
+def _fill(result: Any, values: list[Any]) -> Any:
+  if isinstance(result, int):
+    return values[result]
+  return structure.Struct([(name, _fill(element, values))
+                           for name, element in structure.iter_elements(result)])
+
+
+def session_config(threads: int, device_count: Optional[dict[str, int]] = None
+                   ) -> tf.compat.v1.ConfigProto:
+  """A session's config: its own pools of `threads` threads, soft placement
+  (tf.data's ops stay on the CPU)."""
+  config = tf.compat.v1.ConfigProto(
+      intra_op_parallelism_threads=threads,
+      inter_op_parallelism_threads=threads,
+      use_per_session_threads=True,
+      allow_soft_placement=True)
+  for kind, count in (device_count or {}).items():
+    config.device_count[kind] = count
+  return config
+
+
+class Device:
+  """Where and how a device's computations run.
+
+  Args:
+    name: A TensorFlow device name, e.g. `/device:CPU:0`, `/device:GPU:1`.
+    lanes: How many client computations run at once on it.
+    threads_per_lane: Threads of each client computation's session.
+    threads: Threads of the other computations' sessions.
+    device_count: The session's devices (`ConfigProto.device_count`), to
+      make logical CPU devices visible to it.
+  """
+
+  def __init__(self, name: str, lanes: int, threads_per_lane: int,
+               threads: int, device_count: Optional[dict[str, int]] = None):
+    self.name = name
+    self.lanes = max(1, lanes)
+    self.client_config = session_config(threads_per_lane, device_count)
+    self.server_config = session_config(threads, device_count)
+    self._computations = {}
+    self._lock = threading.Lock()
+    self.pool = concurrent.futures.ThreadPoolExecutor(
+        max_workers=self.lanes, thread_name_prefix='in_process_lane')
+
+  def computation(self, block: building_blocks.CompiledComputation,
+                  for_clients: bool) -> _TensorFlowComputation:
+    # The compiler gives the same building block object at every call of a
+    # compiled computation; the block is kept alive with its graph.
+    key = (id(block), for_clients)
+    with self._lock:
+      entry = self._computations.get(key)
+      if entry is None:
+        entry = (block, _TensorFlowComputation(
+            block.proto, self.name,
+            self.client_config if for_clients else self.server_config))
+        self._computations[key] = entry
+    return entry[1]
+
+  def close(self) -> None:
+    self.pool.shutdown(wait=True)
+    with self._lock:
+      for _, computation in self._computations.values():
+        computation.close()
+      self._computations.clear()
+
+
+class _Value(executor_value_base.ExecutorValue):
+
+  def __init__(self, value: Any, type_spec: tff.Type, num_clients: int):
+    self._value = value
+    self._type_spec = type_spec
+    self._num_clients = num_clients
+
+  @property
+  def type_signature(self) -> tff.Type:
+    return self._type_spec
+
+  @property
+  def internal(self) -> Any:
+    return self._value
+
+  @property
+  def reference(self) -> Any:
+    return self._value
+
+  async def compute(self) -> Any:
+    return _to_python(self._value, self._type_spec, self._num_clients)
+
+
+def _to_python(value: Any, type_spec: tff.Type, num_clients: int) -> Any:
+  """A value as TFF's contexts take results: structs as `Struct`, a
+  CLIENTS-placed value (not all equal) as a list of its clients' values."""
+  if isinstance(value, _Federated):
+    if type_spec.all_equal:
+      return _to_python(value.members[0], type_spec.member, num_clients)
+    count = num_clients if value.all_equal else len(value.members)
+    return [_to_python(value.member(k), type_spec.member, num_clients)
+            for k in range(count)]
+  if isinstance(type_spec, tff.StructType):
+    elements = structure.from_container(value)
+    return structure.Struct([
+        (name, _to_python(element, element_type, num_clients))
+        for (name, element), (_, element_type) in zip(
+            structure.iter_elements(elements),
+            structure.iter_elements(type_spec))])
+  if isinstance(value, (_Closure, building_blocks.ComputationBuildingBlock)):
+    raise UnsupportedComputationError('returning a function')
+  return value
+
+
+# Computation -> its building block, made once: the graphs a device imports
+# are kept by building block (TFF's compiler pipeline gives the same compiled
+# computation at every call of a computation).
+_BUILDING_BLOCKS = weakref.WeakKeyDictionary()
+_BUILDING_BLOCKS_LOCK = threading.Lock()
+
+
+def _building_block(comp: tff.Computation) -> building_blocks.ComputationBuildingBlock:
+  with _BUILDING_BLOCKS_LOCK:
+    block = _BUILDING_BLOCKS.get(comp)
+    if block is None:
+      block = comp.to_building_block()
+      _BUILDING_BLOCKS[comp] = block
+  return block
+
+
+class InProcessExecutor(executor_base.Executor):
+  """Evaluates compiled TFF computations in this process, on one device.
+
+  Args:
+    device: The `Device` every TensorFlow computation runs on.
+    cardinalities: The number of clients (`{tff.CLIENTS: n}`).
+  """
+
+  def __init__(self, device: Device, cardinalities: dict[Any, int]):
+    self._device = device
+    self._num_clients = cardinalities.get(placements.CLIENTS, 0)
+
+  def close(self) -> None:
+    pass
+
+  async def create_value(self, value: Any, type_spec: Any = None) -> _Value:
+    type_spec = tff.types.to_type(type_spec) if type_spec is not None else None
+    if isinstance(value, tff.Computation):
+      return _Value(_building_block(value), value.type_signature,
+                    self._num_clients)
+    if isinstance(value, building_blocks.ComputationBuildingBlock):
+      return _Value(value, value.type_signature, self._num_clients)
+    return _Value(self._ingest(value, type_spec), type_spec,
+                  self._num_clients)
+
+  def _ingest(self, value: Any, type_spec: tff.Type) -> Any:
+    if isinstance(type_spec, tff.FederatedType):
+      if type_spec.all_equal:
+        members = [value]
+      else:
+        members = list(value)
+        if (type_spec.placement is placements.CLIENTS and
+            len(members) != self._num_clients):
+          raise ValueError(f'{len(members)} client values for '
+                           f'{self._num_clients} clients.')
+      return _Federated(type_spec.placement, type_spec.all_equal, members)
+    if isinstance(type_spec, tff.StructType):
+      elements = structure.from_container(value)
+      return structure.Struct([
+          (name, self._ingest(element, element_type))
+          for (name, element), (_, element_type) in zip(
+              structure.iter_elements(elements),
+              structure.iter_elements(type_spec))])
+    return value
+
+  async def create_call(self, comp: _Value,
+                        arg: Optional[_Value] = None) -> _Value:
+    evaluator = _Evaluator(self._device, self._num_clients)
+    value = evaluator.call(evaluator.evaluate(comp.internal, {}),
+                           None if arg is None else arg.internal)
+    return _Value(value, comp.type_signature.result, self._num_clients)
+
+  async def create_struct(self, elements) -> _Value:
+    elements = structure.to_elements(elements)
+    return _Value(
+        structure.Struct([(name, v.internal) for name, v in elements]),
+        tff.StructType([(name, v.type_signature) for name, v in elements]),
+        self._num_clients)
+
+  async def create_selection(self, source: _Value, index: int) -> _Value:
+    return _Value(source.internal[index], source.type_signature[index],
+                  self._num_clients)
+
+
+class _Evaluator:
+  """The compiled computation's building blocks, evaluated in Python."""
+
+  def __init__(self, device: Device, num_clients: int, for_clients=False):
+    self._device = device
+    self._num_clients = num_clients
+    self._for_clients = for_clients
+
+  def evaluate(self, block, env: dict[str, Any]) -> Any:
+    if isinstance(block, building_blocks.Reference):
+      return env[block.name]
+    if isinstance(block, building_blocks.Call):
+      function = self.evaluate(block.function, env)
+      arg = None if block.argument is None else self.evaluate(
+          block.argument, env)
+      return self.call(function, arg)
+    if isinstance(block, building_blocks.Struct):
+      return structure.Struct([
+          (name, self.evaluate(element, env))
+          for name, element in structure.iter_elements(block)])
+    if isinstance(block, building_blocks.Selection):
+      source = self.evaluate(block.source, env)
+      if not isinstance(source, structure.Struct):
+        # A Python container given by the caller (dict, attrs, list).
+        source = structure.from_container(source)
+      return source[block.as_index()]
+    if isinstance(block, building_blocks.Lambda):
+      return _Closure(block, env)
+    if isinstance(block, building_blocks.Block):
+      env = dict(env)
+      for name, local in block.locals:
+        env[name] = self.evaluate(local, env)
+      return self.evaluate(block.result, env)
+    if isinstance(block, building_blocks.Literal):
+      return np.asarray(block.value, block.type_signature.dtype.type)
+    if isinstance(block, (building_blocks.Intrinsic,
+                          building_blocks.CompiledComputation,
+                          building_blocks.Placement)):
+      return block
+    raise UnsupportedComputationError(
+        f'building block {type(block).__name__}')
+
+  def call(self, function: Any, arg: Any) -> Any:
+    if isinstance(function, _Closure):
+      env = function.env
+      if function.block.parameter_name is not None:
+        env = dict(env)
+        env[function.block.parameter_name] = arg
+      return self.evaluate(function.block.result, env)
+    if isinstance(function, building_blocks.Lambda):
+      return self.call(_Closure(function, {}), arg)
+    if isinstance(function, building_blocks.CompiledComputation):
+      return self._device.computation(function, self._for_clients)(arg)
+    if isinstance(function, building_blocks.Intrinsic):
+      handler = _INTRINSICS.get(function.uri)
+      if handler is None:
+        raise UnsupportedComputationError(f'intrinsic {function.uri}')
+      return handler(self, arg)
+    raise UnsupportedComputationError(f'calling {type(function).__name__}')
+
+  # Intrinsics.
+
+  def _clients_evaluator(self) -> '_Evaluator':
+    return _Evaluator(self._device, self._num_clients, for_clients=True)
+
+  def map_clients(self, function: Any, values: _Federated,
+                  all_equal: bool) -> _Federated:
+    """`function` on each client's value, on up to `lanes` at once; once
+    for an all-equal result."""
+    count = 1 if all_equal else (
+        self._num_clients if values.all_equal else len(values.members))
+    inner = self._clients_evaluator()
+    if count == 1:
+      results = [inner.call(function, values.member(0))]
+    else:
+      results = list(self._device.pool.map(
+          lambda k: inner.call(function, values.member(k)), range(count)))
+    return _Federated(placements.CLIENTS, all_equal, results)
+
+  def federated_map(self, arg) -> _Federated:
+    function, values = arg[0], arg[1]
+    if values.placement is placements.CLIENTS:
+      return self.map_clients(function, values, all_equal=False)
+    return _Federated(values.placement, values.all_equal,
+                      [self.call(function, m) for m in values.members])
+
+  def federated_map_all_equal(self, arg) -> _Federated:
+    return self.map_clients(arg[0], arg[1], all_equal=True)
+
+  def federated_apply(self, arg) -> _Federated:
+    function, value = arg[0], arg[1]
+    return _Federated(placements.SERVER, True,
+                      [self.call(function, value.members[0])])
+
+  def federated_aggregate(self, arg) -> _Federated:
+    values, zero, accumulate, _, report = (arg[i] for i in range(5))
+    accumulator = zero
+    count = self._num_clients if values.all_equal else len(values.members)
+    for k in range(count):
+      accumulator = self.call(
+          accumulate, structure.Struct.unnamed(accumulator, values.member(k)))
+    return _Federated(placements.SERVER, True, [self.call(report, accumulator)])
+
+  def federated_broadcast(self, arg) -> _Federated:
+    return _Federated(placements.CLIENTS, True, [arg.members[0]])
+
+  def federated_value_at(self, placement):
+    def value_at(arg):
+      return _Federated(placement, True, [arg])
+    return value_at
+
+  def federated_eval_at(self, placement):
+    def eval_at(function):
+      if placement is placements.CLIENTS:
+        inner = self._clients_evaluator()
+        return _Federated(placement, False, [
+            inner.call(function, None) for _ in range(self._num_clients)])
+      return _Federated(placement, True, [self.call(function, None)])
+    return eval_at
+
+  def federated_zip_at(self, placement):
+    def zip_at(arg):
+      elements = structure.to_elements(arg)
+      if not elements:
+        return _Federated(placement, True, [structure.Struct([])])
+      all_equal = all(v.all_equal for _, v in elements)
+      count = 1 if all_equal else max(
+          len(v.members) for _, v in elements if not v.all_equal)
+      return _Federated(placement, all_equal, [
+          structure.Struct([(name, v.member(k)) for name, v in elements])
+          for k in range(count)])
+    return zip_at
+
+
+_INTRINSICS: dict[str, Callable[[_Evaluator, Any], Any]] = {
+    intrinsic_defs.FEDERATED_MAP.uri: _Evaluator.federated_map,
+    intrinsic_defs.FEDERATED_MAP_ALL_EQUAL.uri:
+        _Evaluator.federated_map_all_equal,
+    intrinsic_defs.FEDERATED_APPLY.uri: _Evaluator.federated_apply,
+    intrinsic_defs.FEDERATED_AGGREGATE.uri: _Evaluator.federated_aggregate,
+    intrinsic_defs.FEDERATED_BROADCAST.uri: _Evaluator.federated_broadcast,
+    intrinsic_defs.FEDERATED_VALUE_AT_SERVER.uri:
+        lambda self, arg: self.federated_value_at(placements.SERVER)(arg),
+    intrinsic_defs.FEDERATED_VALUE_AT_CLIENTS.uri:
+        lambda self, arg: self.federated_value_at(placements.CLIENTS)(arg),
+    intrinsic_defs.FEDERATED_EVAL_AT_SERVER.uri:
+        lambda self, arg: self.federated_eval_at(placements.SERVER)(arg),
+    intrinsic_defs.FEDERATED_EVAL_AT_CLIENTS.uri:
+        lambda self, arg: self.federated_eval_at(placements.CLIENTS)(arg),
+    intrinsic_defs.FEDERATED_ZIP_AT_SERVER.uri:
+        lambda self, arg: self.federated_zip_at(placements.SERVER)(arg),
+    intrinsic_defs.FEDERATED_ZIP_AT_CLIENTS.uri:
+        lambda self, arg: self.federated_zip_at(placements.CLIENTS)(arg),
+}
+
+
+def executor_factory(device: Device) -> executor_factory_lib.ExecutorFactory:
+  """TFF's executor factory of `InProcessExecutor`s on `device`."""
+  def stack_fn(cardinalities):
+    return InProcessExecutor(device, cardinalities)
+
+  return python_executor_stacks.ResourceManagingExecutorFactory(
+      executor_stack_fn=stack_fn)
+
+
+def context_settings(device: Device) -> dict[str, Any]:
+  """A TFF execution context's settings, as for the worker but in-process."""
+  return dict(
+      executor_fn=executor_factory(device),
+      compiler_fn=compiler.desugar_and_transform_to_native,
+      transform_args=tensorflow_computation.transform_args,
+      transform_result=tensorflow_computation.transform_result,
+  )
