@@ -172,7 +172,7 @@ def measure_peak_memory(
     raise ValueError(f'rounds must be positive, got {rounds}.')
   resident = algorithm == 'resident'
   task, train = _task(workload, num_clients, array_backed=resident)
-  with tempfile.TemporaryDirectory() as root, runtime.local_runtime(
+  with tempfile.TemporaryDirectory() as root, runtime.worker_runtime(
       max_clients_per_call=max_clients_per_call,
       keep_state_on_worker=True) as address:
     worker_pid = timing.worker_pid(address)

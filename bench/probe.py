@@ -36,7 +36,7 @@ def run(request: dict) -> object:
   """
   kind = request.get('kind')
   if kind == 'ratios':
-    with runtime.local_runtime(
+    with runtime.worker_runtime(
         max_clients_per_call=request['max_clients_per_call'],
         keep_state_on_worker=True):
       return ratios.measure_ratios(

@@ -204,7 +204,7 @@ def main(argv: Sequence[str]) -> None:
   per_call = _MAX_CLIENTS_PER_CALL.value
   if 'ratios' in _SECTIONS.value:
     rows = []
-    with runtime.local_runtime(max_clients_per_call=per_call,
+    with runtime.worker_runtime(max_clients_per_call=per_call,
                                keep_state_on_worker=True):
       for workload, workload_cohorts in workload_list:
         rows += ratios.measure_ratios(

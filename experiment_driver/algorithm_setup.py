@@ -8,7 +8,6 @@ sees flags.
 """
 
 import dataclasses
-import os
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Optional, Union
 
@@ -46,8 +45,10 @@ class BuildContext:
   num_train_clients: int  # the population size |S|
   total_rounds: int
   seed: int
-  # Machines running client work: the --worker_addresses, or the local one.
-  num_workers: int = 1
+  # Client computations the runtime runs at once, one shard each: every core
+  # of each worker, or the in-process runtime's lanes over its devices
+  # (`runtime.in_process.plan_devices`); default: this machine's cores.
+  calls_at_once: Optional[int] = None
   # Optimizers built from --client_optimizer / --server_optimizer and their
   # hyperparameter flags, with the rates above.
   client_optimizer: Optional[tff.learning.optimizers.Optimizer] = None
@@ -92,9 +93,9 @@ def resident_examples(
 
 def _clients_per_shard(ctx: BuildContext, num_clients: int) -> int:
   """`--clients_per_shard`, or the automatic size for `num_clients`: one
-  shard per core of every worker."""
+  shard per client computation the runtime runs at once."""
   return ctx.clients_per_shard or shards.auto_clients_per_shard(
-      num_clients, ctx.num_workers * (os.cpu_count() or 1))
+      num_clients, ctx.calls_at_once)
 
 
 def shards_fn(

@@ -62,16 +62,32 @@ def experiment_name() -> str:
 
 def runtime():
   """The TFF runtime the flags select, a context manager: the remote workers
-  of `--worker_addresses`, else a local worker (`experiment_driver.runtime`,
-  one client per core unless `--max_concurrent_clients`); either keeps the
-  server state on the worker between rounds (`worker_state`)."""
+  of `--worker_addresses`; else this process (`--runtime=in_process`, on
+  `--devices`) or a local worker (`--runtime=worker`, one client per core
+  unless `--max_concurrent_clients`); workers keep the server state between
+  rounds (`worker_state`)."""
   if f.WORKER_ADDRESSES.value:
     return tff_runtime.remote_runtime(f.WORKER_ADDRESSES.value,
                                       keep_state_on_worker=True)
-  return tff_runtime.local_runtime(
+  if f.RUNTIME.value == 'in_process':
+    return tff_runtime.local_runtime(
+        f.DEVICES.value or None,
+        max_clients_per_call=f.MAX_CLIENTS_PER_CALL.value or None)
+  return tff_runtime.worker_runtime(
       f.MAX_CONCURRENT_CLIENTS.value,
       max_clients_per_call=f.MAX_CLIENTS_PER_CALL.value or None,
       keep_state_on_worker=True)
+
+
+def calls_at_once() -> int:
+  """Client computations the selected runtime runs at once: one per core of
+  each worker, or the in-process runtime's lanes over `--devices`."""
+  cores = os.cpu_count() or 1
+  if f.WORKER_ADDRESSES.value:
+    return len(f.WORKER_ADDRESSES.value) * cores
+  if f.RUNTIME.value == 'in_process':
+    return tff_runtime.in_process.calls_at_once(f.DEVICES.value or None)
+  return cores
 
 
 def create_task() -> tff.simulation.baselines.BaselineTask:
@@ -159,7 +175,7 @@ def build_context(
       num_train_clients=num_train_clients,
       total_rounds=f.TOTAL_ROUNDS.value,
       seed=f.SEED.value,
-      num_workers=max(1, len(f.WORKER_ADDRESSES.value)),
+      calls_at_once=calls_at_once(),
       hold_examples=not f.WORKER_ADDRESSES.value,
       clients_per_shard=f.CLIENTS_PER_SHARD.value,
       lanes=f.LANES.value,

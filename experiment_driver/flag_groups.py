@@ -259,17 +259,30 @@ CHECKPOINTS_TO_KEEP = flags.DEFINE_integer(
     ' resumes from the one before.', lower_bound=1)
 
 # Runtime and seed.
+RUNTIME = flags.DEFINE_enum(
+    'runtime', 'in_process', ['in_process', 'worker'],
+    'Where rounds run on this machine: in_process, in the driver\'s own'
+    ' TensorFlow, on its GPUs if any, else its CPU cores (--devices); worker,'
+    ' in TFF\'s local worker_binary (TFF\'s own C++ runtime, CPU only). See'
+    ' docs/runtime.md.')
+DEVICES = flags.DEFINE_list(
+    'devices', [],
+    'With --runtime=in_process: the TensorFlow devices to compute on, e.g.'
+    ' GPU:0,GPU:1 or CPU:0. Each round\'s clients are spread over them, the'
+    ' server update runs on the first. Default: every visible GPU, else the'
+    ' CPU.')
 MAX_CONCURRENT_CLIENTS = flags.DEFINE_integer(
     'max_concurrent_clients', None,
-    'How many clients the local TFF worker trains at once, sharing its cores'
-    ' among them; default: one per core; non-positive: no limit.')
+    'With --runtime=worker: how many clients the local TFF worker trains at'
+    ' once, sharing its cores among them; default: one per core;'
+    ' non-positive: no limit.')
 MAX_CLIENTS_PER_CALL = flags.DEFINE_integer(
     'max_clients_per_call', 0,
-    'Run each round\'s cohort on the local worker in slices of at most this'
-    ' many clients and merge their aggregates: the worker\'s memory then grows'
-    ' with this number, not the cohort (it holds several model-sized values'
-    ' per client of a call, ~23 GB for 200 clients of the Stack Overflow'
-    ' LSTM). 0: the whole cohort in one call.', lower_bound=0)
+    'Run each round\'s cohort in slices of at most this many clients and'
+    ' merge their aggregates: memory then grows with this number, not the'
+    ' cohort (several model-sized values per client of a call, ~23 GB for 200'
+    ' clients of the Stack Overflow LSTM on the worker). 0: the whole cohort'
+    ' in one call.', lower_bound=0)
 CLIENTS_PER_SHARD = flags.DEFINE_integer(
     'clients_per_shard', None,
     'Real clients trained in one call of the client computation'
@@ -312,7 +325,8 @@ PARTITION_FLAGS = frozenset({
 # values of these.
 NOT_HPARAMS = frozenset({
     'root_output_dir', 'experiment_name', 'total_rounds',
-    'rounds_per_checkpoint', 'checkpoints_to_keep', 'max_concurrent_clients',
+    'rounds_per_checkpoint', 'checkpoints_to_keep', 'runtime', 'devices',
+    'max_concurrent_clients',
     'max_clients_per_call', 'lanes',
     'worker_addresses', 'target_accuracy', 'target_metric', 'baseline_run_dir',
     'offline', 'progress',

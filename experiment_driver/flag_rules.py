@@ -111,8 +111,14 @@ def unused_flags(values: Mapping[str, Any]) -> dict[str, str]:
       (values['straggler_lambda'] is None, ('straggler_alpha',),
        'needs --straggler_lambda'),
       (bool(values['worker_addresses']),
-       ('max_concurrent_clients', 'max_clients_per_call'),
-       'sets the local worker, which --worker_addresses replaces'),
+       ('max_concurrent_clients', 'max_clients_per_call', 'runtime',
+        'devices'),
+       'sets the local runtime, which --worker_addresses replaces'),
+      (values['runtime'] != 'worker', ('max_concurrent_clients',),
+       'needs --runtime=worker (the in-process runtime runs one client per'
+       ' core, or two per GPU)'),
+      (values['runtime'] != 'in_process', ('devices',),
+       'needs --runtime=in_process (TFF\'s worker runs on the CPU only)'),
   )
   for unused, names, reason in conditions:
     if unused:

@@ -1,9 +1,10 @@
 """Test-suite setup: one TFF runtime owned by the suite, stopped at the end.
 
 Data downloads are off for the whole suite (`FL_PAPERS_OFFLINE`). Every test
-runs under a single local `worker_binary` started by
-`experiment_driver.runtime`; it is stopped when the session ends, and the
-kernel kills it if pytest itself dies. Tests that start the driver as a
+runs under the in-process runtime (`experiment_driver.runtime.local_runtime`)
+unless it installs another: the tests of TFF's worker start their own
+`worker_binary` (`runtime.worker_runtime`), stopped when they end (and by
+the kernel if pytest itself dies). Tests that start the driver as a
 subprocess check that it leaves no worker behind.
 """
 
@@ -35,5 +36,5 @@ def tff_runtime():
   # A test that ran a computation outside this runtime would start TFF's own
   # unmanaged worker: refuse instead.
   runtime.refuse_unmanaged_default_context()
-  with runtime.local_runtime() as address:
-    yield address
+  with runtime.local_runtime() as devices:
+    yield devices

@@ -127,7 +127,7 @@ def test_tff_round_computes_the_limit_client_work(variant):
                                      'resident'])
 def test_tff_round_in_cohort_slices_computes_the_limit_client_work(variant):
   # 5 clients in slices of at most 2: three partial aggregates merged.
-  with runtime.local_runtime(max_clients_per_call=2):
+  with runtime.worker_runtime(max_clients_per_call=2):
     _, got, expected = _tff_round_against_the_limit(
         variant, TINY.client_arrays(5, seed=7))
   for g, e in zip(got, expected):
@@ -244,9 +244,10 @@ def test_time_interleaved_takes_more_samples_within_its_budget():
     timing.time_interleaved(functions, repeats=3, max_repeats=2)
 
 
-def test_worker_pid_finds_the_worker_serving_an_address(tff_runtime):
-  pid = timing.worker_pid(tff_runtime)
-  assert psutil.Process(pid).name() == timing.WORKER_PROCESS_NAME
+def test_worker_pid_finds_the_worker_serving_an_address():
+  with runtime.worker_runtime() as address:
+    pid = timing.worker_pid(address)
+    assert psutil.Process(pid).name() == timing.WORKER_PROCESS_NAME
   with pytest.raises(RuntimeError, match='serving localhost:1'):
     timing.worker_pid('localhost:1')
 

@@ -136,7 +136,7 @@ def _cheap_fingerprint(task, monkeypatch):
                           kwargs, name=name) or task)
   build.create_task()
   runtimes = []
-  for name in ('local_runtime', 'remote_runtime'):
+  for name in ('local_runtime', 'worker_runtime', 'remote_runtime'):
     monkeypatch.setattr(
         runtime, name,
         lambda *args, name=name, **kwargs: runtimes.append(

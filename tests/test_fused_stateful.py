@@ -168,7 +168,7 @@ def test_a_round_sent_in_byte_capped_slices_equals_the_whole_call(
   whole = whole_runner.next(state, ids, round_shards)
   monkeypatch.setattr(runtime.contexts, 'MAX_BYTES_PER_SLICE', 1)
   sliced_runner = runner_lib.StatefulClientRunner(on_shards)
-  with runtime.local_runtime(keep_state_on_worker=True):
+  with runtime.worker_runtime(keep_state_on_worker=True):
     splitting = tff.framework.get_context_stack().current
     sliced = sliced_runner.next(state, ids, round_shards)
     sliced_state = worker_state.fetch(sliced.state)

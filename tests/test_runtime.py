@@ -42,7 +42,7 @@ def test_federated_mean_runs_on_package_runtime():
 
 
 def test_local_runtime_stops_its_worker():
-  with runtime.local_runtime(max_concurrent_clients=1):
+  with runtime.worker_runtime(max_concurrent_clients=1):
     process = workers._started_workers[-1]
     assert process.poll() is None
   assert process.poll() is not None
@@ -192,7 +192,7 @@ def test_cohort_in_three_slices_computes_the_whole_cohort():
   # one call, then the rest of the round runs (for a result with client
   # values, on each slice; for a server result, with one client only).
   client_values = [1.0, 2.0, 3.0, 4.0, 5.0]
-  with runtime.local_runtime(max_clients_per_call=2):
+  with runtime.worker_runtime(max_clients_per_call=2):
     server_total, mean = _server_results(2.0, client_values)
     per_client = _client_results(2.0, client_values)
     splitting_context = context_stack_impl.context_stack.current
@@ -262,7 +262,7 @@ def test_clients_arrays_past_the_byte_cap_are_sent_in_slices(monkeypatch):
   # 5 clients of 1 KB with a 2.5 KB cap: 2 slices would hold 3 KB, so 3.
   monkeypatch.setattr(runtime.contexts, 'MAX_BYTES_PER_SLICE', 2560)
   arrays = [np.full([256], k, np.float32) for k in range(1, 6)]
-  with runtime.local_runtime(keep_state_on_worker=True):
+  with runtime.worker_runtime(keep_state_on_worker=True):
     splitting_context = context_stack_impl.context_stack.current
     assert splitting_context._num_slices(
         [np.float32(1.0), arrays],

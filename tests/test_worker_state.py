@@ -73,7 +73,7 @@ def test_next_leaves_the_state_on_the_worker_with_the_same_results():
   cohorts = [_datasets([3, 4, 5], seed=1), _datasets([2, 6], seed=2),
              _datasets([3, 4, 5], seed=3)]
   plain = _rounds(process, cohorts)
-  with runtime.local_runtime(keep_state_on_worker=True):
+  with runtime.worker_runtime(keep_state_on_worker=True):
     states, metrics, weights = _rounds(process, cohorts)
     assert all(isinstance(s, worker_state.StateOnWorker) for s in states)
     fetched = worker_state.fetch({'server_state': states[-1], 'round': 3})
@@ -113,7 +113,7 @@ def test_a_second_round_sends_neither_the_state_nor_the_computation(sent):
   process = _fedavg()
   state_type = process.next.type_signature.parameter[0]
   datasets = _datasets([3, 4])
-  with runtime.local_runtime(keep_state_on_worker=True):
+  with runtime.worker_runtime(keep_state_on_worker=True):
     state = process.initialize()
     state = process.next(state, datasets).state
     first_round = list(sent)
@@ -131,7 +131,7 @@ def test_a_second_round_sends_neither_the_state_nor_the_computation(sent):
 def test_a_split_cohort_sends_its_computations_once(sent):
   process = _fedavg()
   datasets = _datasets([3, 4, 5, 2])
-  with runtime.local_runtime(max_clients_per_call=2,
+  with runtime.worker_runtime(max_clients_per_call=2,
                              keep_state_on_worker=True):
     state = process.initialize()
     process.next(state, datasets)
@@ -148,7 +148,7 @@ def test_a_split_cohort_fetches_the_state_and_returns_python_values():
   process = _fedavg()
   cohorts = [_datasets([3, 4, 5], seed=1), _datasets([2, 6, 3], seed=2)]
   plain = _rounds(process, cohorts)
-  with runtime.local_runtime(max_clients_per_call=2,
+  with runtime.worker_runtime(max_clients_per_call=2,
                              keep_state_on_worker=True):
     split = _rounds(process, cohorts)
   assert not any(isinstance(s, worker_state.StateOnWorker) for s in split[0])
@@ -173,7 +173,7 @@ def test_stateful_clients_keep_their_states_and_the_server_state_stays():
         state)
 
   plain = rounds()
-  with runtime.local_runtime(keep_state_on_worker=True):
+  with runtime.worker_runtime(keep_state_on_worker=True):
     kept = rounds()
     assert isinstance(kept[0], worker_state.StateOnWorker)
     kept = (worker_state.fetch(kept[0]),) + kept[1:]

@@ -4,8 +4,12 @@ Nothing here runs at import: a runtime is installed only inside one of the
 context managers below (and `refuse_unmanaged_default_context()`, from
 `fl_common.default_context`, is an explicit call of the entry points).
 
-* `local_runtime()` starts one local `worker_binary` it owns (`workers`) and
-  runs every TFF computation of the block on it;
+* `local_runtime()` runs every TFF computation of the block in this
+  process's own TensorFlow (`in_process`), on its GPUs if it has any, else
+  on its CPU cores; no worker process;
+* `worker_runtime()` starts one local `worker_binary` it owns (`workers`) and
+  runs every TFF computation of the block on it (TFF's C++ runtime, CPU
+  only);
 * `remote_runtime(addresses)` spreads each computation over workers started
   by hand on other machines (`worker_binary --port=PORT`): the cohort is
   split into one slice per worker, the workers train their slices at the
@@ -13,8 +17,11 @@ context managers below (and `refuse_unmanaged_default_context()`, from
   `WorkerUnavailableError` naming it (`stubs`) instead of TFF's endless
   retries.
 
-Modules: `workers` (processes), `stubs` (gRPC and health probes), `contexts`
-(execution contexts, cohort splitting).
+Modules: `in_process` (the in-process executor and devices), `workers`
+(processes), `stubs` (gRPC and health probes), `contexts` (execution
+contexts, cohort splitting). This package is the one place where the
+package goes below TFF's public API; `tests/test_runtime.py` imports every
+private symbol it uses.
 """
 
 import contextlib
@@ -24,7 +31,11 @@ from typing import Optional
 from tensorflow_federated.python.core.impl.context_stack import context_stack_impl
 from tensorflow_federated.python.core.impl.executors import remote_executor_grpc_stub
 
+from tensorflow_federated.python.core.impl.execution_contexts import sync_execution_context
+
 from experiment_driver.runtime import contexts
+from experiment_driver.runtime import in_process
+from experiment_driver.runtime.contexts import _DeviceContext
 from experiment_driver.runtime.contexts import _CohortSplittingContext
 from experiment_driver.runtime.contexts import _sync_context
 from experiment_driver.runtime.contexts import _WorkerContext
@@ -47,6 +58,8 @@ __all__ = [
     'local_runtime',
     'refuse_unmanaged_default_context',
     'remote_runtime',
+    'visible_devices',
+    'worker_runtime',
     'start_worker',
     'stop_all_workers',
     'stop_worker',
@@ -54,13 +67,76 @@ __all__ = [
 ]
 
 
+visible_devices = in_process.visible_devices
+
+
+def _check_max_clients_per_call(max_clients_per_call: Optional[int]) -> None:
+  if max_clients_per_call is not None and max_clients_per_call < 1:
+    raise ValueError('max_clients_per_call must be positive, got '
+                     f'{max_clients_per_call}.')
+
+
 @contextlib.contextmanager
 def local_runtime(
+    devices: Optional[Sequence[str]] = None,
+    max_clients_per_call: Optional[int] = None,
+) -> Iterator[list[in_process.Device]]:
+  """Runs TFF computations in this process's TensorFlow during the block.
+
+  Every computation is compiled as for TFF's worker and evaluated here
+  (`in_process`): its TensorFlow runs in sessions of this process, on
+  `devices`. With one device, a computation runs whole on it, its clients
+  up to `Device.lanes` at a time. With several, each computation's cohort
+  is cut into one contiguous slice per device (as over remote workers,
+  `contexts._CohortSplittingContext`): the devices train their slices at
+  the same time, the partial aggregates are merged and the server update
+  runs on the first device.
+
+  Args:
+    devices: TensorFlow device names (`GPU:0`, `GPU:1`, `CPU:0`); default:
+      every visible GPU, else the CPU (`in_process.plan_devices`).
+    max_clients_per_call: `None` (default): a cohort is cut only over the
+      devices. Otherwise into slices of at most this many clients each, run
+      one after the other on each device, whose partial aggregates are
+      merged: memory then grows with this number instead of the cohort
+      size (sums are taken in another order, equal up to float rounding).
+
+  Yields:
+    The `in_process.Device`s the block computes on.
+
+  Raises:
+    ValueError: If a device is not visible or `max_clients_per_call` is not
+      positive.
+  """
+  _check_max_clients_per_call(max_clients_per_call)
+  planned = in_process.plan_devices(devices)
+  try:
+    if len(planned) == 1 and max_clients_per_call is None:
+      context = sync_execution_context.SyncExecutionContext(
+          **in_process.context_settings(planned[0]))
+    else:
+      context = _CohortSplittingContext(
+          [_DeviceContext(d) for d in planned],
+          max_clients_per_slice=max_clients_per_call)
+    with context_stack_impl.context_stack.install(context):
+      yield planned
+  finally:
+    for device in planned:
+      device.close()
+
+
+@contextlib.contextmanager
+def worker_runtime(
     max_concurrent_clients: Optional[int] = None,
     max_clients_per_call: Optional[int] = None,
     keep_state_on_worker: bool = False,
 ) -> Iterator[str]:
   """Runs TFF computations on one local worker for the duration of the block.
+
+  TFF's C++ `worker_binary` (TensorFlow 2.14, CPU only), started and owned
+  here: the runtime of TFF itself, which `local_runtime` reproduces in this
+  process. The choice where a run must match TFF's own runtime, or for the
+  same engine as remote workers.
 
   Args:
     max_concurrent_clients: How many client computations the worker runs at
@@ -93,9 +169,7 @@ def local_runtime(
   Raises:
     ValueError: If `max_clients_per_call` is not positive.
   """
-  if max_clients_per_call is not None and max_clients_per_call < 1:
-    raise ValueError('max_clients_per_call must be positive, got '
-                     f'{max_clients_per_call}.')
+  _check_max_clients_per_call(max_clients_per_call)
   process, address = start_worker(max_concurrent_clients=max_concurrent_clients)
   stub = None
   try:
@@ -146,7 +220,7 @@ def remote_runtime(
     probe_interval_seconds: How often a worker with a call outstanding is
       probed.
     probe_timeout_seconds: How long a probe may go unanswered.
-    keep_state_on_worker: As for `local_runtime`; the state stays on the
+    keep_state_on_worker: As for `worker_runtime`; the state stays on the
       worker only with one worker (with more, every cohort is split over
       them), computations are sent once to each worker in either case.
 

@@ -34,6 +34,7 @@ from tensorflow_federated.python.core.impl.types import type_analysis
 from tensorflow_federated.python.core.impl.types import type_conversions
 
 from experiment_driver import value_transfer
+from experiment_driver.runtime import in_process
 from experiment_driver import worker_state
 from experiment_driver.runtime.stubs import _WorkerStub
 
@@ -133,6 +134,29 @@ class _WorkerContext(context_base.AsyncContext):
       self._context = async_execution_context.AsyncExecutionContext(
           **_context_settings(stub))
 
+  @property
+  def name(self) -> str:
+    return self.stub.address
+
+  async def invoke(self, comp: Any, arg: Any) -> Any:
+    return await self._thread.await_coro_and_return_result(
+        self._context.invoke(comp, arg))
+
+
+class _DeviceContext(context_base.AsyncContext):
+  """One device's in-process `AsyncExecutionContext`, on a thread of its
+  own (as `_WorkerContext`), so that several devices compute at once."""
+
+  def __init__(self, device: in_process.Device):
+    self.device = device
+    self._thread = async_utils.AsyncThreadRunner()
+    self._context = async_execution_context.AsyncExecutionContext(
+        **in_process.context_settings(device))
+
+  @property
+  def name(self) -> str:
+    return self.device.name
+
   async def invoke(self, comp: Any, arg: Any) -> Any:
     return await self._thread.await_coro_and_return_result(
         self._context.invoke(comp, arg))
@@ -204,8 +228,8 @@ class _CohortSplittingContext(context_base.SyncContext):
       except ValueError as e:
         logging.warning(
             'Running computation %s on %s alone: it cannot be split over'
-            ' workers (%s).', comp.type_signature,
-            self._workers[0].stub.address, str(e)[:200])
+            ' workers or devices (%s).', comp.type_signature,
+            self._workers[0].name, str(e)[:200])
         self._unsplittable.add(comp)
       else:
         # A state left on a worker is fetched once, not by each slice.

@@ -29,6 +29,7 @@ function (client work) each use `threads_per_lane` threads; the others
 """
 
 import concurrent.futures
+import os
 import queue
 import threading
 import weakref
@@ -50,6 +51,7 @@ from tensorflow_federated.python.core.impl.executors import executor_value_base
 from tensorflow_federated.python.core.impl.types import placements
 from tensorflow_federated.python.core.impl.types import type_conversions
 from tensorflow_federated.python.core.impl.types import type_serialization
+from tensorflow.python.eager import context as tf_context
 from tensorflow_federated.python.core.impl.utils import tensorflow_utils
 from tensorflow_federated.python.tensorflow_libs import graph_utils
 from tensorflow_federated.python.tensorflow_libs import serialization_utils
@@ -240,17 +242,20 @@ def _fill(result: Any, values: list[Any]) -> Any:
                            for name, element in structure.iter_elements(result)])
 
 
-def session_config(threads: int, device_count: Optional[dict[str, int]] = None
-                   ) -> tf.compat.v1.ConfigProto:
-  """A session's config: its own pools of `threads` threads, soft placement
-  (tf.data's ops stay on the CPU)."""
-  config = tf.compat.v1.ConfigProto(
-      intra_op_parallelism_threads=threads,
-      inter_op_parallelism_threads=threads,
-      use_per_session_threads=True,
-      allow_soft_placement=True)
-  for kind, count in (device_count or {}).items():
-    config.device_count[kind] = count
+def session_config(threads: int) -> tf.compat.v1.ConfigProto:
+  """A session's config: this process's TensorFlow configuration (its
+  logical devices, GPU memory options: what a `tf.compat.v1.Session` made
+  without a config gets), with pools of `threads` threads of its own and
+  soft placement (ops without a kernel for the device, such as tf.data's,
+  run on the CPU)."""
+  config = tf.compat.v1.ConfigProto()
+  # TensorFlow's eager context holds the configuration that `tf.config`
+  # sets; no public API returns it as a ConfigProto.
+  config.CopyFrom(tf_context.context().config)
+  config.intra_op_parallelism_threads = threads
+  config.inter_op_parallelism_threads = threads
+  config.use_per_session_threads = True
+  config.allow_soft_placement = True
   return config
 
 
@@ -262,16 +267,16 @@ class Device:
     lanes: How many client computations run at once on it.
     threads_per_lane: Threads of each client computation's session.
     threads: Threads of the other computations' sessions.
-    device_count: The session's devices (`ConfigProto.device_count`), to
-      make logical CPU devices visible to it.
   """
 
   def __init__(self, name: str, lanes: int, threads_per_lane: int,
-               threads: int, device_count: Optional[dict[str, int]] = None):
+               threads: int):
     self.name = name
     self.lanes = max(1, lanes)
-    self.client_config = session_config(threads_per_lane, device_count)
-    self.server_config = session_config(threads, device_count)
+    self.threads_per_lane = max(1, threads_per_lane)
+    self.threads = max(1, threads)
+    self.client_config = session_config(self.threads_per_lane)
+    self.server_config = session_config(self.threads)
     self._computations = {}
     self._lock = threading.Lock()
     self.pool = concurrent.futures.ThreadPoolExecutor(
@@ -297,6 +302,75 @@ class Device:
       for _, computation in self._computations.values():
         computation.close()
       self._computations.clear()
+
+
+def _device_name(name: str) -> str:
+  """`GPU:1`, `gpu`, `/device:GPU:1`, `/GPU:1` -> `/device:GPU:1`."""
+  name = name.strip()
+  for prefix in ('/device:', '/'):
+    if name.lower().startswith(prefix.lower()):
+      name = name[len(prefix):]
+  kind, _, index = name.partition(':')
+  return f'/device:{kind.upper()}:{index or 0}'
+
+
+def visible_devices() -> list[str]:
+  """This process's TensorFlow devices (logical ones included)."""
+  return [_device_name(d.name) for d in tf.config.list_logical_devices()
+          if d.device_type in ('CPU', 'GPU')]
+
+
+def plan_devices(names: Optional[Sequence[str]] = None,
+                 cores: Optional[int] = None) -> list[Device]:
+  """The devices a runtime computes on, each with its lanes and threads.
+
+  Args:
+    names: TensorFlow devices (`GPU:0`, `CPU:0`, ...); default: every
+      visible GPU, else the CPU. Clients are spread over them, the server
+      update runs on the first.
+    cores: CPU cores to use (default: those this process may run on).
+
+  Returns:
+    One `Device` per name. On the CPU, one client computation per core at a
+    time, each on one thread (the cores shared among the CPU devices named);
+    on a GPU, two at a time (one computes while the other's inputs are
+    prepared), the cores shared among the GPUs for that host work.
+
+  Raises:
+    ValueError: If a device is not visible to TensorFlow or named twice.
+  """
+  cores = cores or len(os.sched_getaffinity(0)) or 1
+  visible = visible_devices()
+  if not names:
+    gpus = [d for d in visible if '/device:GPU:' in d]
+    names = gpus or ['/device:CPU:0']
+  chosen = [_device_name(n) for n in names]
+  for name in chosen:
+    if name not in visible:
+      raise ValueError(f'device {name} is not visible to TensorFlow (visible:'
+                       f' {", ".join(visible)}).')
+  if len(set(chosen)) != len(chosen):
+    raise ValueError(f'a device is named twice: {", ".join(chosen)}.')
+  num_cpus = sum('/device:CPU:' in n for n in chosen)
+  num_gpus = len(chosen) - num_cpus
+  devices = []
+  for name in chosen:
+    if '/device:GPU:' in name:
+      devices.append(Device(name, lanes=2,
+                            threads_per_lane=max(1, cores // (2 * num_gpus)),
+                            threads=cores))
+    else:
+      devices.append(Device(name, lanes=max(1, cores // num_cpus),
+                            threads_per_lane=1, threads=cores))
+  return devices
+
+
+def calls_at_once(names: Optional[Sequence[str]] = None) -> int:
+  """How many client computations `plan_devices(names)` runs at once."""
+  devices = plan_devices(names)
+  for device in devices:
+    device.close()
+  return sum(device.lanes for device in devices)
 
 
 class _Value(executor_value_base.ExecutorValue):
