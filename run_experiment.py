@@ -75,11 +75,12 @@ def run() -> None:
 
 
 def _train(run_dir: outputs.RunDirectory) -> None:
-  with build.runtime():
+  with build.runtime() as where:
     task = build.create_task()
     ctx = build.build_context(task)
     setup = build.build_algorithm(ctx)
     print(f'run directory: {run_dir.path}', flush=True)
+    print(f'runtime: {build.describe_runtime(where)}', flush=True)
     if setup.execution:
       print(f'rounds run on: {setup.execution}', flush=True)
     final_metrics = training_loop.run_training(

@@ -30,8 +30,11 @@ ALGORITHMS = families.ALGORITHMS
 
 
 def check_flags() -> None:
-  """Refuses flags the run would not use (`flag_rules`), before any work."""
+  """Refuses flags the run would not use (`flag_rules`), and devices
+  TensorFlow does not see, before any work."""
   flag_rules.check_flags(FLAGS)
+  if f.DEVICES.value:
+    tff_runtime.in_process.check_devices(f.DEVICES.value)
 
 
 def hparams() -> dict[str, Any]:
@@ -77,6 +80,18 @@ def runtime():
       f.MAX_CONCURRENT_CLIENTS.value,
       max_clients_per_call=f.MAX_CLIENTS_PER_CALL.value or None,
       keep_state_on_worker=True)
+
+
+def describe_runtime(where: Any) -> str:
+  """Where the rounds run, for the driver's output; `where` is what
+  `runtime()` yields."""
+  if f.WORKER_ADDRESSES.value:
+    return 'TFF workers at ' + ', '.join(f.WORKER_ADDRESSES.value)
+  if f.RUNTIME.value == 'in_process':
+    return 'this process (--runtime=in_process), ' + ', '.join(
+        f'{d.name} ({d.lanes} client call{"s" * (d.lanes > 1)} at a time)'
+        for d in where)
+  return f'TFF\'s worker_binary at {where} (--runtime=worker, CPU)'
 
 
 def calls_at_once() -> int:

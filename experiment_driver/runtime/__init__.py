@@ -80,6 +80,7 @@ def _check_max_clients_per_call(max_clients_per_call: Optional[int]) -> None:
 def local_runtime(
     devices: Optional[Sequence[str]] = None,
     max_clients_per_call: Optional[int] = None,
+    record_placement: bool = False,
 ) -> Iterator[list[in_process.Device]]:
   """Runs TFF computations in this process's TensorFlow during the block.
 
@@ -100,6 +101,8 @@ def local_runtime(
       one after the other on each device, whose partial aggregates are
       merged: memory then grows with this number instead of the cohort
       size (sums are taken in another order, equal up to float rounding).
+    record_placement: Whether each device counts the ops each TensorFlow
+      device ran (`Device.placement`); every call is traced, slower.
 
   Yields:
     The `in_process.Device`s the block computes on.
@@ -109,7 +112,8 @@ def local_runtime(
       positive.
   """
   _check_max_clients_per_call(max_clients_per_call)
-  planned = in_process.plan_devices(devices)
+  planned = in_process.plan_devices(devices,
+                                    record_placement=record_placement)
   try:
     if len(planned) == 1 and max_clients_per_call is None:
       context = sync_execution_context.SyncExecutionContext(

@@ -121,7 +121,8 @@ class _TensorFlowComputation:
   """
 
   def __init__(self, proto, device: str,
-               session_config: tf.compat.v1.ConfigProto):
+               session_config: tf.compat.v1.ConfigProto,
+               placement: Optional['Placement'] = None):
     function_type = type_serialization.deserialize_type(proto.type)
     tensorflow = proto.tensorflow
     self._graph = tf.Graph()
@@ -150,6 +151,7 @@ class _TensorFlowComputation:
     self._graph.finalize()
     self._config = session_config
     self._sessions = queue.SimpleQueue()
+    self._placement = placement
 
   def _stamp(self, type_spec, binding, input_map) -> None:
     kind = binding.WhichOneof('binding')
@@ -207,7 +209,16 @@ class _TensorFlowComputation:
     try:
       if self._init_op is not None:
         session.run(self._init_op, feed)
-      values = session.run(self._fetches, feed)
+      if self._placement is None:
+        values = session.run(self._fetches, feed)
+      else:
+        metadata = tf.compat.v1.RunMetadata()
+        with _TRACE_LOCK:  # TensorFlow traces one run at a time.
+          values = session.run(
+              self._fetches, feed, options=tf.compat.v1.RunOptions(
+                  trace_level=tf.compat.v1.RunOptions.FULL_TRACE),
+              run_metadata=metadata)
+        self._placement.add(metadata)
     finally:
       self._sessions.put(session)
     return _fill(self._result, values)
@@ -259,6 +270,43 @@ def session_config(threads: int) -> tf.compat.v1.ConfigProto:
   return config
 
 
+_TRACE_LOCK = threading.Lock()
+
+
+class Placement:
+  """Where a device's computations ran: ops executed per TensorFlow device,
+  for client computations (`federated_map`'s) and the others (server
+  update, merges), from each call's `RunMetadata`."""
+
+  def __init__(self):
+    self._lock = threading.Lock()
+    self.ops = {'clients': {}, 'server': {}}
+
+  def add(self, metadata: tf.compat.v1.RunMetadata, role: str) -> None:
+    with self._lock:
+      counts = self.ops[role]
+      for device_stats in metadata.step_stats.dev_stats:
+        # '/job:localhost/replica:0/task:0/device:GPU:0/stream:all' ->
+        # '/device:GPU:0'.
+        name = _device_name(
+            device_stats.device.partition('/device:')[2].split('/')[0])
+        real = [n for n in device_stats.node_stats
+                if not n.node_name.startswith('_')]
+        if real:
+          counts[name] = counts.get(name, 0) + len(real)
+
+
+class _RolePlacement:
+  """A `Placement` seen by the computations of one role."""
+
+  def __init__(self, placement: Placement, role: str):
+    self._placement = placement
+    self._role = role
+
+  def add(self, metadata: tf.compat.v1.RunMetadata) -> None:
+    self._placement.add(metadata, self._role)
+
+
 class Device:
   """Where and how a device's computations run.
 
@@ -267,16 +315,19 @@ class Device:
     lanes: How many client computations run at once on it.
     threads_per_lane: Threads of each client computation's session.
     threads: Threads of the other computations' sessions.
+    record_placement: Whether to trace every call and count the ops run on
+      each TensorFlow device (`placement`; slower: for tests and the bench).
   """
 
   def __init__(self, name: str, lanes: int, threads_per_lane: int,
-               threads: int):
+               threads: int, record_placement: bool = False):
     self.name = name
     self.lanes = max(1, lanes)
     self.threads_per_lane = max(1, threads_per_lane)
     self.threads = max(1, threads)
     self.client_config = session_config(self.threads_per_lane)
     self.server_config = session_config(self.threads)
+    self.placement = Placement() if record_placement else None
     self._computations = {}
     self._lock = threading.Lock()
     self.pool = concurrent.futures.ThreadPoolExecutor(
@@ -292,7 +343,9 @@ class Device:
       if entry is None:
         entry = (block, _TensorFlowComputation(
             block.proto, self.name,
-            self.client_config if for_clients else self.server_config))
+            self.client_config if for_clients else self.server_config,
+            None if self.placement is None else _RolePlacement(
+                self.placement, 'clients' if for_clients else 'server')))
         self._computations[key] = entry
     return entry[1]
 
@@ -320,8 +373,29 @@ def visible_devices() -> list[str]:
           if d.device_type in ('CPU', 'GPU')]
 
 
+def check_devices(names: Optional[Sequence[str]] = None) -> list[str]:
+  """The full names of `names` (default: every visible GPU, else the CPU).
+
+  Raises:
+    ValueError: If a device is not visible to TensorFlow or named twice.
+  """
+  visible = visible_devices()
+  if not names:
+    gpus = [d for d in visible if '/device:GPU:' in d]
+    return gpus or ['/device:CPU:0']
+  chosen = [_device_name(n) for n in names]
+  for name in chosen:
+    if name not in visible:
+      raise ValueError(f'device {name} is not visible to TensorFlow (visible:'
+                       f' {", ".join(visible)})')
+  if len(set(chosen)) != len(chosen):
+    raise ValueError(f'a device is named twice: {", ".join(chosen)}')
+  return chosen
+
+
 def plan_devices(names: Optional[Sequence[str]] = None,
-                 cores: Optional[int] = None) -> list[Device]:
+                 cores: Optional[int] = None,
+                 record_placement: bool = False) -> list[Device]:
   """The devices a runtime computes on, each with its lanes and threads.
 
   Args:
@@ -329,6 +403,7 @@ def plan_devices(names: Optional[Sequence[str]] = None,
       visible GPU, else the CPU. Clients are spread over them, the server
       update runs on the first.
     cores: CPU cores to use (default: those this process may run on).
+    record_placement: As for `Device`.
 
   Returns:
     One `Device` per name. On the CPU, one client computation per core at a
@@ -340,17 +415,7 @@ def plan_devices(names: Optional[Sequence[str]] = None,
     ValueError: If a device is not visible to TensorFlow or named twice.
   """
   cores = cores or len(os.sched_getaffinity(0)) or 1
-  visible = visible_devices()
-  if not names:
-    gpus = [d for d in visible if '/device:GPU:' in d]
-    names = gpus or ['/device:CPU:0']
-  chosen = [_device_name(n) for n in names]
-  for name in chosen:
-    if name not in visible:
-      raise ValueError(f'device {name} is not visible to TensorFlow (visible:'
-                       f' {", ".join(visible)}).')
-  if len(set(chosen)) != len(chosen):
-    raise ValueError(f'a device is named twice: {", ".join(chosen)}.')
+  chosen = check_devices(names)
   num_cpus = sum('/device:CPU:' in n for n in chosen)
   num_gpus = len(chosen) - num_cpus
   devices = []
@@ -358,10 +423,11 @@ def plan_devices(names: Optional[Sequence[str]] = None,
     if '/device:GPU:' in name:
       devices.append(Device(name, lanes=2,
                             threads_per_lane=max(1, cores // (2 * num_gpus)),
-                            threads=cores))
+                            threads=cores, record_placement=record_placement))
     else:
       devices.append(Device(name, lanes=max(1, cores // num_cpus),
-                            threads_per_lane=1, threads=cores))
+                            threads_per_lane=1, threads=cores,
+                            record_placement=record_placement))
   return devices
 
 

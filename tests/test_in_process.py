@@ -1,0 +1,164 @@
+"""The in-process runtime computes what TFF's worker computes, on any device.
+
+Every builder of the conformance suite trains two rounds in this process
+(`runtime.local_runtime`) and on TFF's `worker_binary`
+(`runtime.worker_runtime`), from the same seed and clients: the server
+states, the round metrics and the stateful clients' states agree to float
+rounding (the worker is TensorFlow 2.14, this process 2.21). Placement over
+several devices runs in a child process with logical CPU devices standing in
+for GPUs (TensorFlow fixes its devices when it starts).
+"""
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import psutil
+import pytest
+import tensorflow as tf
+import tensorflow_federated as tff
+
+from experiment_driver import runtime
+from experiment_driver.runtime import in_process
+from tests import test_builders_conformance as conformance
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _numbers(value):
+  """The numeric leaves of a structure, as float64 arrays."""
+  return [np.asarray(x, np.float64) for x in tf.nest.flatten(value)
+          if np.asarray(x).dtype.kind in 'biuf']
+
+
+def _two_rounds(name, tmp_path, tag):
+  run = conformance._Run(name, tmp_path / tag, seed=5)
+  metrics = [run.round(['a', 'b'], round_num=1),
+             run.round(['b', 'c', 'a'], round_num=2)]
+  client_states = (None if run.runner is None else
+                   run.runner.store.load(['a', 'b', 'c']))
+  return run.state, metrics, client_states
+
+
+@pytest.fixture(scope='module')
+def worker():
+  with runtime.worker_runtime() as address:
+    yield address
+
+
+@pytest.mark.parametrize('name', sorted(conformance.BUILDERS))
+def test_in_process_equals_the_worker(name, worker, tmp_path):
+  del worker  # Installed for the module; the in-process runtime nests in it.
+  on_worker = _two_rounds(name, tmp_path, 'worker')
+  with runtime.local_runtime():
+    here = _two_rounds(name, tmp_path, 'here')
+  for ours, theirs in zip(here, on_worker):
+    ours, theirs = _numbers(ours), _numbers(theirs)
+    assert len(ours) == len(theirs)
+    for a, b in zip(ours, theirs):
+      np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+
+
+def test_slices_of_a_cohort_equal_the_whole_cohort(tmp_path):
+  whole = _two_rounds('fused_adabest', tmp_path, 'whole')
+  with runtime.local_runtime(max_clients_per_call=1):
+    sliced = _two_rounds('fused_adabest', tmp_path, 'sliced')
+  for ours, theirs in zip(sliced, whole):
+    for a, b in zip(_numbers(ours), _numbers(theirs)):
+      np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)
+
+
+def _workers():
+  return {c.pid for c in psutil.Process().children(recursive=True)
+          if 'worker_binary' in c.name()}
+
+
+def test_no_worker_process_is_started(tmp_path):
+  before = _workers()  # The module's worker, if it is running.
+  with runtime.local_runtime():
+    _two_rounds('fedopt', tmp_path, 'x')
+    assert _workers() == before
+
+
+def test_an_intrinsic_it_lacks_is_refused_by_name():
+
+  @tff.federated_computation(tff.FederatedType(np.int32, tff.CLIENTS))
+  def secure_sum(values):
+    return tff.backends.mapreduce.federated_secure_modular_sum(
+        values, np.int32(8))
+
+  with runtime.local_runtime():
+    with pytest.raises(in_process.UnsupportedComputationError,
+                       match='intrinsic federated_secure_modular_sum'):
+      secure_sum([1, 2])
+
+
+def test_an_invisible_device_is_refused_before_any_work():
+  with pytest.raises(ValueError, match=r'device /device:GPU:7 is not visible'
+                     r' to TensorFlow \(visible: /device:CPU:0'):
+    with runtime.local_runtime(['GPU:7']):
+      pytest.fail('the runtime started')
+  with pytest.raises(ValueError, match='named twice'):
+    in_process.check_devices(['CPU:0', '/device:CPU:0'])
+
+
+def test_devices_are_planned_per_kind(monkeypatch):
+  monkeypatch.setattr(in_process, 'visible_devices', lambda: [
+      '/device:CPU:0', '/device:GPU:0', '/device:GPU:1'])
+  # GPUs by default: two client calls each, the cores shared for host work.
+  gpus = in_process.plan_devices(cores=8)
+  assert [(d.name, d.lanes, d.threads_per_lane) for d in gpus] == [
+      ('/device:GPU:0', 2, 2), ('/device:GPU:1', 2, 2)]
+  cpu = in_process.plan_devices(['cpu'], cores=8)
+  assert [(d.name, d.lanes, d.threads_per_lane, d.threads) for d in cpu] == [
+      ('/device:CPU:0', 8, 1, 8)]
+  for device in gpus + cpu:
+    device.close()
+
+
+_PLACEMENT_SCRIPT = '''
+import json, pathlib, sys, tempfile
+sys.path.insert(0, {root!r})
+import fl_common.tf_environment
+import tensorflow as tf
+cpu, = tf.config.list_physical_devices('CPU')
+tf.config.set_logical_device_configuration(
+    cpu, [tf.config.LogicalDeviceConfiguration()] * 3)
+from experiment_driver import runtime
+from tests import test_builders_conformance as conformance
+
+def run(devices):
+  with runtime.local_runtime(devices, record_placement=True) as planned:
+    run = conformance._Run('fused_fedopt', pathlib.Path(tempfile.mkdtemp()),
+                           seed=1)
+    for _ in range(2):
+      run.round(['a', 'b', 'c'])
+    return (run.weights().tolist(),
+            {{d.name: d.placement.ops for d in planned}})
+
+print(json.dumps([run(['CPU:1', 'CPU:2']), run(['CPU:0'])]))
+'''
+
+
+def test_shards_run_on_their_device_and_the_server_update_on_the_first():
+  result = subprocess.run(
+      [sys.executable, '-c', _PLACEMENT_SCRIPT.format(root=ROOT)],
+      capture_output=True, text=True, check=True, timeout=600)
+  (split_weights, split), (one_weights, one) = json.loads(
+      result.stdout.splitlines()[-1])
+  np.testing.assert_allclose(split_weights, one_weights, rtol=1e-6)
+  first, second = '/device:CPU:1', '/device:CPU:2'
+  # Each device's client computations ran on it alone.
+  assert list(split[first]['clients']) == [first]
+  assert list(split[second]['clients']) == [second]
+  # The merge and the server update: on the first device (besides the ops
+  # TensorFlow pins to the host's first CPU); the second only prepares its
+  # slice.
+  first_server = split[first]['server']
+  second_server = split[second]['server']
+  assert set(second_server) == {second}
+  assert first_server[first] > 2 * second_server[second]
+  assert set(first_server) <= {first, '/device:CPU:0'}
+  assert list(one['/device:CPU:0']['clients']) == ['/device:CPU:0']
