@@ -8,7 +8,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 DEMO_DIR ?= /tmp/fl_papers_demo
 
-.PHONY: install demo test bench bench-small bazel-test reproduce reproduce-smoke clean
+.PHONY: install demo test bench bench-small bench-gpu bazel-test reproduce reproduce-smoke clean
 
 # requirements/install.sh: the lock file with --no-deps, the fixes of
 # requirements/fix_dependencies.py, this package; returns at once when VENV
@@ -51,6 +51,13 @@ bench-small: install
 	mv $(BENCH_DIR)/small_models/bench_run.log.tmp $(BENCH_DIR)/small_models/bench_run.log
 	$(PY) -m bench.report $(BENCH_DIR)/small_models/bench_run.log $(BENCH_DIR)/small_models/README.md bench-small
 	cat $(BENCH_DIR)/small_models/README.md
+
+# The in-process runtime's rounds on the CPU cores and on each visible GPU
+# (results/bench/gpu/README.md); with no GPU, the CPU only. BENCH_GPU_FLAGS
+# shrinks it (CI: a few clients, one round).
+BENCH_GPU_FLAGS ?=
+bench-gpu: install
+	$(PY) -m bench.gpu $(BENCH_GPU_FLAGS)
 
 reproduce: install
 	$(PY) -m reproduce all --scale=local --root_output_dir=$(REPRODUCE_ROOT)

@@ -14,13 +14,19 @@ of driver plus worker (`<kind>_cpu_s`), and for the TFF rounds their ratios
 to the limit (`<kind>_ratio`, `<kind>_cpu_ratio`; NaN if the limit's time is
 0).
 
-Must run inside `experiment_driver.runtime.local_runtime()`.
+With `local_context` (`experiment_driver.runtime.local_context()`), the
+`resident` round also runs in it, in this process's own TensorFlow (`local`):
+the same process on the same shards, the driver's default runtime; the
+other rounds run on the runtime installed around the call (the bench's:
+TFF's worker, `experiment_driver.runtime.worker_runtime()`).
 """
 
 import contextlib
 import math
 from collections.abc import Sequence
 from typing import Any
+
+from tensorflow_federated.python.core.impl.context_stack import context_stack_impl
 
 from bench import limit
 from bench import tff_rounds
@@ -30,6 +36,19 @@ from bench import workloads
 LIMIT = 'limit'
 LIMIT_HERE = 'limit_here'
 LIMIT_ONEDNN_OFF = 'limit_onednn_off'
+LOCAL = 'local'
+
+
+class _InContext:
+  """Calls `round_fn` with `context` installed."""
+
+  def __init__(self, context: Any, round_fn: Any):
+    self._context = context
+    self._round_fn = round_fn
+
+  def __call__(self) -> None:
+    with context_stack_impl.context_stack.install(self._context):
+      self._round_fn()
 
 
 def _ratio(numerator: float, denominator: float) -> float:
@@ -42,7 +61,8 @@ def measure_ratios(workload: workloads.Workload, cohorts: Sequence[int],
                    repeats: int,
                    variants: Sequence[str] = tff_rounds.VARIANTS,
                    limit_in_child: bool = True,
-                   budget_seconds: float = 0.0) -> list[dict[str, Any]]:
+                   budget_seconds: float = 0.0,
+                   local_context: Any = None) -> list[dict[str, Any]]:
   """One row per cohort size: the limit's and each variant's times, ratios.
 
   The learning processes are built once and reused for every cohort size.
@@ -86,6 +106,11 @@ def measure_ratios(workload: workloads.Workload, cohorts: Sequence[int],
         rounds[tff_rounds.FLOOR] = tff_rounds.round_for(
             tff_rounds.FloorProcess(rounds['resident'].process), workload,
             arrays, tff_rounds.FLOOR)
+        if local_context is not None:
+          with context_stack_impl.context_stack.install(local_context):
+            local_round = tff_rounds.round_for(
+                rounds['resident'].process, workload, arrays, 'resident')
+          rounds[LOCAL] = _InContext(local_context, local_round)
       timings = timing.time_interleaved(rounds, repeats,
                                         budget_seconds=budget_seconds)
     limits = [k for k in (LIMIT_HERE, LIMIT_ONEDNN_OFF) if k in timings]

@@ -35,9 +35,12 @@ Sections, printed as tables in one run:
   `adabest_tff.client_state_store`) through the package's training loop, at
   each `--memory_clients` (`bench.memory`).
 
-Every TFF round runs on the driver's local runtime: the package's worker,
-with the server state kept on it between rounds
-(`experiment_driver.worker_state`).
+The TFF rounds of the ratios section run on TFF's worker
+(`experiment_driver.runtime.worker_runtime`, the server state kept on it
+between rounds: `experiment_driver.worker_state`), except `local`: the
+`resident` round in this process's own TensorFlow
+(`experiment_driver.runtime.local_context`), the driver's default runtime.
+The e2e section runs the driver with its default runtime (in-process).
 
 `--output=FILE.json|FILE.csv` also writes every table to a file.
 """
@@ -117,7 +120,7 @@ _QUICK = flags.DEFINE_bool(
 _OUTPUT = flags.DEFINE_string(
     'output', None, 'Also write every table to this .json or .csv file.')
 
-_TFF_KINDS = tff_rounds.VARIANTS + (tff_rounds.FLOOR,)
+_TFF_KINDS = tff_rounds.VARIANTS + (tff_rounds.FLOOR, ratios.LOCAL)
 _RATIO_COLUMNS = [('workload', 'workload', 's'), ('clients', 'clients', 'd'),
                   ('repeats', 'repeats', 'd'), ('limit_s', 'limit s', '.3f'),
                   ('limit_onednn', 'oneDNN', 's')]
@@ -204,12 +207,14 @@ def main(argv: Sequence[str]) -> None:
   per_call = _MAX_CLIENTS_PER_CALL.value
   if 'ratios' in _SECTIONS.value:
     rows = []
-    with runtime.worker_runtime(max_clients_per_call=per_call,
+    with runtime.local_context() as (local_context, _), \
+        runtime.worker_runtime(max_clients_per_call=per_call,
                                keep_state_on_worker=True):
       for workload, workload_cohorts in workload_list:
         rows += ratios.measure_ratios(
             workload, workload_cohorts, repeats,
-            budget_seconds=0.0 if quick else _BUDGET_SECONDS.value)
+            budget_seconds=0.0 if quick else _BUDGET_SECONDS.value,
+            local_context=local_context)
     tables['ratios'] = rows
     tables['scaling'] = ratios.per_client_rows(rows, (ratios.LIMIT, 'package'))
     print(report.format_table(

@@ -195,19 +195,22 @@ def flat_examples(arrays: workloads.ClientArrays) -> collections.OrderedDict:
 
 def round_for(process: tff.learning.templates.LearningProcess,
               workload: workloads.Workload, arrays: workloads.ClientArrays,
-              variant: str) -> TffRound:
+              variant: str, calls_at_once: Optional[int] = None) -> TffRound:
   """`variant`'s rounds of `process` on `arrays` (module docstring);
-  `FLOOR`'s on the resident round's shards."""
+  `FLOOR`'s on the resident round's shards. Shards: one per client call
+  the runtime runs at once (`calls_at_once`, default one per core)."""
   if variant == FLOOR:
     variant = 'resident'
-  return TffRound(process, datasets_fn_for(workload, arrays, variant),
+  return TffRound(process, datasets_fn_for(workload, arrays, variant,
+                                           calls_at_once),
                   overlap_datasets=variant in ('package', 'fused',
                                                'resident'))
 
 
 def datasets_fn_for(workload: workloads.Workload,
-                    arrays: workloads.ClientArrays,
-                    variant: str) -> Callable[[], list[tf.data.Dataset]]:
+                    arrays: workloads.ClientArrays, variant: str,
+                    calls_at_once: Optional[int] = None
+                    ) -> Callable[[], list[tf.data.Dataset]]:
   """Where `variant`'s rounds get their client datasets (module docstring)."""
   if variant in ('package', 'fused', 'resident'):
     client_data = workload.client_data(arrays)
@@ -221,7 +224,7 @@ def datasets_fn_for(workload: workloads.Workload,
         round_shards = shards.shards_from_arrays(
             flat, list(rows),
             shards.BatchRecipe(batch_size=workload.batch_size, shuffle=False),
-            shards.auto_clients_per_shard(arrays.num_clients),
+            shards.auto_clients_per_shard(arrays.num_clients, calls_at_once),
             np.random.default_rng(0), rows_only=variant == 'resident')
         if variant == 'resident':
           return round_shards

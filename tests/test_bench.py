@@ -272,6 +272,19 @@ def test_measure_ratios_reports_each_round_against_the_limit():
     ratios.measure_ratios(TINY, [2], repeats=1, variants=['fedavg'])
 
 
+def test_the_local_round_is_the_resident_round_in_process():
+  """`local` times the resident process in this process, beside the rounds
+  on the worker (that both compute the same: `tests/test_in_process.py`)."""
+  with runtime.local_context() as (local_context, _), \
+      runtime.worker_runtime(keep_state_on_worker=True):
+    rows = ratios.measure_ratios(TINY, [4], repeats=1, variants=['resident'],
+                                 limit_in_child=False,
+                                 local_context=local_context)
+  row, = rows
+  assert row['local_s'] > 0
+  assert row['local_ratio'] == row['local_s'] / row['limit_s']
+
+
 def test_the_floor_round_takes_the_resident_shards_and_does_no_work():
   arrays = TINY.client_arrays(5, seed=3)
   resident = tff_rounds.build_process(TINY, 'resident', arrays)

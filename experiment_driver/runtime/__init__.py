@@ -28,6 +28,7 @@ import contextlib
 from collections.abc import Iterator, Sequence
 from typing import Optional
 
+from tensorflow_federated.python.core.impl.context_stack import context_base
 from tensorflow_federated.python.core.impl.context_stack import context_stack_impl
 from tensorflow_federated.python.core.impl.executors import remote_executor_grpc_stub
 
@@ -55,6 +56,7 @@ __all__ = [
     'WORKER_BINARY_PATH',
     'WorkerUnavailableError',
     'cores_available',
+    'local_context',
     'local_runtime',
     'refuse_unmanaged_default_context',
     'remote_runtime',
@@ -111,6 +113,22 @@ def local_runtime(
     ValueError: If a device is not visible or `max_clients_per_call` is not
       positive.
   """
+  with local_context(devices, max_clients_per_call,
+                     record_placement) as (context, planned):
+    with context_stack_impl.context_stack.install(context):
+      yield planned
+
+
+@contextlib.contextmanager
+def local_context(
+    devices: Optional[Sequence[str]] = None,
+    max_clients_per_call: Optional[int] = None,
+    record_placement: bool = False,
+) -> Iterator[tuple[context_base.SyncContext, list[in_process.Device]]]:
+  """`local_runtime`'s execution context and devices, not installed: for a
+  caller that runs some computations in it and others elsewhere (the
+  benchmark's side-by-side rounds: `context_stack.install(context)` around
+  each call)."""
   _check_max_clients_per_call(max_clients_per_call)
   planned = in_process.plan_devices(devices,
                                     record_placement=record_placement)
@@ -122,8 +140,7 @@ def local_runtime(
       context = _CohortSplittingContext(
           [_DeviceContext(d) for d in planned],
           max_clients_per_slice=max_clients_per_call)
-    with context_stack_impl.context_stack.install(context):
-      yield planned
+    yield context, planned
   finally:
     for device in planned:
       device.close()

@@ -5,10 +5,11 @@ TFF 0.87 executes a federated computation only in its C++ `worker_binary`
 module is the in-process counterpart: `InProcessExecutor` is a TFF
 `Executor` that evaluates the computation TFF's native compiler produces
 (`compiler.desugar_and_transform_to_native`, as for the worker) in Python,
-and runs each of its TensorFlow computations in a `tf.compat.v1.Session` of
-this process, imported with TFF's own
-`tensorflow_utils.deserialize_and_call_tf_computation` and placed on one
-device. Values between computations are NumPy arrays (and `tf.data`
+walking its `pb.Computation` as the worker does (turning it into building
+blocks first cost ~0.3 s per computation), and runs each of its TensorFlow
+computations in a `tf.compat.v1.Session` of this process, imported as
+TFF's `tensorflow_utils.deserialize_and_call_tf_computation` imports one
+and placed on one device. Values between computations are NumPy arrays (and `tf.data`
 datasets); a CLIENTS-placed value is a list with one member per client.
 
 What the compiled computations contain is small: building blocks
@@ -40,7 +41,8 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 from tensorflow_federated.python.common_libs import structure
-from tensorflow_federated.python.core.impl.compiler import building_blocks
+from tensorflow_federated.proto.v0 import computation_pb2 as pb
+from tensorflow_federated.python.core.impl.compiler import array
 from tensorflow_federated.python.core.impl.compiler import intrinsic_defs
 from tensorflow_federated.python.core.backends.native import compiler
 from tensorflow_federated.python.core.environments.tensorflow_frontend import tensorflow_computation
@@ -94,13 +96,28 @@ class _Federated:
 
 
 class _Closure:
-  """A lambda with the environment it was evaluated in."""
+  """A lambda (its `pb.Computation`) with the environment it was evaluated
+  in."""
 
   __slots__ = ('block', 'env')
 
-  def __init__(self, block: building_blocks.Lambda, env: dict[str, Any]):
+  def __init__(self, block: pb.Computation, env: dict[str, Any]):
     self.block = block
     self.env = env
+
+
+class _Intrinsic:
+  __slots__ = ('uri',)
+
+  def __init__(self, uri: str):
+    self.uri = uri
+
+
+class _TensorFlowFunction:
+  __slots__ = ('proto',)
+
+  def __init__(self, proto: pb.Computation):
+    self.proto = proto
 
 
 def _serialize_value(value: Any, kind: str, dtype: Any) -> Any:
@@ -192,32 +209,31 @@ class _TensorFlowComputation:
     raise UnsupportedComputationError(
         f'a TensorFlow result of type {type_spec} bound as {kind}')
 
+  def _session(self) -> '_Session':
+    try:
+      return self._sessions.get_nowait()
+    except queue.Empty:
+      return _Session(self._graph, self._config, self._init_op,
+                      [placeholder for placeholder, _, _ in self._feeds],
+                      self._fetches)
+
   def __call__(self, arg: Any) -> Any:
-    feed = {}
+    feeds = []
     if self._feeds:
       leaves = []
       _flatten_leaves(arg, leaves)
       if len(leaves) != len(self._feeds):
         raise TypeError(f'{len(leaves)} values for {len(self._feeds)} '
                         'parameters of a TensorFlow computation.')
-      for (placeholder, kind, dtype), leaf in zip(self._feeds, leaves):
-        feed[placeholder] = _serialize_value(leaf, kind, dtype)
+      feeds = [_serialize_value(leaf, kind, dtype)
+               for (_, kind, dtype), leaf in zip(self._feeds, leaves)]
+    session = self._session()
     try:
-      session = self._sessions.get_nowait()
-    except queue.Empty:
-      session = tf.compat.v1.Session(graph=self._graph, config=self._config)
-    try:
-      if self._init_op is not None:
-        session.run(self._init_op, feed)
-      if self._placement is None:
-        values = session.run(self._fetches, feed)
+      if self._placement is None or not self._placement.recording:
+        values = session(feeds)
       else:
-        metadata = tf.compat.v1.RunMetadata()
         with _TRACE_LOCK:  # TensorFlow traces one run at a time.
-          values = session.run(
-              self._fetches, feed, options=tf.compat.v1.RunOptions(
-                  trace_level=tf.compat.v1.RunOptions.FULL_TRACE),
-              run_metadata=metadata)
+          values, metadata = session.traced(feeds)
         self._placement.add(metadata)
     finally:
       self._sessions.put(session)
@@ -226,9 +242,39 @@ class _TensorFlowComputation:
   def close(self) -> None:
     while True:
       try:
-        self._sessions.get_nowait().close()
+        self._sessions.get_nowait().session.close()
       except queue.Empty:
         return
+
+
+class _Session:
+  """A session of one computation's graph, its init op and result made
+  callables (`Session.make_callable`: no per-call fetch bookkeeping)."""
+
+  def __init__(self, graph, config, init_op, placeholders, fetches):
+    self.session = tf.compat.v1.Session(graph=graph, config=config)
+    self._init = (None if init_op is None else self.session.make_callable(
+        init_op, feed_list=placeholders))
+    self._run = self.session.make_callable(fetches, feed_list=placeholders)
+    self._placeholders = placeholders
+    self._init_op = init_op
+    self._fetches = fetches
+
+  def __call__(self, feeds: list[Any]) -> list[Any]:
+    if self._init is not None:
+      self._init(*feeds)
+    return self._run(*feeds)
+
+  def traced(self, feeds: list[Any]) -> tuple[list[Any], Any]:
+    feed_dict = dict(zip(self._placeholders, feeds))
+    if self._init_op is not None:
+      self.session.run(self._init_op, feed_dict)
+    metadata = tf.compat.v1.RunMetadata()
+    values = self.session.run(
+        self._fetches, feed_dict, options=tf.compat.v1.RunOptions(
+            trace_level=tf.compat.v1.RunOptions.FULL_TRACE),
+        run_metadata=metadata)
+    return values, metadata
 
 
 def _flatten_leaves(value: Any, leaves: list[Any]) -> None:
@@ -281,6 +327,7 @@ class Placement:
   def __init__(self):
     self._lock = threading.Lock()
     self.ops = {'clients': {}, 'server': {}}
+    self.recording = True  # False: calls run untraced from then on.
 
   def add(self, metadata: tf.compat.v1.RunMetadata, role: str) -> None:
     with self._lock:
@@ -302,6 +349,10 @@ class _RolePlacement:
   def __init__(self, placement: Placement, role: str):
     self._placement = placement
     self._role = role
+
+  @property
+  def recording(self) -> bool:
+    return self._placement.recording
 
   def add(self, metadata: tf.compat.v1.RunMetadata) -> None:
     self._placement.add(metadata, self._role)
@@ -333,16 +384,18 @@ class Device:
     self.pool = concurrent.futures.ThreadPoolExecutor(
         max_workers=self.lanes, thread_name_prefix='in_process_lane')
 
-  def computation(self, block: building_blocks.CompiledComputation,
+  def computation(self, proto: pb.Computation,
                   for_clients: bool) -> _TensorFlowComputation:
-    # The compiler gives the same building block object at every call of a
-    # compiled computation; the block is kept alive with its graph.
-    key = (id(block), for_clients)
+    # A compiled computation's proto (`_computation_proto`) is the same
+    # object at every call; each of its TensorFlow computations is a message
+    # of it, the same Python object while it lives (protobuf keeps one per
+    # message), and is kept alive here with its graph.
+    key = (id(proto), for_clients)
     with self._lock:
       entry = self._computations.get(key)
       if entry is None:
-        entry = (block, _TensorFlowComputation(
-            block.proto, self.name,
+        entry = (proto, _TensorFlowComputation(
+            proto, self.name,
             self.client_config if for_clients else self.server_config,
             None if self.placement is None else _RolePlacement(
                 self.placement, 'clients' if for_clients else 'server')))
@@ -478,25 +531,25 @@ def _to_python(value: Any, type_spec: tff.Type, num_clients: int) -> Any:
         for (name, element), (_, element_type) in zip(
             structure.iter_elements(elements),
             structure.iter_elements(type_spec))])
-  if isinstance(value, (_Closure, building_blocks.ComputationBuildingBlock)):
+  if isinstance(value, (_Closure, _Intrinsic, _TensorFlowFunction)):
     raise UnsupportedComputationError('returning a function')
   return value
 
 
-# Computation -> its building block, made once: the graphs a device imports
-# are kept by building block (TFF's compiler pipeline gives the same compiled
-# computation at every call of a computation).
-_BUILDING_BLOCKS = weakref.WeakKeyDictionary()
-_BUILDING_BLOCKS_LOCK = threading.Lock()
+# Computation -> its proto, taken once. TFF's compiler pipeline gives the
+# same compiled computation at every call of a computation, and the graphs
+# a device imports are kept by the identity of their protos.
+_PROTOS = weakref.WeakKeyDictionary()
+_PROTOS_LOCK = threading.Lock()
 
 
-def _building_block(comp: tff.Computation) -> building_blocks.ComputationBuildingBlock:
-  with _BUILDING_BLOCKS_LOCK:
-    block = _BUILDING_BLOCKS.get(comp)
-    if block is None:
-      block = comp.to_building_block()
-      _BUILDING_BLOCKS[comp] = block
-  return block
+def _proto(comp: tff.Computation) -> pb.Computation:
+  with _PROTOS_LOCK:
+    proto = _PROTOS.get(comp)
+    if proto is None:
+      proto = comp.to_compiled_building_block().proto
+      _PROTOS[comp] = proto
+  return proto
 
 
 class InProcessExecutor(executor_base.Executor):
@@ -517,10 +570,7 @@ class InProcessExecutor(executor_base.Executor):
   async def create_value(self, value: Any, type_spec: Any = None) -> _Value:
     type_spec = tff.types.to_type(type_spec) if type_spec is not None else None
     if isinstance(value, tff.Computation):
-      return _Value(_building_block(value), value.type_signature,
-                    self._num_clients)
-    if isinstance(value, building_blocks.ComputationBuildingBlock):
-      return _Value(value, value.type_signature, self._num_clients)
+      return _Value(_proto(value), value.type_signature, self._num_clients)
     return _Value(self._ingest(value, type_spec), type_spec,
                   self._num_clients)
 
@@ -571,52 +621,52 @@ class _Evaluator:
     self._num_clients = num_clients
     self._for_clients = for_clients
 
-  def evaluate(self, block, env: dict[str, Any]) -> Any:
-    if isinstance(block, building_blocks.Reference):
-      return env[block.name]
-    if isinstance(block, building_blocks.Call):
-      function = self.evaluate(block.function, env)
-      arg = None if block.argument is None else self.evaluate(
-          block.argument, env)
+  def evaluate(self, proto: pb.Computation, env: dict[str, Any]) -> Any:
+    kind = proto.WhichOneof('computation')
+    if kind == 'reference':
+      return env[proto.reference.name]
+    if kind == 'call':
+      call = proto.call
+      function = self.evaluate(call.function, env)
+      arg = (self.evaluate(call.argument, env)
+             if call.HasField('argument') else None)
       return self.call(function, arg)
-    if isinstance(block, building_blocks.Struct):
+    if kind == 'struct':
       return structure.Struct([
-          (name, self.evaluate(element, env))
-          for name, element in structure.iter_elements(block)])
-    if isinstance(block, building_blocks.Selection):
-      source = self.evaluate(block.source, env)
+          (element.name or None, self.evaluate(element.value, env))
+          for element in proto.struct.element])
+    if kind == 'selection':
+      source = self.evaluate(proto.selection.source, env)
       if not isinstance(source, structure.Struct):
         # A Python container given by the caller (dict, attrs, list).
         source = structure.from_container(source)
-      return source[block.as_index()]
-    if isinstance(block, building_blocks.Lambda):
-      return _Closure(block, env)
-    if isinstance(block, building_blocks.Block):
+      return source[proto.selection.index]
+    if kind == 'lambda':
+      return _Closure(proto, env)
+    if kind == 'block':
       env = dict(env)
-      for name, local in block.locals:
-        env[name] = self.evaluate(local, env)
-      return self.evaluate(block.result, env)
-    if isinstance(block, building_blocks.Literal):
-      return np.asarray(block.value, block.type_signature.dtype.type)
-    if isinstance(block, (building_blocks.Intrinsic,
-                          building_blocks.CompiledComputation,
-                          building_blocks.Placement)):
-      return block
-    raise UnsupportedComputationError(
-        f'building block {type(block).__name__}')
+      for local in proto.block.local:
+        env[local.name] = self.evaluate(local.value, env)
+      return self.evaluate(proto.block.result, env)
+    if kind == 'literal':
+      return array.from_proto(proto.literal.value)
+    if kind == 'intrinsic':
+      return _Intrinsic(proto.intrinsic.uri)
+    if kind == 'tensorflow':
+      return _TensorFlowFunction(proto)
+    raise UnsupportedComputationError(f'a computation of kind {kind}')
 
   def call(self, function: Any, arg: Any) -> Any:
     if isinstance(function, _Closure):
+      function_proto = getattr(function.block, 'lambda')
       env = function.env
-      if function.block.parameter_name is not None:
+      if function_proto.parameter_name:
         env = dict(env)
-        env[function.block.parameter_name] = arg
-      return self.evaluate(function.block.result, env)
-    if isinstance(function, building_blocks.Lambda):
-      return self.call(_Closure(function, {}), arg)
-    if isinstance(function, building_blocks.CompiledComputation):
-      return self._device.computation(function, self._for_clients)(arg)
-    if isinstance(function, building_blocks.Intrinsic):
+        env[function_proto.parameter_name] = arg
+      return self.evaluate(function_proto.result, env)
+    if isinstance(function, _TensorFlowFunction):
+      return self._device.computation(function.proto, self._for_clients)(arg)
+    if isinstance(function, _Intrinsic):
       handler = _INTRINSICS.get(function.uri)
       if handler is None:
         raise UnsupportedComputationError(f'intrinsic {function.uri}')
