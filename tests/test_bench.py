@@ -21,6 +21,7 @@ import tensorflow as tf
 
 from bench import cores
 from bench import e2e
+from bench import gpu
 from bench import limit
 from bench import memory
 from bench import probe
@@ -474,3 +475,24 @@ def test_speedup_needs_two_cores(monkeypatch):
 def test_probe_rejects_unknown_requests():
   with pytest.raises(ValueError, match="'timing'"):
     probe.run({'kind': 'timing'})
+
+
+def test_bench_gpu_times_each_device_and_says_where_ops_ran(tmp_path):
+  """Without a GPU: one line says so and the CPU is timed, with the ops it
+  ran; above `cpu_max_clients` the CPU's time per client stands in."""
+  lines = []
+  head, rows = gpu.run(['emnist_cnn'], [2, 3], rounds=1, cpu_max_clients=2,
+                       print_fn=lines.append)
+  assert head.startswith('no GPU visible to TensorFlow: timing the CPU')
+  assert lines[0] == head and len(lines) == 3
+  measured, extrapolated = rows
+  assert measured['device'] == '/device:CPU:0'
+  assert measured['basis'] == 'measured' and measured['round_s'] > 0
+  assert measured['ops'].startswith('CPU:0: ')
+  assert int(measured['ops'].split(': ')[1]) > 100
+  assert extrapolated['basis'] == 'per client of 2'
+  assert extrapolated['round_s'] == pytest.approx(measured['round_s'] * 1.5)
+  path = gpu.write_report(str(tmp_path / 'gpu'), 'python -m bench.gpu', head,
+                          rows)
+  text = open(path).read()
+  assert head in text and 'emnist_cnn' in text and 'per client of 2' in text
