@@ -26,12 +26,11 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from tensorflow_federated.python.core.impl.context_stack import context_stack_impl
-
 from bench import limit
 from bench import tff_rounds
 from bench import timing
 from bench import workloads
+from experiment_driver import runtime
 
 LIMIT = 'limit'
 LIMIT_HERE = 'limit_here'
@@ -47,7 +46,7 @@ class _InContext:
     self._round_fn = round_fn
 
   def __call__(self) -> None:
-    with context_stack_impl.context_stack.install(self._context):
+    with runtime.install(self._context):
       self._round_fn()
 
 
@@ -107,7 +106,7 @@ def measure_ratios(workload: workloads.Workload, cohorts: Sequence[int],
             tff_rounds.FloorProcess(rounds['resident'].process), workload,
             arrays, tff_rounds.FLOOR)
         if local_context is not None:
-          with context_stack_impl.context_stack.install(local_context):
+          with runtime.install(local_context):
             local_round = tff_rounds.round_for(
                 rounds['resident'].process, workload, arrays, 'resident')
           rounds[LOCAL] = _InContext(local_context, local_round)

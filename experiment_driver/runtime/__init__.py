@@ -56,6 +56,7 @@ __all__ = [
     'WORKER_BINARY_PATH',
     'WorkerUnavailableError',
     'cores_available',
+    'install',
     'local_context',
     'local_runtime',
     'refuse_unmanaged_default_context',
@@ -117,6 +118,11 @@ def local_runtime(
                      record_placement) as (context, planned):
     with context_stack_impl.context_stack.install(context):
       yield planned
+
+
+def install(context: context_base.SyncContext):
+  """Installs `context` (from `local_context`) for a `with` block."""
+  return context_stack_impl.context_stack.install(context)
 
 
 @contextlib.contextmanager
