@@ -27,7 +27,7 @@ import sys
 import threading
 import time
 from collections.abc import Sequence
-from typing import Any, Optional
+from typing import Any
 
 from absl import app
 from absl import flags

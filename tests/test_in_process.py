@@ -22,7 +22,7 @@ import tensorflow_federated as tff
 
 from experiment_driver import runtime
 from experiment_driver.runtime import in_process
-from tests import test_builders_conformance as conformance
+from tests import conformance_builders as conformance
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -34,7 +34,7 @@ def _numbers(value):
 
 
 def _two_rounds(name, tmp_path, tag):
-  run = conformance._Run(name, tmp_path / tag, seed=5)
+  run = conformance.Run(name, tmp_path / tag, seed=5)
   metrics = [run.round(['a', 'b'], round_num=1),
              run.round(['b', 'c', 'a'], round_num=2)]
   client_states = (None if run.runner is None else
@@ -127,11 +127,11 @@ cpu, = tf.config.list_physical_devices('CPU')
 tf.config.set_logical_device_configuration(
     cpu, [tf.config.LogicalDeviceConfiguration()] * 3)
 from experiment_driver import runtime
-from tests import test_builders_conformance as conformance
+from tests import conformance_builders as conformance
 
 def run(devices):
   with runtime.local_runtime(devices, record_placement=True) as planned:
-    run = conformance._Run('fused_fedopt', pathlib.Path(tempfile.mkdtemp()),
+    run = conformance.Run('fused_fedopt', pathlib.Path(tempfile.mkdtemp()),
                            seed=1)
     for _ in range(2):
       run.round(['a', 'b', 'c'])
