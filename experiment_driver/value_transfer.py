@@ -86,6 +86,16 @@ def prepare_datasets(values: Any) -> None:
         _PREPARED_DATASETS[value] = prepared
 
 
+def serialized_graph_def(dataset: tf.data.Dataset) -> bytes:
+  """`dataset` (with `WORKER_DATASET_OPTIONS`) as the serialized graph
+  `DatasetFromGraph` rebuilds it from: its prepared message's, if any (the
+  in-process runtime feeds these bytes to its sessions)."""
+  with _PREPARED_DATASETS_LOCK:
+    prepared = _PREPARED_DATASETS.get(dataset)
+  proto, _ = prepared or _serialize_dataset(dataset)
+  return proto.sequence.serialized_graph_def
+
+
 def _serialize_dataset_into(dataset: tf.data.Dataset, type_spec: tff.Type,
                             proto: executor_pb2.Value) -> None:
   """`serialize_into` for a dataset: its prepared message, if any.
