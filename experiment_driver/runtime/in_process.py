@@ -163,9 +163,9 @@ class _TensorFlowComputation:
           structure.iter_elements(type_spec), binding.struct.element):
         self._stamp(element_type, element_binding, input_map)
     elif isinstance(type_spec, tff.TensorType) and kind == 'tensor':
-      placeholder = tf.compat.v1.placeholder(type_spec.dtype.type,
-                                             shape=type_spec.shape)
-      self._feeds.append((placeholder, 'tensor', type_spec.dtype.type))
+      dtype = tf.dtypes.as_dtype(type_spec.dtype)
+      placeholder = tf.compat.v1.placeholder(dtype, shape=type_spec.shape)
+      self._feeds.append((placeholder, 'tensor', dtype.as_numpy_dtype))
       input_map[binding.tensor.tensor_name] = placeholder
     elif isinstance(type_spec, tff.SequenceType) and kind == 'sequence':
       with tf.device('/device:CPU:0'):
@@ -381,35 +381,49 @@ class Device:
     self.client_config = session_config(self.threads_per_lane)
     self.server_config = session_config(self.threads)
     self.placement = Placement() if record_placement else None
-    self._computations = {}
+    # Compiled computation -> its TensorFlow computations' graphs, by
+    # (id of the proto, for clients): dropped with the computation (TFF's
+    # compiler pipeline keeps the last 128 it compiled).
+    self._graphs = weakref.WeakKeyDictionary()
     self._lock = threading.Lock()
     self.pool = concurrent.futures.ThreadPoolExecutor(
         max_workers=self.lanes, thread_name_prefix='in_process_lane')
 
-  def computation(self, proto: pb.Computation,
+  def graphs_for(self, comp: tff.Computation) -> dict[Any, Any]:
+    """The graphs of compiled computation `comp`'s TensorFlow."""
+    with self._lock:
+      graphs = self._graphs.get(comp)
+      if graphs is None:
+        graphs = self._graphs[comp] = {}
+    return graphs
+
+  def computation(self, graphs: dict[Any, Any], proto: pb.Computation,
                   for_clients: bool) -> _TensorFlowComputation:
-    # A compiled computation's proto (`_computation_proto`) is the same
-    # object at every call; each of its TensorFlow computations is a message
-    # of it, the same Python object while it lives (protobuf keeps one per
-    # message), and is kept alive here with its graph.
+    """The graph of TensorFlow computation `proto`, a message of the
+    compiled computation whose `graphs_for` are `graphs`."""
+    # A compiled computation's proto is the same object at every call; each
+    # of its TensorFlow computations is a message of it, the same Python
+    # object while it lives (protobuf keeps one per message), and is kept
+    # alive here with its graph.
     key = (id(proto), for_clients)
     with self._lock:
-      entry = self._computations.get(key)
+      entry = graphs.get(key)
       if entry is None:
         entry = (proto, _TensorFlowComputation(
             proto, self.name,
             self.client_config if for_clients else self.server_config,
             None if self.placement is None else _RolePlacement(
                 self.placement, 'clients' if for_clients else 'server')))
-        self._computations[key] = entry
+        graphs[key] = entry
     return entry[1]
 
   def close(self) -> None:
     self.pool.shutdown(wait=True)
     with self._lock:
-      for _, computation in self._computations.values():
-        computation.close()
-      self._computations.clear()
+      for graphs in list(self._graphs.values()):
+        for _, computation in graphs.values():
+          computation.close()
+        graphs.clear()
 
 
 def _device_name(name: str) -> str:
@@ -572,7 +586,7 @@ class InProcessExecutor(executor_base.Executor):
   async def create_value(self, value: Any, type_spec: Any = None) -> _Value:
     type_spec = tff.types.to_type(type_spec) if type_spec is not None else None
     if isinstance(value, tff.Computation):
-      return _Value(_proto(value), value.type_signature, self._num_clients)
+      return _Value(value, value.type_signature, self._num_clients)
     return _Value(self._ingest(value, type_spec), type_spec,
                   self._num_clients)
 
@@ -598,8 +612,9 @@ class InProcessExecutor(executor_base.Executor):
 
   async def create_call(self, comp: _Value,
                         arg: Optional[_Value] = None) -> _Value:
-    evaluator = _Evaluator(self._device, self._num_clients)
-    value = evaluator.call(evaluator.evaluate(comp.internal, {}),
+    evaluator = _Evaluator(self._device, self._num_clients,
+                           self._device.graphs_for(comp.internal))
+    value = evaluator.call(evaluator.evaluate(_proto(comp.internal), {}),
                            None if arg is None else arg.internal)
     return _Value(value, comp.type_signature.result, self._num_clients)
 
@@ -618,9 +633,11 @@ class InProcessExecutor(executor_base.Executor):
 class _Evaluator:
   """The compiled computation's building blocks, evaluated in Python."""
 
-  def __init__(self, device: Device, num_clients: int, for_clients=False):
+  def __init__(self, device: Device, num_clients: int,
+               graphs: dict[Any, Any], for_clients: bool = False):
     self._device = device
     self._num_clients = num_clients
+    self._graphs = graphs
     self._for_clients = for_clients
 
   def evaluate(self, proto: pb.Computation, env: dict[str, Any]) -> Any:
@@ -667,7 +684,8 @@ class _Evaluator:
         env[function_proto.parameter_name] = arg
       return self.evaluate(function_proto.result, env)
     if isinstance(function, _TensorFlowFunction):
-      return self._device.computation(function.proto, self._for_clients)(arg)
+      return self._device.computation(self._graphs, function.proto,
+                                      self._for_clients)(arg)
     if isinstance(function, _Intrinsic):
       handler = _INTRINSICS.get(function.uri)
       if handler is None:
@@ -678,7 +696,8 @@ class _Evaluator:
   # Intrinsics.
 
   def _clients_evaluator(self) -> '_Evaluator':
-    return _Evaluator(self._device, self._num_clients, for_clients=True)
+    return _Evaluator(self._device, self._num_clients, self._graphs,
+                      for_clients=True)
 
   def map_clients(self, function: Any, values: _Federated,
                   all_equal: bool) -> _Federated:
