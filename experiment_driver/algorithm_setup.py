@@ -49,6 +49,9 @@ class BuildContext:
   # of each worker, or the in-process runtime's lanes over its devices
   # (`runtime.in_process.plan_devices`); default: this machine's cores.
   calls_at_once: Optional[int] = None
+  # Whether client work runs on GPUs (the in-process runtime's devices):
+  # lanes then for a model of any size (`fl_common.lanes.auto_lanes`).
+  on_gpu: bool = False
   # Optimizers built from --client_optimizer / --server_optimizer and their
   # hyperparameter flags, with the rates above.
   client_optimizer: Optional[tff.learning.optimizers.Optimizer] = None
@@ -141,7 +144,8 @@ def fused_setup(ctx: BuildContext, build_fn: Callable[..., Any],
   first round's shards."""
   resident = resident_examples(ctx)
   num_lanes = ctx.lanes or lanes.auto_lanes(
-      ctx.task.model_fn, _clients_per_shard(ctx, ctx.clients_per_round))
+      ctx.task.model_fn, _clients_per_shard(ctx, ctx.clients_per_round),
+      on_gpu=ctx.on_gpu)
   process = build_fn(ctx.task.model_fn, resident_examples=resident,
                      lanes=num_lanes, **kwargs)
   execution = 'shards of clients, ' + (

@@ -191,6 +191,9 @@ def build_context(
       total_rounds=f.TOTAL_ROUNDS.value,
       seed=f.SEED.value,
       calls_at_once=calls_at_once(),
+      on_gpu=(not f.WORKER_ADDRESSES.value and f.RUNTIME.value == 'in_process'
+              and any('GPU' in d for d in tff_runtime.in_process.check_devices(
+                  f.DEVICES.value or None))),
       hold_examples=not f.WORKER_ADDRESSES.value,
       clients_per_shard=f.CLIENTS_PER_SHARD.value,
       lanes=f.LANES.value,

@@ -253,20 +253,23 @@ def check_vectorizable(model_fn: ModelFn) -> None:
 
 
 def auto_lanes(model_fn: ModelFn,
-               clients_per_shard: Optional[int] = None) -> int:
+               clients_per_shard: Optional[int] = None,
+               on_gpu: bool = False) -> int:
   """`DEFAULT_LANES` for a small model (at most `MAX_AUTO_LANE_WEIGHTS`
-  trainable weights) whose forward pass vectorizes, in shards of at least
-  `MIN_AUTO_LANE_CLIENTS` clients (when `clients_per_shard` is given); else
-  1 (clients one after the other: a larger model's step is arithmetic that
-  lanes would not share, and a smaller shard's round is mostly its fixed
-  cost, which does not repay the lanes' tracing at start-up)."""
+  trainable weights; any size `on_gpu`) whose forward pass vectorizes, in
+  shards of at least `MIN_AUTO_LANE_CLIENTS` clients (when
+  `clients_per_shard` is given); else 1 (clients one after the other: on a
+  CPU, a larger model's step is arithmetic that lanes would not share, and
+  a smaller shard's round is mostly its fixed cost, which does not repay
+  the lanes' tracing at start-up). On a GPU, lanes make one client step of
+  many clients one kernel, wider and fewer: what a GPU needs."""
   if clients_per_shard is not None and (
       clients_per_shard < MIN_AUTO_LANE_CLIENTS):
     return 1
   with tf.Graph().as_default():
     num_weights = sum(v.shape.num_elements()
                       for v in model_fn().trainable_variables)
-  if num_weights > MAX_AUTO_LANE_WEIGHTS:
+  if num_weights > MAX_AUTO_LANE_WEIGHTS and not on_gpu:
     return 1
   try:
     check_vectorizable(model_fn)

@@ -148,6 +148,8 @@ def test_auto_lanes_picks_lanes_for_a_small_model_that_vectorizes():
   assert lanes_lib.auto_lanes(small) == lanes_lib.DEFAULT_LANES
   large = tiny_models.linear_model_fn(lanes_lib.MAX_AUTO_LANE_WEIGHTS)
   assert lanes_lib.auto_lanes(large) == 1
+  # On a GPU, lanes are wider kernels: a model of any size.
+  assert lanes_lib.auto_lanes(large, on_gpu=True) == lanes_lib.DEFAULT_LANES
   few = lanes_lib.MIN_AUTO_LANE_CLIENTS
   assert lanes_lib.auto_lanes(small, few) == lanes_lib.DEFAULT_LANES
   assert lanes_lib.auto_lanes(small, few - 1) == 1
