@@ -247,7 +247,9 @@ def check_vectorizable(model_fn: ModelFn) -> None:
 
     try:
       fused.trace_inlined(body)
-    except ValueError as e:
+    # pfor raises TypeError where it cannot convert an op's inputs (the
+    # Stack Overflow LSTM's while loop), ValueError elsewhere.
+    except (ValueError, TypeError) as e:
       raise ValueError(f'lanes need a model whose forward pass vectorizes'
                        f' ({str(e).splitlines()[0]}); use lanes=1.') from e
 
