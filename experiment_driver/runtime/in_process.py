@@ -384,18 +384,14 @@ class Device:
     # Compiled computation -> its TensorFlow computations' graphs, by
     # (id of the proto, for clients): dropped with the computation (TFF's
     # compiler pipeline keeps the last 128 it compiled).
-    self._graphs = weakref.WeakKeyDictionary()
+    self._graphs = _IdentityCache()
     self._lock = threading.Lock()
     self.pool = concurrent.futures.ThreadPoolExecutor(
         max_workers=self.lanes, thread_name_prefix='in_process_lane')
 
   def graphs_for(self, comp: tff.Computation) -> dict[Any, Any]:
     """The graphs of compiled computation `comp`'s TensorFlow."""
-    with self._lock:
-      graphs = self._graphs.get(comp)
-      if graphs is None:
-        graphs = self._graphs[comp] = {}
-    return graphs
+    return self._graphs.get(comp, dict)
 
   def computation(self, graphs: dict[Any, Any], proto: pb.Computation,
                   for_clients: bool) -> _TensorFlowComputation:
@@ -420,7 +416,7 @@ class Device:
   def close(self) -> None:
     self.pool.shutdown(wait=True)
     with self._lock:
-      for graphs in list(self._graphs.values()):
+      for graphs in self._graphs.values():
         for _, computation in graphs.values():
           computation.close()
         graphs.clear()
@@ -552,20 +548,48 @@ def _to_python(value: Any, type_spec: tff.Type, num_clients: int) -> Any:
   return value
 
 
+class _IdentityCache:
+  """Values kept per object, by identity, while the object lives.
+
+  Not a `WeakKeyDictionary`: a TFF computation's hash serializes its whole
+  proto (0.3-0.6 ms a round for the few lookups here).
+  """
+
+  def __init__(self):
+    self._entries = {}  # id -> (weak reference, value)
+    self._lock = threading.Lock()
+
+  def get(self, key: Any, make: Callable[[], Any]) -> Any:
+    """The value kept for `key`, made by `make()` (cheap) the first time."""
+    with self._lock:
+      entry = self._entries.get(id(key))
+      if entry is not None and entry[0]() is key:
+        return entry[1]
+      value = make()
+      self._entries[id(key)] = (weakref.ref(key, self._drop(id(key))), value)
+      return value
+
+  def _drop(self, key_id: int):
+    def drop(reference):
+      with self._lock:
+        entry = self._entries.get(key_id)
+        if entry is not None and entry[0] is reference:
+          del self._entries[key_id]
+    return drop
+
+  def values(self) -> list[Any]:
+    with self._lock:
+      return [value for _, value in self._entries.values()]
+
+
 # Computation -> its proto, taken once. TFF's compiler pipeline gives the
 # same compiled computation at every call of a computation, and the graphs
 # a device imports are kept by the identity of their protos.
-_PROTOS = weakref.WeakKeyDictionary()
-_PROTOS_LOCK = threading.Lock()
+_PROTOS = _IdentityCache()
 
 
 def _proto(comp: tff.Computation) -> pb.Computation:
-  with _PROTOS_LOCK:
-    proto = _PROTOS.get(comp)
-    if proto is None:
-      proto = comp.to_compiled_building_block().proto
-      _PROTOS[comp] = proto
-  return proto
+  return _PROTOS.get(comp, lambda: comp.to_compiled_building_block().proto)
 
 
 class InProcessExecutor(executor_base.Executor):
