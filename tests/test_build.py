@@ -81,7 +81,7 @@ def test_normalized_update_wraps_the_diagnosed_mean():
 
 
 def _worker_command_and_threads(**flag_values) -> tuple[list[str], bytes]:
-  with flagsaver.flagsaver(**flag_values):
+  with flagsaver.flagsaver(runtime='worker', **flag_values):
     with build.runtime():
       pid = workers._started_workers[-1].pid  # pylint: disable=protected-access
       command = worker_process.command_line(pid)

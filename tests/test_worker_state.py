@@ -1,6 +1,6 @@
 """`experiment_driver.worker_state`: `next` leaves the server state on the
 worker, the next round takes it by reference, and the results are those of
-TFF's own context."""
+TFF's own context on the same worker (`_plain`)."""
 
 import collections
 
@@ -50,6 +50,13 @@ def _rounds(process, cohorts):
   return states, metrics, process.get_model_weights(state)
 
 
+def _plain(rounds_fn, *args):
+  """`rounds_fn(*args)` on a worker through TFF's own context, the state sent
+  both ways every round."""
+  with runtime.worker_runtime():
+    return rounds_fn(*args)
+
+
 def _flat(value):
   return np.concatenate([np.ravel(np.asarray(v, np.float64))
                          for v in tf.nest.flatten(value)])
@@ -72,7 +79,7 @@ def test_next_leaves_the_state_on_the_worker_with_the_same_results():
   # state is sent as a value.
   cohorts = [_datasets([3, 4, 5], seed=1), _datasets([2, 6], seed=2),
              _datasets([3, 4, 5], seed=3)]
-  plain = _rounds(process, cohorts)
+  plain = _plain(_rounds, process, cohorts)
   with runtime.worker_runtime(keep_state_on_worker=True):
     states, metrics, weights = _rounds(process, cohorts)
     assert all(isinstance(s, worker_state.StateOnWorker) for s in states)
@@ -147,7 +154,7 @@ def test_a_split_cohort_sends_its_computations_once(sent):
 def test_a_split_cohort_fetches_the_state_and_returns_python_values():
   process = _fedavg()
   cohorts = [_datasets([3, 4, 5], seed=1), _datasets([2, 6, 3], seed=2)]
-  plain = _rounds(process, cohorts)
+  plain = _plain(_rounds, process, cohorts)
   with runtime.worker_runtime(max_clients_per_call=2,
                              keep_state_on_worker=True):
     split = _rounds(process, cohorts)
@@ -172,7 +179,7 @@ def test_stateful_clients_keep_their_states_and_the_server_state_stays():
     return state, client_states, output.metrics, process.get_model_weights(
         state)
 
-  plain = rounds()
+  plain = _plain(rounds)
   with runtime.worker_runtime(keep_state_on_worker=True):
     kept = rounds()
     assert isinstance(kept[0], worker_state.StateOnWorker)

@@ -22,6 +22,12 @@ then `report`; `federated_map` calls its function once per client, on up to
 `lanes` threads at once. An intrinsic not implemented here is refused with
 its name, never approximated.
 
+Why one module: the executor, its values, the TensorFlow computations'
+graphs and sessions and the devices they run on are one mechanism, each part
+made for the others (the evaluator calls the device's graphs, the graphs'
+sessions take the device's configs); split, every part would import every
+other.
+
 Each TensorFlow computation's graph is imported once per device; calls take
 a session from a pool (one per concurrent call: a session's variables are
 its own, so concurrent calls never share them). Sessions of a mapped
@@ -779,16 +785,30 @@ class _Evaluator:
     return eval_at
 
   def federated_zip_at(self, placement):
+    """A struct (nested, as TFF allows) of placed values -> the placed
+    struct of their members."""
     def zip_at(arg):
-      elements = structure.to_elements(arg)
-      if not elements:
-        return _Federated(placement, True, [structure.Struct([])])
-      all_equal = all(v.all_equal for _, v in elements)
+      leaves = []
+
+      def collect(value):
+        if isinstance(value, _Federated):
+          leaves.append(value)
+        else:
+          for _, element in structure.iter_elements(value):
+            collect(element)
+
+      def member(value, k):
+        if isinstance(value, _Federated):
+          return value.member(k)
+        return structure.Struct([(name, member(element, k)) for name, element
+                                 in structure.iter_elements(value)])
+
+      collect(arg)
+      all_equal = all(leaf.all_equal for leaf in leaves)
       count = 1 if all_equal else max(
-          len(v.members) for _, v in elements if not v.all_equal)
-      return _Federated(placement, all_equal, [
-          structure.Struct([(name, v.member(k)) for name, v in elements])
-          for k in range(count)])
+          len(leaf.members) for leaf in leaves if not leaf.all_equal)
+      return _Federated(placement, all_equal,
+                        [member(arg, k) for k in range(count)])
     return zip_at
 
 
