@@ -95,6 +95,29 @@ def test_an_intrinsic_it_lacks_is_refused_by_name():
       secure_sum([1, 2])
 
 
+def test_strings_nested_zips_and_empty_results_as_on_the_worker():
+
+  @tff.tensorflow.computation(
+      tff.StructType([np.str_, tff.StructType([np.int32])]))
+  def describe(pair):
+    text, (n,) = pair
+    return tf.strings.length(text) + n, tf.strings.join([text, text]), ()
+
+  @tff.federated_computation(tff.FederatedType(np.str_, tff.CLIENTS),
+                             tff.FederatedType(np.int32, tff.SERVER))
+  def described(texts, n):
+    # A nested struct of client values zipped into one.
+    zipped = tff.federated_zip((texts, (tff.federated_broadcast(n),)))
+    return tff.federated_map(describe, zipped)
+
+  results = []
+  for runtime_fn in (runtime.local_runtime, runtime.worker_runtime):
+    with runtime_fn():
+      results.append(described(['ab', 'xyz'], 3))
+  assert results[0] == results[1]
+  assert [r[0] for r in results[0]] == [5, 6]
+
+
 def test_an_invisible_device_is_refused_before_any_work():
   with pytest.raises(ValueError, match=r'device /device:GPU:7 is not visible'
                      r' to TensorFlow \(visible: /device:CPU:0'):

@@ -268,12 +268,16 @@ class _Session:
         None, feed_dict, fetches, targets, None)
 
   def __call__(self, feeds: list[Any]) -> list[Any]:
+    if not self._fetches:  # An empty result: nothing to compute.
+      return []
     feed_dict = dict(zip(self._feeds, feeds))
     if self._init_targets:
       self._run(feed_dict, [], self._init_targets)
     return self._run(feed_dict, self._fetches, [])
 
   def traced(self, feeds: list[Any]) -> tuple[list[Any], Any]:
+    if not self._fetches:
+      return [], tf.compat.v1.RunMetadata()
     feed_dict = dict(zip(self._placeholders, feeds))
     if self._init_op is not None:
       self.session.run(self._init_op, feed_dict)
