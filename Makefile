@@ -8,7 +8,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 DEMO_DIR ?= /tmp/fl_papers_demo
 
-.PHONY: install demo test bench bench-small bench-gpu bazel-test reproduce reproduce-smoke clean
+.PHONY: install demo test bench bench-small bench-large bench-gpu bazel-test reproduce reproduce-smoke clean
 
 # requirements/install.sh: the lock file with --no-deps, the fixes of
 # requirements/fix_dependencies.py, this package; returns at once when VENV
@@ -51,6 +51,18 @@ bench-small: install
 	mv $(BENCH_DIR)/small_models/bench_run.log.tmp $(BENCH_DIR)/small_models/bench_run.log
 	$(PY) -m bench.report $(BENCH_DIR)/small_models/bench_run.log $(BENCH_DIR)/small_models/README.md bench-small
 	cat $(BENCH_DIR)/small_models/README.md
+
+# The CNN and LSTM rows at 10 and 50 clients only (~15 min): the worker's
+# rounds and the in-process `local` column side by side.
+bench-large: install
+	mkdir -p $(BENCH_DIR)/large_models
+	{ echo '$$ python -m bench.round_time --sections=ratios --small_model_workloads= --cohorts=10,50 --output=$(BENCH_DIR)/large_models/bench.json'; \
+	  $(PY) -m bench.round_time --sections=ratios --small_model_workloads= \
+	    --cohorts=10,50 --output=$(BENCH_DIR)/large_models/bench.json; \
+	} > $(BENCH_DIR)/large_models/bench_run.log.tmp
+	mv $(BENCH_DIR)/large_models/bench_run.log.tmp $(BENCH_DIR)/large_models/bench_run.log
+	$(PY) -m bench.report $(BENCH_DIR)/large_models/bench_run.log $(BENCH_DIR)/large_models/README.md bench-large
+	cat $(BENCH_DIR)/large_models/README.md
 
 # The in-process runtime's rounds on the CPU cores and on each visible GPU
 # (results/bench/gpu/README.md); with no GPU, the CPU only. BENCH_GPU_FLAGS
