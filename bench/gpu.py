@@ -194,22 +194,12 @@ def write_report(directory: str, command: str, head: str,
   return path
 
 
-def _ints(values: Sequence[str], flag: str) -> list[int]:
-  try:
-    numbers = [int(v) for v in values]
-  except ValueError:
-    numbers = [0]
-  if not numbers or min(numbers) < 1:
-    raise app.UsageError(f'--{flag} must be positive integers, got {values}.')
-  return numbers
-
-
 def main(argv: Sequence[str]) -> None:
   if len(argv) > 1:
     raise app.UsageError(f'Unexpected arguments: {argv[1:]}')
   logging.set_verbosity(logging.ERROR)
   argv_flags = [a for a in sys.argv[1:] if not a.startswith('--output')]
-  cohorts = _ints(_COHORTS.value, 'cohorts')
+  cohorts = report.positive_ints(_COHORTS.value, 'cohorts')
   try:
     for name in _WORKLOADS.value:
       workloads.get_workload(name)

@@ -6,6 +6,8 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from absl import app
+
 # A column: (row key, header, format spec).
 Column = tuple[str, str, str]
 
@@ -24,6 +26,18 @@ def format_table(title: str, rows: Sequence[Mapping[str, Any]],
   for line in cells:
     lines.append('  '.join(c.rjust(w) for c, w in zip(line, widths)))
   return '\n'.join(lines)
+
+
+def positive_ints(values: Sequence[str], flag: str) -> list[int]:
+  """A list flag's values as positive integers, else absl's usage error."""
+  try:
+    numbers = [int(v) for v in values]
+  except ValueError:
+    numbers = [0]
+  if not numbers or min(numbers) < 1:
+    raise app.UsageError(
+        f'--{flag} must be positive integers, got {values}.')
+  return numbers
 
 
 def check_output_path(path: str) -> None:

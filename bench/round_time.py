@@ -155,15 +155,7 @@ _MEMORY_COLUMNS = [('algorithm', 'algorithm', 's'),
                    ('skipped', 'skipped', 's')]
 
 
-def _ints(values: Sequence[str], flag: str) -> list[int]:
-  try:
-    numbers = [int(v) for v in values]
-  except ValueError:
-    numbers = [0]
-  if not numbers or min(numbers) < 1:
-    raise app.UsageError(
-        f'--{flag} must be positive integers, got {values}.')
-  return numbers
+_ints = report.positive_ints
 
 
 def main(argv: Sequence[str]) -> None:
