@@ -14,7 +14,11 @@ of an `.npz` to read, a round reading and writing every client of its
 cohort. (Stores written as `.npz` by earlier versions are converted when
 opened.) Each file is written to a temporary name in the same directory and
 `os.replace`d, so it is either absent or complete. `MANIFEST.json` records
-the last committed round (also replaced atomically). Files reach the disk
+the retained committed rounds and the sha256 of every file they use (also
+replaced atomically): a state file that is missing, or whose bytes differ
+from the digest recorded when it was written, is refused when read and is
+named by `problem_as_of`, which a resume calls before any round runs. Same-
+size damage (a flipped float) would otherwise be read as a valid state. Files reach the disk
 (`fsync`) when a commit keeps them, not as each round writes them: a round
 writes every client of its cohort (800 fsyncs would take longer than the
 round), and only committed states must survive a power loss; those of later
@@ -32,12 +36,13 @@ A crash during either call leaves the store valid: it only ever deletes files
 that the states as of the retained rounds do not use.
 """
 
+import hashlib
 import json
 import os
 import tempfile
 import urllib.parse
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Optional
 
 import numpy as np
 import tensorflow as tf
@@ -48,6 +53,10 @@ _SUFFIX = '.state'
 _LEGACY_SUFFIX = '.npz'
 _TEMP_PREFIX = '.tmp-'
 _VERSION_SEPARATOR = '@'  # urllib.parse.quote(..., safe='') escapes it.
+
+
+class ClientStateError(ValueError):
+  """A client state file is missing or damaged (named in the message)."""
 
 
 def _atomic_write(path: str, write_fn, sync: bool = True) -> None:
@@ -107,6 +116,9 @@ class ClientStateStore:
     self._cache: dict[str, Any] = {}
     self._unsynced: set[str] = set()  # written since the last commit
     self._state_bytes = sum(leaf.nbytes for leaf in self._fresh_leaves)
+    # File name -> sha256 of its bytes: the committed files' (manifest) and
+    # those written since.
+    self._digests: dict[str, str] = dict(self._manifest().get('files', {}))
     for name in sorted(os.listdir(directory)):
       if name.startswith(_PREFIX) and name.endswith(_LEGACY_SUFFIX):
         name = self._convert_legacy_file(name)
@@ -133,13 +145,84 @@ class ClientStateStore:
   @property
   def committed_rounds(self) -> list[int]:
     """The retained committed rounds, oldest first: `restore` targets."""
-    path = os.path.join(self._directory, MANIFEST_NAME)
-    if not os.path.exists(path):
+    manifest = self._manifest()
+    if not manifest:
       return []
-    with open(path) as f:
-      manifest = json.load(f)
     return [int(r) for r in manifest.get(
         'committed_rounds', [manifest['committed_round']])]
+
+  def _manifest(self) -> dict[str, Any]:
+    """The manifest's contents ({} when there is none).
+
+    Raises:
+      ClientStateError: If it cannot be read or is not this store's.
+    """
+    path = os.path.join(self._directory, MANIFEST_NAME)
+    try:
+      stat = os.stat(path)
+    except FileNotFoundError:
+      return {}
+    key = (stat.st_mtime_ns, stat.st_size, stat.st_ino)
+    if getattr(self, '_manifest_key', None) == key:
+      return self._manifest_cache
+    try:
+      with open(path, 'rb') as f:
+        manifest = json.loads(f.read().decode())
+      if not isinstance(manifest, dict) or not (
+          'committed_round' in manifest or 'committed_rounds' in manifest):
+        raise ValueError('not a manifest')
+      [int(r) for r in manifest.get('committed_rounds',
+                                    [manifest.get('committed_round')])]
+      files = manifest.get('files', {})
+      if not isinstance(files, dict) or not all(
+          isinstance(v, str) for v in files.values()):
+        raise ValueError('not a manifest')
+    except (OSError, ValueError, TypeError) as e:
+      raise ClientStateError(
+          f'{path} is damaged ({type(e).__name__}): the client states it'
+          ' records cannot be verified') from e
+    self._manifest_key, self._manifest_cache = key, manifest
+    return manifest
+
+  def problem_as_of(self, round_num: int) -> Optional[str]:
+    """What is wrong with the states as of committed round `round_num`,
+    or None when every file they use is present with its recorded digest.
+
+    Reads every file the states use (a resume calls it once). Round 0 (no
+    client has trained) needs no file.
+    """
+    if round_num == 0:
+      return None
+    path = os.path.join(self._directory, MANIFEST_NAME)
+    try:
+      manifest = self._manifest()
+    except ClientStateError as e:
+      return str(e)
+    if not manifest:
+      return (f'{path} is missing: the client states as of round'
+              f' {round_num} cannot be verified')
+    if round_num not in self.committed_rounds:
+      return (f'{path} does not record the client states as of round'
+              f' {round_num} (it keeps rounds {self.committed_rounds})')
+    files = manifest.get('files')
+    if files is None:
+      return (f'{path} records no checksums (written by an earlier version):'
+              f' the client states as of round {round_num} cannot be verified')
+    newest: dict[str, tuple[int, str]] = {}
+    for name in files:
+      client_id, version = self._parse_file_name(name)
+      if version <= round_num and version >= newest.get(client_id,
+                                                        (-1, ''))[0]:
+        newest[client_id] = (version, name)
+    for _, name in sorted(newest.values(), key=lambda v: v[1]):
+      file_path = os.path.join(self._directory, name)
+      if not os.path.exists(file_path):
+        return f'{file_path} is missing'
+      with open(file_path, 'rb') as f:
+        if hashlib.sha256(f.read()).hexdigest() != files[name]:
+          return (f'{file_path} is damaged (its sha256 differs from the one'
+                  ' recorded when it was written)')
+    return None
 
   def load(self, client_ids: Sequence[str]) -> list[Any]:
     """Returns the clients' latest states (fresh ones for unknown clients).
@@ -173,11 +256,16 @@ class ClientStateStore:
           f'round_num={round_num} must be positive and newer than the '
           f'committed round {self.committed_round}.')
     for client_id, state in zip(client_ids, states):
-      leaves = self._checked_leaves(client_id, state)
-      path = os.path.join(self._directory,
-                          self._file_name(client_id, round_num))
+      leaves = [np.ascontiguousarray(leaf)
+                for leaf in self._checked_leaves(client_id, state)]
+      name = self._file_name(client_id, round_num)
+      path = os.path.join(self._directory, name)
       _atomic_write(path, lambda f, leaves=leaves: self._write(f, leaves),
                     sync=False)
+      digest = hashlib.sha256()
+      for leaf in leaves:
+        digest.update(leaf.data)
+      self._digests[name] = digest.hexdigest()
       self._unsynced.add(path)
       versions = self._versions.setdefault(client_id, [])
       if round_num not in versions:
@@ -237,8 +325,9 @@ class ClientStateStore:
                      for r in rounds} - {None})
       for version in versions:
         if version not in kept:
-          os.remove(os.path.join(self._directory,
-                                 self._file_name(client_id, version)))
+          name = self._file_name(client_id, version)
+          os.remove(os.path.join(self._directory, name))
+          self._digests.pop(name, None)
       if kept:
         self._versions[client_id] = kept
       else:
@@ -261,23 +350,40 @@ class ClientStateStore:
         os.close(fd)
     self._unsynced = set()
     self._cache = {}
+    files = {}
+    for client_id, versions in self._versions.items():
+      for version in versions:
+        name = self._file_name(client_id, version)
+        if name not in self._digests:  # converted from a legacy store
+          with open(os.path.join(self._directory, name), 'rb') as f:
+            self._digests[name] = hashlib.sha256(f.read()).hexdigest()
+        files[name] = self._digests[name]
     _atomic_write(
         os.path.join(self._directory, MANIFEST_NAME),
         lambda f: f.write(json.dumps({'committed_round': rounds[-1],
-                                      'committed_rounds': rounds}).encode()))
+                                      'committed_rounds': rounds,
+                                      'files': files}).encode()))
 
   def _read(self, client_id: str) -> Any:
     versions = self._versions.get(client_id)
     if not versions:
       return self._fresh_state
-    path = os.path.join(self._directory,
-                        self._file_name(client_id, versions[-1]))
-    with open(path, 'rb') as f:
-      data = bytearray(f.read())
+    name = self._file_name(client_id, versions[-1])
+    path = os.path.join(self._directory, name)
+    try:
+      with open(path, 'rb') as f:
+        data = bytearray(f.read())
+    except FileNotFoundError:
+      raise ClientStateError(f'{path} is missing') from None
     if len(data) != self._state_bytes:
-      raise ValueError(
+      raise ClientStateError(
           f'{path} holds {len(data)} bytes, a client state {self._state_bytes}:'
           ' the file is not one of this store\'s states.')
+    digest = self._digests.get(name)
+    if digest is not None and hashlib.sha256(data).hexdigest() != digest:
+      raise ClientStateError(
+          f'{path} is damaged (its sha256 differs from the one recorded when'
+          ' it was written)')
     leaves, offset = [], 0
     for fresh in self._fresh_leaves:
       leaves.append(np.frombuffer(data, fresh.dtype, fresh.size,

@@ -4,6 +4,8 @@ Layout of `<root_output_dir>/<experiment_name>/`:
 
     run.lock         the pid of the run holding the directory's lock
     hparams.json     the flags of the run (rerunning with other flags is refused)
+    manifest.json    the flags again, and each checkpoint's file digests and
+                     metrics rows (`run_files`): verified on resume
     metrics.csv      one row per round (`release_managers.MetricsCsv`)
     tensorboard/     scalars per round (`release_managers.TensorBoardScalars`)
     checkpoints/     program state (`tff.program.FileProgramStateManager`)
@@ -22,6 +24,14 @@ never stale. Writes go to temporary files renamed into place (TFF's
 removed when the next run takes the lock. The last `checkpoints_to_keep`
 checkpoints are kept (and the first), so that a corrupt latest one can be
 deleted to resume from the one before.
+
+A resume verifies before it writes anything: the latest checkpoint's files,
+the metrics rows up to its round and (through `load_latest_checkpoint`'s
+`client_states_problem`) the client states as of it, against what
+`manifest.json` recorded when the checkpoint was saved. A damaged or missing
+file stops the run in one line naming it and the command that resumes from
+the newest checkpoint that does verify: a resumed run equals the
+uninterrupted one or does not run.
 """
 
 import asyncio
@@ -32,12 +42,13 @@ import math
 import os
 import re
 import shutil
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Optional
 
 import tensorflow_federated as tff
 
 from experiment_driver import release_managers
+from experiment_driver import run_files
 
 LOCK_NAME = 'run.lock'
 _TEMP_PREFIX = release_managers.TEMP_PREFIX
@@ -54,7 +65,7 @@ class RunLockedError(RunDirectoryError):
 
 
 class CheckpointError(RuntimeError):
-  """A saved checkpoint cannot be read."""
+  """A saved checkpoint cannot be read, or a run file fails verification."""
 
 
 def _remove_interrupted_writes(directory: str) -> None:
@@ -86,6 +97,7 @@ class RunDirectory:
     self.tensorboard_dir = os.path.join(self.path, 'tensorboard')
     self.checkpoint_dir = os.path.join(self.path, 'checkpoints')
     self.hparams_json = os.path.join(self.path, 'hparams.json')
+    self.manifest = run_files.Manifest(self.path)
     self._event_loop = None  # made on first use (see `_loop`)
     self._release_managers = []
     self._state_manager = None  # creates its directory: made on first use
@@ -162,7 +174,8 @@ class RunDirectory:
         (os.path.join(self.path, 'client_states'), os.path.isdir,
          'a directory'),
         (self.metrics_csv, os.path.isfile, 'a file'),
-        (self.hparams_json, os.path.isfile, 'a file')):
+        (self.hparams_json, os.path.isfile, 'a file'),
+        (self.manifest.path, os.path.isfile, 'a file')):
       if os.path.exists(path) and not is_kind(path):
         self.unlock()
         raise RunDirectoryError(
@@ -194,12 +207,29 @@ class RunDirectory:
     self._lock_fd = None
 
   def check_hparams(self) -> None:
-    """Refuses to resume a run that was started with other hyperparameters."""
-    if not os.path.exists(self.hparams_json):
+    """Refuses to resume a run that was started with other hyperparameters.
+
+    The flags are those of `hparams.json`, and of `manifest.json` when
+    `hparams.json` is gone; the two must agree.
+
+    Raises:
+      RunDirectoryError: If the flags differ, or either file is damaged.
+    """
+    try:
+      saved = run_files.read_hparams(self.hparams_json)
+      recorded = self.manifest.read().hparams
+    except run_files.RunFileError as e:
+      raise RunDirectoryError(str(e)) from e
+    if recorded is not None:
+      if saved is not None and saved != recorded:
+        raise RunDirectoryError(
+            f'{self.hparams_json} differs from the flags {self.manifest.path}'
+            ' recorded when the run started: it was edited or damaged; restore'
+            ' it or pass another --experiment_name')
+      saved = recorded
+    if saved is None:
       return
     hparams = self.hparams
-    with open(self.hparams_json) as f:
-      saved = json.load(f)
     changed = sorted(k for k in set(saved) | set(hparams)
                      if saved.get(k) != hparams.get(k))
     if changed:
@@ -222,6 +252,8 @@ class RunDirectory:
     os.makedirs(self.path, exist_ok=True)
     release_managers.write_atomically(self.hparams_json,
                       json.dumps(self.hparams, indent=2, sort_keys=True))
+    self.manifest.hparams = json.loads(json.dumps(self.hparams))
+    self.manifest.write()
     try:
       csv_manager = release_managers.MetricsCsv(self.metrics_csv,
                                                 resumed_round)
@@ -266,32 +298,115 @@ class RunDirectory:
     self.last_round = round_num
 
   def save_checkpoint(self, program_state: Any, round_num: int) -> None:
+    """Saves the program state of `round_num`; `record_checkpoint` makes it
+    one a resume may use."""
     self._loop.run_until_complete(
         self._checkpoints().save(program_state, round_num))
+
+  def record_checkpoint(self, round_num: int) -> None:
+    """Records the saved checkpoint of `round_num` in the manifest, with the
+    metrics rows up to it: call once everything it depends on (the client
+    states' commit) is saved."""
+    self.manifest.record_checkpoint(
+        round_num, self._checkpoint_path(round_num), self.metrics_csv,
+        set(self._versions()))
     self.last_checkpoint_round = round_num
 
-  def load_latest_checkpoint(self, structure: Any) -> tuple[Any, int]:
-    """Returns `(program_state, round)` or `(None, 0)` if there is none."""
-    if not os.path.isdir(self.checkpoint_dir):
-      return None, 0
+  def _checkpoint_path(self, version: int) -> str:
+    return os.path.join(self.checkpoint_dir, f'program_state_{version}')
+
+  def _versions(self) -> list[int]:
+    return sorted(self._loop.run_until_complete(
+        self._checkpoints().get_versions()) or [])
+
+  def load_latest_checkpoint(
+      self, structure: Any,
+      client_states_problem: Optional[Callable[[int], Optional[str]]] = None,
+  ) -> tuple[Any, int]:
+    """Returns `(program_state, round)` of the latest verified checkpoint, or
+    `(None, 0)` if there is none.
+
+    A checkpoint that was saved but not recorded (the run stopped in
+    between) is removed: the previous one is the latest. The latest is
+    verified (module docstring); `client_states_problem(round)` says what is
+    wrong with the client states as of a round, or None.
+
+    Raises:
+      CheckpointError: If a file the latest checkpoint depends on is missing
+        or damaged, naming it and the command that recovers; or if the
+        checkpoint cannot be read.
+    """
     try:
-      state, version = self._loop.run_until_complete(
-          self._checkpoints().load_latest(structure))
+      self.manifest.read()
+    except run_files.RunFileError as e:
+      raise CheckpointError(str(e)) from e
+    if not os.path.isdir(self.checkpoint_dir):
+      versions = []
+    else:
+      versions = self._versions()
+    recorded = self.manifest.checkpoints
+    if versions and not self.manifest.exists:
+      raise CheckpointError(
+          f'{self.manifest.path} is missing: the checkpoints in'
+          f' {self.checkpoint_dir} cannot be verified (the file was deleted,'
+          ' or the run is from an earlier version); pass another'
+          ' --experiment_name to start again')
+    newest_recorded = max((v for v in versions if v in recorded), default=-1)
+    for version in versions:
+      if version not in recorded:
+        if version < newest_recorded:
+          raise CheckpointError(
+              f'{self._checkpoint_path(version)} is not recorded in'
+              f' {self.manifest.path}: the run directory was altered; pass'
+              ' another --experiment_name to start again')
+        # Saved, then the run stopped before recording it: incomplete.
+        shutil.rmtree(self._checkpoint_path(version))
+    versions = [v for v in versions if v in recorded]
+    if not versions:
+      if recorded:
+        raise CheckpointError(
+            f'every checkpoint of {self.path} is gone (rounds'
+            f' {sorted(recorded)} were saved); pass another --experiment_name'
+            f' or remove the directory (rm -r {self.path}) to start again')
+      return None, 0
+
+    def problem(version):
+      return (self.manifest.problem(version, self._checkpoint_path(version),
+                                    self.metrics_csv) or
+              (client_states_problem(version) if client_states_problem
+               else None))
+
+    latest = versions[-1]
+    found = problem(latest)
+    if found:
+      older = next((v for v in reversed(versions[:-1]) if not problem(v)),
+                   None)
+      if older is None:
+        raise CheckpointError(
+            f'{found}; no checkpoint of this run verifies: pass another'
+            f' --experiment_name or remove the directory (rm -r {self.path})'
+            ' to start again')
+      newer = ' '.join(self._checkpoint_path(v) for v in versions
+                       if v > older)
+      raise CheckpointError(
+          f'{found}; to resume from round {older}, the newest checkpoint that'
+          f' verifies, run: rm -r {newer}; then rerun the same command')
+    try:
+      state = self._loop.run_until_complete(
+          self._checkpoints().load(latest, structure))
     except Exception as e:  # pylint: disable=broad-except
-      versions = sorted(self._loop.run_until_complete(
-          self._checkpoints().get_versions()) or [0])
-      latest = os.path.join(self.checkpoint_dir,
-                            f'program_state_{versions[-1]}')
+      path = self._checkpoint_path(latest)
       before = (f'resume from round {versions[-2]}, the checkpoint before it'
                 if len(versions) > 1 else 'start the run again')
       raise CheckpointError(
-          f'checkpoint {latest} cannot be read ({type(e).__name__}); delete'
-          f' it (rm -r {latest}) and rerun to {before}, or pass another'
+          f'checkpoint {path} cannot be read ({type(e).__name__}); delete'
+          f' it (rm -r {path}) and rerun to {before}, or pass another'
           ' --experiment_name') from e
-    if state is None:
-      return None, 0
-    self.last_checkpoint_round = version
-    return state, version
+    # Checkpoints past the one resumed from are gone: forget them.
+    self.manifest.checkpoints = {r: c for r, c in recorded.items()
+                                 if r <= latest}
+    self.last_checkpoint_round = latest
+    return state, latest
 
 
 def flatten_metrics(structure: Any, prefix: str = '') -> dict[str, float]:

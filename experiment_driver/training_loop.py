@@ -207,21 +207,30 @@ def _initial_program_state(server_state) -> dict[str, Any]:
   }
 
 
-def _stateful_clients(process, run_dir: outputs.RunDirectory, start_round):
+def _client_state_store(process, run_dir: outputs.RunDirectory
+                        ) -> client_state_store.ClientStateStore:
+  """The store of a stateful-client process' client states, in
+  `<run_dir>/client_states/` (only the cohort is held in memory)."""
+  return client_state_store.ClientStateStore(
+      os.path.join(run_dir.path, 'client_states'),
+      process.initial_client_state(),
+      # One more than the checkpoints: a checkpoint saved and committed but
+      # not recorded (`RunDirectory.record_checkpoint`) is dropped on resume.
+      keep_commits=run_dir.checkpoints_to_keep + 1)
+
+
+def _stateful_clients(process, store: client_state_store.ClientStateStore,
+                      start_round: int):
   """`(round_runner, on_checkpoint)` for stateful-client processes.
 
-  Client states live in `<run_dir>/client_states/` (only the cohort is held
-  in memory); the store is committed right after each checkpoint, keeping
-  the states of as many checkpoints as the run directory keeps, and restored
-  to the checkpoint's round on resume, so a resumed run sees exactly the
-  client states of the round it resumes from (also an older checkpoint's,
-  when the latest was deleted).
+  The store is committed right after each checkpoint, keeping the states of
+  as many checkpoints as the run directory keeps, and restored to the
+  checkpoint's round on resume, so a resumed run sees exactly the client
+  states of the round it resumes from (also an older checkpoint's, when the
+  latest was deleted); the resume verified them first
+  (`ClientStateStore.problem_as_of`).
   """
-  runner = adabest_runner.StatefulClientRunner(
-      process, client_state_store.ClientStateStore(
-          os.path.join(run_dir.path, 'client_states'),
-          process.initial_client_state(),
-          keep_commits=run_dir.checkpoints_to_keep))
+  runner = adabest_runner.StatefulClientRunner(process, store)
   runner.store.restore(start_round)
 
   def round_runner(process, state, round_num, client_ids, datasets):
@@ -283,10 +292,19 @@ def run_training(
                         hold_examples=config.hold_examples)
 
   structure = _initial_program_state(process.initialize())
-  program_state, start_round = run_dir.load_latest_checkpoint(structure)
+  store = (_client_state_store(process, run_dir) if isinstance(
+      process, stateful_process.StatefulClientLearningProcess) else None)
+  program_state, start_round = run_dir.load_latest_checkpoint(
+      structure, store.problem_as_of if store is not None else None)
+  if start_round >= config.total_rounds:
+    config.print_fn(
+        f'{run_dir.path} is complete: its checkpoint of round {start_round}'
+        f' is at or past --total_rounds={config.total_rounds}; nothing to run'
+        ' (raise --total_rounds to train on)')
+    return {}
   run_dir.start_writing(start_round)
-  if isinstance(process, stateful_process.StatefulClientLearningProcess):
-    round_runner, on_checkpoint = _stateful_clients(process, run_dir,
+  if store is not None:
+    round_runner, on_checkpoint = _stateful_clients(process, store,
                                                     start_round)
   else:
     round_runner, on_checkpoint = (
@@ -295,6 +313,7 @@ def run_training(
   if program_state is None:
     program_state = structure
     run_dir.save_checkpoint(program_state, 0)
+    run_dir.record_checkpoint(0)
   state = program_state['server_state']
   totals = {k: float(v) for k, v in program_state['totals'].items()}
   last_train_accuracy = float(program_state['last_train_accuracy'])
@@ -362,4 +381,5 @@ def run_training(
         }, round_num)
         if on_checkpoint is not None:
           on_checkpoint(round_num)
+        run_dir.record_checkpoint(round_num)
   return metrics

@@ -1,0 +1,202 @@
+"""The run's manifest: what each checkpoint was saved with, to verify on resume.
+
+A resumed run must equal the uninterrupted run or stop. Checkpoints, client
+states, `hparams.json` and `metrics.csv` can each be damaged or deleted
+between two runs of a command (a full disk, a copy gone wrong, a user's
+edit), and TFF reads a checkpoint whose floats changed, or a CSV missing its
+first rows, without a word. `<run>/manifest.json` (written atomically,
+`write_atomically`) records:
+
+    format       this file's version
+    hparams      the run's flags, as `hparams.json` holds them
+    checkpoints  per checkpoint round: the sha256 of each of its files and of
+                 the metrics rows up to that round (`metrics_digest`)
+
+The training loop records a checkpoint after it and its client states are
+saved (`record_checkpoint`); a checkpoint directory the manifest does not
+name was interrupted before it was recorded. On resume, `RunDirectory`
+(`experiment_driver.outputs`) verifies the latest checkpoint, its metrics
+rows and its client states before anything is written, and refuses a damaged
+one in one line naming the file and the command that recovers.
+"""
+
+import csv
+import hashlib
+import json
+import os
+from collections.abc import Mapping
+from typing import Any, Optional
+
+from experiment_driver import release_managers
+
+MANIFEST_NAME = 'manifest.json'
+FORMAT = 1
+
+
+class RunFileError(ValueError):
+  """A run file is missing or damaged (named in the message)."""
+
+
+def file_digest(path: str) -> str:
+  digest = hashlib.sha256()
+  with open(path, 'rb') as f:
+    for chunk in iter(lambda: f.read(1 << 20), b''):
+      digest.update(chunk)
+  return digest.hexdigest()
+
+
+def directory_digests(directory: str) -> dict[str, str]:
+  """`{path relative to directory: sha256}` of every file under it."""
+  digests = {}
+  for parent, _, names in os.walk(directory):
+    for name in names:
+      path = os.path.join(parent, name)
+      digests[os.path.relpath(path, directory)] = file_digest(path)
+  return digests
+
+
+def metrics_digest(path: str, up_to_round: int) -> tuple[int, str]:
+  """`(rows, sha256)` of the metrics CSV's rows of rounds <= `up_to_round`.
+
+  The digest is over each row's non-empty `(column, text)` pairs, in file
+  order: it survives the header widening a later round brings (rows then
+  gain empty columns) and a torn row past the round, and changes with any
+  value, row or round of the rounds it covers. A missing file has no rows.
+
+  Raises:
+    RunFileError: If the file cannot be read as CSV or a round is not an
+      integer.
+  """
+  digest = hashlib.sha256()
+  rows = 0
+  if not os.path.exists(path):
+    return 0, digest.hexdigest()
+  try:
+    with open(path, newline='', encoding='utf-8') as f:
+      for row in csv.DictReader(f):
+        text = row.get('round')
+        if text is None or None in row or None in row.values():
+          continue  # a torn row: checked against the digest by omission
+        if int(text) > up_to_round:
+          continue
+        rows += 1
+        digest.update(json.dumps(
+            [(k, v) for k, v in row.items() if v != '']).encode())
+        digest.update(b'\n')
+  except (UnicodeDecodeError, csv.Error, ValueError) as e:
+    raise RunFileError(f'{path} is damaged ({e})') from e
+  return rows, digest.hexdigest()
+
+
+class Manifest:
+  """`manifest.json` of one run directory (module docstring)."""
+
+  def __init__(self, run_path: str):
+    self.path = os.path.join(run_path, MANIFEST_NAME)
+    self._run_path = run_path
+    self.hparams: Optional[dict[str, Any]] = None
+    self.checkpoints: dict[int, dict[str, Any]] = {}
+
+  @property
+  def exists(self) -> bool:
+    return os.path.exists(self.path)
+
+  def read(self) -> 'Manifest':
+    """Reads the file if there is one.
+
+    Raises:
+      RunFileError: If it cannot be read or is not a manifest.
+    """
+    if not self.exists:
+      return self
+    try:
+      with open(self.path, encoding='utf-8') as f:
+        data = json.load(f)
+      if not isinstance(data, dict) or data.get('format') != FORMAT:
+        raise ValueError('not a manifest of this package')
+      hparams = data['hparams']
+      checkpoints = {int(r): c for r, c in data['checkpoints'].items()}
+      if not isinstance(hparams, dict) or not all(
+          isinstance(c, dict) and isinstance(c.get('files'), dict) and
+          isinstance(c.get('metrics_sha256'), str)
+          for c in checkpoints.values()):
+        raise ValueError('not a manifest of this package')
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+      raise RunFileError(
+          f'{self.path} is damaged ({type(e).__name__}): the run\'s'
+          ' checkpoints cannot be verified; pass another --experiment_name'
+          ' to start again') from e
+    self.hparams, self.checkpoints = hparams, checkpoints
+    return self
+
+  def write(self) -> None:
+    release_managers.write_atomically(self.path, json.dumps({
+        'format': FORMAT,
+        'hparams': self.hparams,
+        'checkpoints': {str(r): c for r, c in sorted(self.checkpoints.items())},
+    }, indent=1, sort_keys=True))
+
+  def record_checkpoint(self, round_num: int, checkpoint_dir: str,
+                        metrics_csv: str, present: set[int]) -> None:
+    """Records checkpoint `round_num` (its files under `checkpoint_dir`) and
+    the metrics rows up to it; forgets checkpoints not in `present` (those
+    TFF's manager deleted)."""
+    rows, digest = metrics_digest(metrics_csv, round_num)
+    self.checkpoints = {r: c for r, c in self.checkpoints.items()
+                        if r in present}
+    self.checkpoints[round_num] = {
+        'files': directory_digests(checkpoint_dir),
+        'metrics_rows': rows,
+        'metrics_sha256': digest,
+    }
+    self.write()
+
+  def problem(self, round_num: int, checkpoint_dir: str,
+              metrics_csv: str) -> Optional[str]:
+    """What is wrong with checkpoint `round_num` or the metrics rows up to
+    it, or None when both match what was recorded."""
+    recorded = self.checkpoints[round_num]
+    on_disk = set()
+    for parent, _, names in os.walk(checkpoint_dir):
+      on_disk.update(os.path.relpath(os.path.join(parent, n), checkpoint_dir)
+                     for n in names)
+    for name, digest in sorted(recorded['files'].items()):
+      path = os.path.join(checkpoint_dir, name)
+      if name not in on_disk:
+        return f'{path} is missing'
+      if file_digest(path) != digest:
+        return (f'{path} is damaged (its sha256 differs from the one recorded'
+                ' when it was saved)')
+    extra = sorted(on_disk - set(recorded['files']))
+    if extra:
+      return (f'{os.path.join(checkpoint_dir, extra[0])} was not part of the'
+              ' checkpoint when it was saved')
+    try:
+      rows, digest = metrics_digest(metrics_csv, round_num)
+    except RunFileError as e:
+      return str(e)
+    if digest != recorded['metrics_sha256']:
+      if not os.path.exists(metrics_csv):
+        return f'{metrics_csv} is missing'
+      return (f'{metrics_csv} is damaged: its rows up to round {round_num}'
+              f' ({rows} found, {recorded.get("metrics_rows")} recorded)'
+              ' differ from those the checkpoint of that round saw')
+    return None
+
+
+def read_hparams(path: str) -> Optional[dict[str, Any]]:
+  """`hparams.json`'s flags, or None when there is no such file.
+
+  Raises:
+    RunFileError: If it cannot be read or does not hold a JSON object.
+  """
+  if not os.path.exists(path):
+    return None
+  try:
+    with open(path, encoding='utf-8') as f:
+      saved = json.load(f)
+    if not isinstance(saved, Mapping):
+      raise ValueError(f'a JSON {type(saved).__name__}, not an object')
+  except (OSError, ValueError) as e:
+    raise RunFileError(f'{path} is damaged ({e})') from e
+  return dict(saved)
