@@ -216,10 +216,17 @@ class RunDirectory:
       RunDirectoryError: If the flags differ, or either file is damaged.
     """
     try:
-      saved = run_files.read_hparams(self.hparams_json)
       recorded = self.manifest.read().hparams
     except run_files.RunFileError as e:
       raise RunDirectoryError(str(e)) from e
+    try:
+      saved = run_files.read_hparams(self.hparams_json)
+    except run_files.RunFileError as e:
+      if recorded is None:
+        raise RunDirectoryError(str(e)) from e
+      raise RunDirectoryError(
+          f'{e}; {self.manifest.path} holds the run\'s flags: remove it (rm'
+          f' {self.hparams_json}) and rerun to resume') from e
     if recorded is not None:
       if saved is not None and saved != recorded:
         raise RunDirectoryError(
