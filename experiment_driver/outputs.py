@@ -269,7 +269,8 @@ class RunDirectory:
           f'{self.metrics_csv} has no round column: it was not written by'
           ' this package; move it away or pass another --experiment_name'
           ) from e
-    if resumed_round:
+    if resumed_round or os.path.isdir(self.tensorboard_dir):
+      # Also a resume from round 0 (the first checkpoint).
       self._rewrite_tensorboard(resumed_round)
     self._release_managers = [
         csv_manager,

@@ -231,3 +231,60 @@ def test_outputs_have_one_file_mode(reference_runs):
 def test_stateful_runs_log_the_cohorts_mean_client_state_norm(reference_runs):
   norms = _metrics(reference_runs['adabest'])['client_states/mean_norm']
   assert len(norms) == 4 and np.isfinite(norms).all() and (norms > 0).all()
+
+
+def _damage(run_dir, damage):
+  if damage == 'flipped_client_state':  # same size: only a checksum sees it
+    path = sorted((run_dir / 'client_states').glob('*@00000004.state'))[0]
+    raw = bytearray(path.read_bytes())
+    raw[100:104] = b'\x00\x00\x80\x3f'
+    path.write_bytes(bytes(raw))
+  elif damage == 'deleted_client_states':
+    shutil.rmtree(run_dir / 'client_states')
+  elif damage == 'torn_last_row':  # of a finished run: round 4 is the last
+    text = (run_dir / 'metrics.csv').read_text()
+    (run_dir / 'metrics.csv').write_text(text[:-20])
+  elif damage == 'emptied_metrics':
+    shutil.rmtree(run_dir / 'checkpoints' / 'program_state_4')
+    (run_dir / 'metrics.csv').write_text('')
+
+
+@pytest.mark.parametrize('name,damage', [
+    ('adabest', 'flipped_client_state'), ('adabest', 'deleted_client_states'),
+    ('fedopt', 'torn_last_row'), ('fedopt', 'emptied_metrics')])
+def test_a_damaged_run_file_stops_the_resume_and_its_command_recovers_exactly(
+    reference_runs, tmp_path, name, damage):
+  run_dir = tmp_path / name
+  shutil.copytree(reference_runs[name], run_dir)
+  _damage(run_dir, damage)
+  before = {p: p.read_bytes() for p in run_dir.rglob('*') if p.is_file()
+            and p.name != 'run.lock'}
+  args = [*(_SMALL if name == 'fedopt' else _STATEFUL),
+          f'--root_output_dir={tmp_path}', f'--experiment_name={name}']
+  result = _run(*args, check=False)
+  assert result.returncode == 2, result.stderr[-2000:]
+  (line,) = _stderr_lines(result)
+  assert line.startswith('error: ') and str(run_dir) in line
+  # Nothing was written: the CSV and TensorBoard keep every row they had.
+  assert {p: p.read_bytes() for p in before if p.exists()} == before
+  command = line.split('run: rm -r ')[1].split('; then')[0]
+  for path in command.split():
+    shutil.rmtree(path)
+  result = _run(*args)
+  pd.testing.assert_frame_equal(_metrics(run_dir),
+                                _metrics(reference_runs[name]))
+  assert _tensorboard_steps(run_dir, 'train/loss') == [1, 2, 3, 4]
+
+
+def test_deleted_hparams_still_refuse_other_flags(reference_runs, tmp_path):
+  run_dir = tmp_path / 'fedopt'
+  shutil.copytree(reference_runs['fedopt'], run_dir)
+  os.remove(run_dir / 'hparams.json')
+  args = [*_SMALL, f'--root_output_dir={tmp_path}', '--experiment_name=fedopt']
+  result = _run(*[a for a in args if a != '--seed=3'], '--seed=7',
+                check=False)
+  assert result.returncode == 2
+  (line,) = _stderr_lines(result)
+  assert 'seed: 3 -> 7' in line
+  result = _run(*args, '--total_rounds=4')
+  assert 'is complete' in result.stdout
