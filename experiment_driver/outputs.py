@@ -81,11 +81,45 @@ def _remove_interrupted_writes(directory: str) -> None:
         os.remove(path)
 
 
+# A file name's limit on Linux and macOS (NAME_MAX), in bytes.
+_NAME_MAX = 255
+
+
+def check_experiment_name(name: str) -> None:
+  """Refuses a run name that is not one printable path component, so that a
+  run writes under its root directory only.
+
+  Raises:
+    RunDirectoryError: If `name` is empty, `.` or `..`, holds a `/`, a
+      character that is not printable (newline, tab, control), or is longer
+      than a file name can be.
+  """
+  problem = None
+  if not name or name in ('.', '..'):
+    problem = 'must name a directory'
+  elif '/' in name or (os.sep != '/' and os.sep in name):
+    problem = ('must be one directory name, without /: runs live directly'
+               ' under --root_output_dir')
+  elif not name.isprintable():
+    problem = 'must hold printable characters only (no newline, tab, control)'
+  elif len(name.encode('utf-8', 'surrogateescape')) > _NAME_MAX:
+    problem = (f'is {len(name.encode("utf-8", "surrogateescape"))} bytes; a'
+               f' directory name has at most {_NAME_MAX}')
+  if problem:
+    raise RunDirectoryError(f'--experiment_name={name!r} {problem}')
+
+
 class RunDirectory:
-  """Owns one run's outputs; writes nothing until `start_writing()`."""
+  """Owns one run's outputs; writes nothing until `start_writing()`.
+
+  Raises (constructor):
+    RunDirectoryError: If `experiment_name` is not one printable path
+      component (`check_experiment_name`).
+  """
 
   def __init__(self, root_output_dir: str, experiment_name: str,
                hparams: Mapping[str, Any], checkpoints_to_keep: int = 3):
+    check_experiment_name(experiment_name)
     self.path = os.path.join(root_output_dir, experiment_name)
     self.checkpoints_to_keep = checkpoints_to_keep
     self.last_round = 0  # the last round whose metrics were released
@@ -148,6 +182,7 @@ class RunDirectory:
       fd = os.open(os.path.join(self.path, LOCK_NAME), os.O_RDWR | os.O_CREAT,
                    0o666)
     except OSError as e:
+      self._remove_created()
       raise RunDirectoryError(
           f'cannot write the run directory {self.path}: {e.strerror}') from e
     try:
@@ -194,17 +229,29 @@ class RunDirectory:
     self._release_managers = []
     _remove_interrupted_writes(self.path)
     _remove_interrupted_writes(self.checkpoint_dir)
+    states = os.path.join(self.path, 'client_states')
+    if self._created and os.path.isdir(states) and not os.listdir(states):
+      os.rmdir(states)  # opened by a stateful run that stopped before use
     if self._created and os.listdir(self.path) == [LOCK_NAME]:
       # Nothing was written: leave the file system as it was.
       os.remove(os.path.join(self.path, LOCK_NAME))
-      path = os.path.abspath(self.path)
-      while True:
-        os.rmdir(path)
-        if path == self._created:
-          break
-        path = os.path.dirname(path)
+      self._remove_created()
     os.close(self._lock_fd)
     self._lock_fd = None
+
+  def _remove_created(self) -> None:
+    """Removes the empty directories `lock` created, innermost first."""
+    if not self._created:
+      return
+    path = os.path.abspath(self.path)
+    while len(path) >= len(self._created):
+      try:
+        os.rmdir(path)
+      except OSError:
+        pass  # not created, or not empty: kept
+      if path == self._created:
+        break
+      path = os.path.dirname(path)
 
   def check_hparams(self) -> None:
     """Refuses to resume a run that was started with other hyperparameters.

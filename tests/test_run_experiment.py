@@ -162,6 +162,16 @@ def test_bad_flags_are_rejected_before_anything_runs(tmp_path, flag):
   assert not os.listdir(tmp_path)
 
 
+@pytest.mark.parametrize('name', ['../outside', 'two\nlines'])
+def test_a_run_name_that_is_not_one_directory_is_refused(tmp_path, name):
+  root = tmp_path / 'root' / 'runs'
+  result = _run(*_SMALL_RUN, f'--root_output_dir={root}',
+                f'--experiment_name={name}', check=False)
+  assert result.returncode == 2
+  assert _error_line(result).startswith('error: --experiment_name=')
+  assert not os.listdir(tmp_path)  # not the root, nor anything beside it
+
+
 def test_missing_data_names_the_file(tmp_path):
   empty = tmp_path / 'empty'
   empty.mkdir()
@@ -191,7 +201,8 @@ def test_corrupt_checkpoint_is_reported_and_left_alone(full_run, tmp_path):
   result = _run(*_SMALL_RUN, f'--root_output_dir={tmp_path}',
                 '--experiment_name=full', '--total_rounds=6', check=False)
   assert result.returncode == 2
-  assert 'cannot be read' in _error_line(result)
+  line = _error_line(result)
+  assert 'is damaged' in line and f'rm -r {latest}' in line
   after = outputs()
   assert after == before
 

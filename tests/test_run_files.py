@@ -222,3 +222,25 @@ def test_missing_client_states_are_named(tmp_path):
   store = client_state_store.ClientStateStore(str(tmp_path), _FRESH)
   assert 'MANIFEST.json is missing' in store.problem_as_of(4)
   assert store.problem_as_of(0) is None
+
+
+@pytest.mark.parametrize('name', ['', '.', '..', '../x', 'a/b', '/abs',
+                                  'two\nlines', 'tab\there', 'x' * 256])
+def test_a_run_name_must_be_one_printable_directory_name(tmp_path, name):
+  with pytest.raises(outputs.RunDirectoryError,
+                     match=r'^--experiment_name='):
+    outputs.RunDirectory(str(tmp_path / 'root'), name, {})
+  assert not os.listdir(tmp_path)
+
+
+def test_a_run_that_cannot_lock_leaves_no_directory_it_created(tmp_path):
+  blocker = tmp_path / 'file'
+  blocker.write_text('')
+  run_dir = outputs.RunDirectory(str(tmp_path / 'new' / 'deeper'), 'run', {})
+  run_dir.lock()
+  run_dir.unlock()  # wrote nothing: the directories it made are gone
+  assert sorted(os.listdir(tmp_path)) == ['file']
+  run_dir = outputs.RunDirectory(str(blocker / 'under_a_file'), 'run', {})
+  with pytest.raises(outputs.RunDirectoryError, match='cannot write'):
+    run_dir.lock()
+  assert sorted(os.listdir(tmp_path)) == ['file']
