@@ -36,5 +36,5 @@ ALGORITHM = flags.DEFINE_enum(
     ' <base>_budgeted for base in fedavg, fedavgcm, fedprox, fednova,'
     ' fedyogi.')
 flags.DEFINE_alias('iterative_process', 'algorithm')
-# Other names of the flags above: not flags of their own.
-ALIASES = frozenset({'iterative_process'})
+# Other names of the flags above (alias -> flag): not flags of their own.
+ALIASES = {'iterative_process': 'algorithm'}

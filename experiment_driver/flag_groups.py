@@ -62,7 +62,8 @@ VALIDATION_FRACTION = flags.DEFINE_float(
 SYNTHETIC_NUM_CLASSES = flags.DEFINE_integer(
     'synthetic_num_classes', None,
     'Synthetic: classes of LEAF\'s generator and the model; default LEAF\'s'
-    ' 5 (GeL\'s Table 1: 305 parameters; FedProx used 10).', lower_bound=2)
+    ' 5 (GeL\'s Table 1: 305 parameters; FedProx used 10).', lower_bound=2,
+    upper_bound=1000)
 SYNTHETIC_ALPHA = flags.DEFINE_float(
     'synthetic_alpha', None,
     'Synthetic: LEAF\'s alpha, model heterogeneity across clients; default'
@@ -88,7 +89,7 @@ NUM_CLIENTS = flags.DEFINE_integer(
 DIRICHLET_ALPHA = flags.DEFINE_float(
     'dirichlet_alpha', None,
     'Dirichlet label-skew concentration of a partitioned task (AdaBest: 0.3,'
-    ' 0.03); unset: IID.', lower_bound=0.0)
+    ' 0.03; > 0); unset: IID.')
 UNBALANCED_SIGMA = flags.DEFINE_float(
     'unbalanced_sigma', 0.0,
     'Sigma of log-normal client sizes of a partitioned task (AdaBest: 0.3);'
@@ -140,7 +141,7 @@ def _define_optimizer_flags(role: str, optimizer_help: str,
           f'{role}_optimizer', 'sgd', optimizers.OPTIMIZER_NAMES,
           optimizer_help),
       learning_rate=flags.DEFINE_float(
-          f'{role}_learning_rate', None, learning_rate_help, lower_bound=0.0),
+          f'{role}_learning_rate', None, learning_rate_help + ' (> 0)'),
       momentum=flags.DEFINE_float(
           f'{role}_momentum', 0.9, f'{name} momentum in [0, 1) (sgdm, lars).',
           lower_bound=0.0, upper_bound=1.0),
@@ -192,7 +193,8 @@ CLIENTS_PER_ROUND = flags.DEFINE_integer(
     ' are fewer. A larger value than the population is an error.',
     lower_bound=1)
 TOTAL_ROUNDS = flags.DEFINE_integer(
-    'total_rounds', 100, 'Number of training rounds.', lower_bound=1)
+    'total_rounds', 100, 'Number of training rounds.', lower_bound=1,
+    upper_bound=1_000_000)
 
 # Large-cohort techniques (Charles et al. 2021, SPEC.md §1).
 SERVER_LR_SCALING = flags.DEFINE_enum(
@@ -308,6 +310,8 @@ SEED = flags.DEFINE_integer(
 # Flags whose use depends on the algorithm family (each family's
 # `SHARED_FLAGS` says which it honours); every other shared flag is used by
 # every algorithm, subject to `flag_rules` (task, optimizer, runtime).
+flags.register_validator('dirichlet_alpha', lambda v: v is None or v > 0,
+                         message='must be > 0')
 CLIENT_OPTIMIZER_FLAGS = optimizer_flag_names('client')
 SERVER_OPTIMIZER_FLAGS = optimizer_flag_names('server')
 SERVER_LR_SCALING_FLAGS = frozenset({
@@ -333,8 +337,14 @@ NOT_HPARAMS = frozenset({
 })
 
 
+FLOAT32_MAX = 3.4028234663852886e+38
+
+
 def is_finite_or_none(value) -> bool:
-  return value is None or math.isfinite(value)
+  """None, or finite once in float32 (the dtype the computations use)."""
+  return value is None or (math.isfinite(value) and
+                           abs(value) <= FLOAT32_MAX)
+
 
 
 def shard_flag_conflicts(values: Mapping[str, Any]) -> dict[str, str]:

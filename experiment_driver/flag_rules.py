@@ -127,12 +127,41 @@ def unused_flags(values: Mapping[str, Any]) -> dict[str, str]:
   return why
 
 
+class ConflictingFlagsError(ValueError):
+  """Two flags were given whose values cannot both hold."""
+
+
+def conflicts(flag_values: flags.FlagValues = flags.FLAGS) -> list[str]:
+  """Flags given together that would override one another, each named."""
+  found = []
+  for alias, name in families.ALIASES.items():
+    # absl counts an alias' use on the flag it stands for too.
+    if flag_values[alias].present and (flag_values[name].present >
+                                       flag_values[alias].present):
+      found.append(f'--{alias} is another name for --{name}: give one of'
+                   ' them')
+  values = values_of(flag_values)
+  cohort = values['clients_per_round'] or f.DEFAULT_CLIENTS_PER_ROUND
+  if values['rounds_to_double_cohort'] and values['max_cohort_size'] < cohort:
+    found.append(
+        f'--max_cohort_size={values["max_cohort_size"]} is below'
+        f' --clients_per_round={cohort}: the doubling cohort would start at'
+        f' {values["max_cohort_size"]}, not {cohort}; raise --max_cohort_size'
+        ' or lower --clients_per_round')
+  return found
+
+
 def check_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
-  """Refuses flags given on the command line that the run would not use.
+  """Refuses flags given on the command line that the run would not use,
+  and flags whose values another flag would override.
 
   Raises:
-    UnusedFlagError: naming each such flag and why, in one line.
+    ConflictingFlagsError: naming both flags of each conflict, in one line.
+    UnusedFlagError: naming each unused flag and why, in one line.
   """
+  found = conflicts(flag_values)
+  if found:
+    raise ConflictingFlagsError('; '.join(found))
   why = unused_flags(values_of(flag_values))
   given = sorted(name for name, flag in driver_flags(flag_values).items()
                  if flag.present and name in why)
@@ -179,12 +208,15 @@ def recorded_hparams(values: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _require_finite_floats() -> None:
-  """Every float flag of the driver must be finite (absl's bounds let NaN
-  through: every comparison with NaN is false)."""
+  """Every float flag of the driver must be finite in float32, the dtype
+  the computations use (absl's bounds let NaN through: every comparison
+  with NaN is false; 1e308 is finite in float64 only)."""
   for name, flag in driver_flags().items():
     if isinstance(flag.parser, flags.FloatParser):
-      flags.register_validator(name, f.is_finite_or_none,
-                               message='must be a finite number')
+      flags.register_validator(
+          name, f.is_finite_or_none,
+          message=f'must be a finite number in float32 (|x| <='
+                  f' {f.FLOAT32_MAX:.4g})')
 
 
 _require_finite_floats()

@@ -54,6 +54,11 @@ class DoublingCohortSchedule:
       raise ValueError(
           'population_size must be None or a positive int, got '
           f'{self.population_size!r}.')
+    if self.initial_cohort_size > self.max_cohort_size:
+      raise ValueError(
+          f'initial_cohort_size={self.initial_cohort_size} is above'
+          f' max_cohort_size={self.max_cohort_size}: the schedule would never'
+          ' give the initial cohort.')
 
   @property
   def cap(self) -> int:

@@ -6,6 +6,9 @@ as a server or a client optimizer. Adaptive accumulators start at 0 (Adagrad's
 and Yogi's initial preconditioner value is 0).
 """
 
+import math
+import numbers
+
 import tensorflow_federated as tff
 
 from large_cohort import lamb
@@ -24,6 +27,8 @@ HYPERPARAMETERS: dict[str, frozenset[str]] = {
     'lamb': frozenset({'beta_1', 'beta_2', 'epsilon'}),
 }
 
+
+_FLOAT32_MAX = 3.4028234663852886e+38  # learning rates are float32
 
 def build_optimizer(
     name: str,
@@ -45,10 +50,19 @@ def build_optimizer(
     epsilon: Stability constant of `adagrad`, `adam`, `yogi`, `lars`, `lamb`.
 
   Raises:
-    ValueError: for an unknown name or a non-positive learning rate.
+    ValueError: for an unknown name, a learning rate that is not a finite
+      float32 > 0, or a hyperparameter outside its range (momentum and the
+      betas in [0, 1), epsilon >= 0), as the driver's flags check them.
   """
-  if learning_rate <= 0:
-    raise ValueError(f'learning rate must be > 0, got {learning_rate}')
+  for what, value, ok, rule in (
+      ('learning rate', learning_rate, lambda v: v > 0, '> 0'),
+      ('momentum', momentum, lambda v: 0 <= v < 1, 'in [0, 1)'),
+      ('beta_1', beta_1, lambda v: 0 <= v < 1, 'in [0, 1)'),
+      ('beta_2', beta_2, lambda v: 0 <= v < 1, 'in [0, 1)'),
+      ('epsilon', epsilon, lambda v: v >= 0, '>= 0')):
+    if not (isinstance(value, numbers.Real) and math.isfinite(value) and
+            abs(value) <= _FLOAT32_MAX and ok(value)):
+      raise ValueError(f'{what} must be a finite float32 {rule}, got {value}')
   if name == 'sgd':
     return tff.learning.optimizers.build_sgdm(learning_rate)
   if name == 'sgdm':
