@@ -18,7 +18,10 @@ the retained committed rounds and the sha256 of every file they use (also
 replaced atomically): a state file that is missing, or whose bytes differ
 from the digest recorded when it was written, is refused when read and is
 named by `problem_as_of`, which a resume calls before any round runs. Same-
-size damage (a flipped float) would otherwise be read as a valid state. Files reach the disk
+size damage (a flipped float) would otherwise be read as a valid state.
+
+Why one module: the file format, the versions, the commits and their
+checksums are one on-disk contract, each part relied on by the others. Files reach the disk
 (`fsync`) when a commit keeps them, not as each round writes them: a round
 writes every client of its cohort (800 fsyncs would take longer than the
 round), and only committed states must survive a power loss; those of later

@@ -32,6 +32,10 @@ the metrics rows up to its round and (through `load_latest_checkpoint`'s
 file stops the run in one line naming it and the command that resumes from
 the newest checkpoint that does verify: a resumed run equals the
 uninterrupted one or does not run.
+
+Why one module: the lock, the writers and the checkpoints' save, verify and
+load share one directory layout and one order (verify before anything is
+written); `run_files` holds the manifest's format and digests.
 """
 
 import asyncio
