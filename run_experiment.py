@@ -12,7 +12,28 @@ checkpoints/, hparams.json); rerunning the same command resumes the run.
 import os
 import signal
 import sys
-import warnings
+
+
+def _stopped_while_starting(signum, frame):
+  """Ctrl-C, SIGTERM or SIGHUP during the imports: nothing is written yet."""
+  del frame
+  what = {signal.SIGINT: 'interrupted', signal.SIGTERM: 'terminated',
+          signal.SIGHUP: 'hung up'}[signum]
+  # To the terminal's stderr: TensorFlow's import runs with fd 2 captured
+  # (`fl_common.tf_environment`).
+  os.write(_STDERR, f'{what} while starting, before the run; nothing was'
+           ' written\n'.encode())
+  os._exit(128 + signum)  # pylint: disable=protected-access
+
+
+if __name__ == '__main__':
+  _STDERR = os.dup(2)
+  # TensorFlow's imports take seconds: a signal then is one line, not a
+  # traceback through them. `main` installs the run's own handlers.
+  for _signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+    signal.signal(_signum, _stopped_while_starting)
+
+import warnings  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 from absl import app
 from absl import flags
@@ -36,12 +57,16 @@ OUTPUT_ERRORS = (OSError, tf.errors.ResourceExhaustedError,
 
 
 class Terminated(KeyboardInterrupt):
-  """SIGTERM, handled as Ctrl-C is."""
+  """SIGTERM or SIGHUP, handled as Ctrl-C is."""
+
+  def __init__(self, signum: int = signal.SIGTERM):
+    super().__init__()
+    self.signum = signum
 
 
 def _terminate(signum, frame):
-  del signum, frame
-  raise Terminated()
+  del frame
+  raise Terminated(signum)
 
 
 def run() -> None:
@@ -60,9 +85,13 @@ def run() -> None:
             'before its first round')
     checkpoint = ('' if run_dir.last_checkpoint_round is None else
                   f' (last checkpoint: round {run_dir.last_checkpoint_round})')
-    print(f'interrupted {done}{checkpoint}; rerun the same command to resume',
+    what = 'interrupted'
+    if isinstance(e, Terminated):
+      what = 'hung up (SIGHUP)' if e.signum == signal.SIGHUP else 'terminated'
+    print(f'{what} {done}{checkpoint}; rerun the same command to resume',
           file=sys.stderr)
-    sys.exit(143 if isinstance(e, Terminated) else 130)
+    sys.exit(128 + (e.signum if isinstance(e, Terminated) else
+                    signal.SIGINT))
   except OUTPUT_ERRORS as e:
     what = (f'{e.filename}: {e.strerror}' if isinstance(e, OSError) and
             e.filename else str(getattr(e, 'message', e)).split('\n')[0])
@@ -103,7 +132,9 @@ def main(argv) -> None:
   # `bazel run` starts the program in its runfiles directory; relative paths
   # in flags are meant from where the user typed the command.
   os.chdir(os.environ.get('BUILD_WORKING_DIRECTORY', os.getcwd()))
+  signal.signal(signal.SIGINT, signal.default_int_handler)
   signal.signal(signal.SIGTERM, _terminate)
+  signal.signal(signal.SIGHUP, _terminate)
   try:
     run()
   except USER_ERRORS as e:
@@ -114,10 +145,15 @@ def main(argv) -> None:
 def parse_flags(argv: list[str]) -> list[str]:
   """absl's parsing, with a bad flag reported as one `error:` line, exit 2."""
   try:
-    return flags.FLAGS(argv)
+    rest = flags.FLAGS(argv)
   except flags.Error as e:
     print(f'error: {e}', file=sys.stderr)
     sys.exit(2)
+  if len(rest) > 1:
+    print(f'error: unexpected arguments: {" ".join(rest[1:])} (every setting'
+          ' is a --flag; see --help)', file=sys.stderr)
+    sys.exit(2)
+  return rest
 
 
 def entry_point() -> None:

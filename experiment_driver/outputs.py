@@ -307,6 +307,11 @@ class RunDirectory:
     Called after the checkpoint was read, so a run that cannot resume leaves
     its directory untouched.
     """
+    try:  # before anything is written
+      run_files.metrics_digest(self.metrics_csv, resumed_round)
+    except run_files.RunFileError as e:
+      raise RunDirectoryError(
+          f'{e}; move it away or pass another --experiment_name') from e
     os.makedirs(self.path, exist_ok=True)
     release_managers.write_atomically(self.hparams_json,
                       json.dumps(self.hparams, indent=2, sort_keys=True))
@@ -320,6 +325,7 @@ class RunDirectory:
           f'{self.metrics_csv} has no round column: it was not written by'
           ' this package; move it away or pass another --experiment_name'
           ) from e
+
     if resumed_round or os.path.isdir(self.tensorboard_dir):
       # Also a resume from round 0 (the first checkpoint).
       self._rewrite_tensorboard(resumed_round)

@@ -165,10 +165,11 @@ def test_a_full_disk_is_one_error_line_and_freeing_space_resumes_exactly(
     subprocess.run(['umount', '-l', str(disk)], check=False)
 
 
-@pytest.mark.parametrize('sig, code', [(signal.SIGINT, 130),
-                                       (signal.SIGTERM, 143)])
+@pytest.mark.parametrize('sig, code, word', [
+    (signal.SIGINT, 130, 'interrupted'), (signal.SIGTERM, 143, 'terminated'),
+    (signal.SIGHUP, 129, 'hung up (SIGHUP)')])
 def test_interrupt_is_one_line_and_the_rerun_resumes(reference_runs, tmp_path,
-                                                    sig, code):
+                                                    sig, code, word):
   args = [*_SMALL, f'--root_output_dir={tmp_path}', '--experiment_name=i']
   process = subprocess.Popen(_command(*args), stdout=subprocess.PIPE,
                              stderr=subprocess.PIPE, text=True, cwd=_REPO)
@@ -179,7 +180,7 @@ def test_interrupt_is_one_line_and_the_rerun_resumes(reference_runs, tmp_path,
   _, stderr = process.communicate(timeout=120)
   assert process.returncode == code, stderr[-2000:]
   lines = [l for l in stderr.splitlines() if l.strip()]
-  assert len(lines) == 1 and lines[0].startswith('interrupted at round')
+  assert len(lines) == 1 and lines[0].startswith(f'{word} at round')
   assert 'rerun the same command to resume' in lines[0]
   _run(*args)
   pd.testing.assert_frame_equal(_metrics(tmp_path / 'i'),
@@ -288,3 +289,19 @@ def test_deleted_hparams_still_refuse_other_flags(reference_runs, tmp_path):
   assert 'seed: 3 -> 7' in line
   result = _run(*args, '--total_rounds=4')
   assert 'is complete' in result.stdout
+
+
+@pytest.mark.parametrize('sig, code', [(signal.SIGINT, 130),
+                                       (signal.SIGTERM, 143)])
+def test_a_signal_during_the_imports_is_one_line(tmp_path, sig, code):
+  process = subprocess.Popen(
+      _command(*_SMALL, f'--root_output_dir={tmp_path}'),
+      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=_REPO)
+  time.sleep(1.5)  # TensorFlow is being imported
+  process.send_signal(sig)
+  _, stderr = process.communicate(timeout=120)
+  assert process.returncode == code
+  assert _stderr_lines(subprocess.CompletedProcess([], code, '', stderr)) == [
+      f'{"interrupted" if sig == signal.SIGINT else "terminated"} while'
+      ' starting, before the run; nothing was written']
+  assert not os.listdir(tmp_path)
