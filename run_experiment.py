@@ -43,6 +43,7 @@ from experiment_driver import build
 from experiment_driver import outputs
 from experiment_driver import runtime
 from experiment_driver import training_loop
+from fl_common import scratch
 import tasks
 import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
@@ -132,6 +133,9 @@ def main(argv) -> None:
   # `bazel run` starts the program in its runfiles directory; relative paths
   # in flags are meant from where the user typed the command.
   os.chdir(os.environ.get('BUILD_WORKING_DIRECTORY', os.getcwd()))
+  # TensorFlow's temporary files (autograph's sources) in a directory this
+  # process owns: removed at exit, and by the next run after a kill -9.
+  scratch.use_owned_temp_dir()
   signal.signal(signal.SIGINT, signal.default_int_handler)
   signal.signal(signal.SIGTERM, _terminate)
   signal.signal(signal.SIGHUP, _terminate)

@@ -94,3 +94,17 @@ class OwnedDirectory:
     shutil.rmtree(self.path, ignore_errors=True)
     os.close(self._fd)
     self._fd = None
+
+
+def use_owned_temp_dir(prefix: str = 'fl_papers_tmp_') -> OwnedDirectory:
+  """Makes this process' temporary files (TensorFlow's autograph sources,
+  `tempfile`'s defaults) go to an `OwnedDirectory`, removed at exit and, after
+  a `kill -9`, by the next process that calls this.
+
+  Sets `tempfile.tempdir`: call it before TensorFlow converts functions.
+  """
+  import atexit  # pylint: disable=g-import-not-at-top
+  directory = OwnedDirectory(prefix)
+  tempfile.tempdir = directory.path
+  atexit.register(directory.remove)
+  return directory

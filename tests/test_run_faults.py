@@ -305,3 +305,25 @@ def test_a_signal_during_the_imports_is_one_line(tmp_path, sig, code):
       f'{"interrupted" if sig == signal.SIGINT else "terminated"} while'
       ' starting, before the run; nothing was written']
   assert not os.listdir(tmp_path)
+
+
+def test_tensorflow_temp_files_of_a_killed_run_go_with_the_next_run(tmp_path):
+  temp = tmp_path / 'tmp'
+  temp.mkdir()
+  env = {**os.environ, 'TMPDIR': str(temp)}
+  args = ['--task=synthetic', '--clients_per_round=3', '--total_rounds=3000',
+          '--rounds_per_eval=3000', '--max_eval_clients=20',
+          f'--root_output_dir={tmp_path}', '--experiment_name=t']
+  process = subprocess.Popen(_command(*args), stdout=subprocess.PIPE,
+                             stderr=subprocess.DEVNULL, text=True, cwd=_REPO,
+                             env=env)
+  for line in process.stdout:
+    if line.startswith('round 2/'):
+      process.send_signal(signal.SIGKILL)
+      break
+  process.wait()
+  (owned,) = os.listdir(temp)  # autograph's sources, all in one directory
+  assert owned.startswith('fl_papers_tmp_')
+  assert glob.glob(str(temp / owned / '__autograph_generated_file*'))
+  _run(*args[:-1], '--total_rounds=3', '--experiment_name=t2', env=env)
+  assert not os.listdir(temp)
