@@ -11,8 +11,10 @@ for GPUs (TensorFlow fixes its devices when it starts).
 
 import json
 import os
+import pathlib
 import subprocess
 import sys
+import tempfile
 
 import numpy as np
 import psutil
@@ -185,3 +187,33 @@ def test_shards_run_on_their_device_and_the_server_update_on_the_first():
   assert first_server[first] > 2 * second_server[second]
   assert set(first_server) <= {first, '/device:CPU:0'}
   assert list(one['/device:CPU:0']['clients']) == ['/device:CPU:0']
+
+
+_NOTEBOOK_SCRIPT = '''
+import os, pathlib, sys, tempfile
+sys.path.insert(0, {root!r})
+import fl_common.tf_environment
+import psutil
+from experiment_driver import runtime  # noqa: F401  (TFF's default: managed)
+from tests import conformance_builders as conformance
+
+run = conformance.Run('fedopt', pathlib.Path(tempfile.mkdtemp()), seed=1)
+run.round(['a', 'b'])  # outside any `with runtime...():`, as in a notebook
+print('children', len(psutil.Process().children(recursive=True)))
+print('weights', run.weights().tolist())
+'''
+
+
+def test_a_computation_outside_any_runtime_runs_in_process_and_leaks_nothing():
+  # Piped stdout: a worker that outlived the script would hold it open.
+  result = subprocess.run(
+      [sys.executable, '-c', _NOTEBOOK_SCRIPT.format(root=ROOT)],
+      capture_output=True, text=True, timeout=600)
+  assert result.returncode == 0, result.stderr[-3000:]
+  assert 'children 0' in result.stdout
+  with runtime.local_runtime():
+    run = conformance.Run('fedopt', pathlib.Path(tempfile.mkdtemp()), seed=1)
+    run.round(['a', 'b'])
+    expected = run.weights().tolist()
+  assert f'weights {expected}' in result.stdout
+  assert 'Traceback' not in result.stderr

@@ -205,19 +205,23 @@ def test_cohort_in_three_slices_computes_the_whole_cohort():
   assert per_client == [4.0, 5.0, 6.0, 7.0, 8.0]
 
 
-def test_importing_the_package_leaves_plain_tff_working(tmp_path):
+def test_importing_the_runtime_runs_plain_tff_in_process(tmp_path):
   # TFF's own default context starts a worker_binary that outlives Python;
-  # the child's worker is found by a marker in its environment and stopped.
+  # once `experiment_driver.runtime` is imported, computations outside any
+  # runtime run in-process instead. A worker the child started anyway is
+  # found by a marker in its environment, stopped, and fails the test.
   marker = f'FL_PAPERS_PLAIN_TFF={uuid.uuid4().hex}'
   script = textwrap.dedent("""
       from tensorflow_federated.python.core.impl.context_stack import (
           context_stack_impl)
       import tensorflow_federated as tff
       before = context_stack_impl.context_stack.current
-      import adabest_tff, experiment_driver, gel_tff, large_cohort, tasks
+      import adabest_tff, gel_tff, large_cohort, tasks
+      assert context_stack_impl.context_stack.current is before
       from experiment_driver import build, runtime, training_loop
       import run_experiment
-      assert context_stack_impl.context_stack.current is before
+      assert isinstance(context_stack_impl.context_stack.current,
+                        runtime._ManagedDefaultContext)
       import numpy as np
 
       @tff.tensorflow.computation(np.int32)
@@ -227,8 +231,9 @@ def test_importing_the_package_leaves_plain_tff_working(tmp_path):
       print('plain TFF:', double(21), flush=True)
   """)
   key, value = marker.split('=')
-  # Files, not pipes: TFF's worker inherits and holds the child's stdout.
+  # Files, not pipes: a worker would inherit and hold the child's stdout.
   output = tmp_path / 'output.txt'
+  workers = []
   try:
     with open(output, 'w') as out:
       finished = subprocess.run(
@@ -240,12 +245,14 @@ def test_importing_the_package_leaves_plain_tff_working(tmp_path):
       try:
         if worker_process.environment(int(pid)).get(
             key.encode()) == value.encode():
+          workers.append(pid)
           os.kill(int(pid), 9)
       except (FileNotFoundError, ProcessLookupError, PermissionError):
         pass
   text = output.read_text()
   assert finished.returncode == 0, text[-3000:]
   assert 'plain TFF: 42' in text
+  assert not workers
 
 
 @tff.tensorflow.computation(tff.TensorType(np.float32, [256]))

@@ -1,8 +1,12 @@
 """Start and stop the TFF C++ runtime this package computes on.
 
-Nothing here runs at import: a runtime is installed only inside one of the
-context managers below (and `refuse_unmanaged_default_context()`, from
-`fl_common.default_context`, is an explicit call of the entry points).
+Importing this package makes TFF's default context (what runs a
+computation called outside the context managers below, e.g. in a notebook)
+the in-process runtime, started on first use and closed at exit: TFF's own
+default starts a `worker_binary` that outlives the script and holds its
+stdout open. The entry points replace it by one that refuses to run
+(`refuse_unmanaged_default_context()`, from `fl_common.default_context`):
+each of their computations runs inside one of the context managers below.
 
 * `local_runtime()` runs every TFF computation of the block in this
   process's own TensorFlow (`in_process`), on its GPUs if it has any, else
@@ -24,9 +28,14 @@ package goes below TFF's public API; `tests/test_runtime.py` imports every
 private symbol it uses.
 """
 
+import atexit
 import contextlib
+import gc
+import threading
 from collections.abc import Iterator, Sequence
-from typing import Optional
+from typing import Any, Optional
+
+import tensorflow_federated as tff
 
 from tensorflow_federated.python.core.impl.context_stack import context_base
 from tensorflow_federated.python.core.impl.context_stack import context_stack_impl
@@ -270,3 +279,37 @@ def remote_runtime(
   finally:
     for stub in stubs:
       stub.close()
+
+
+class _ManagedDefaultContext(context_base.SyncContext):
+  """`local_context()`'s context on the default devices, made on the first
+  computation run outside any runtime and closed at exit (module
+  docstring)."""
+
+  def __init__(self):
+    self._lock = threading.Lock()
+    self._stack: Optional[contextlib.ExitStack] = None
+    self._context: Optional[context_base.SyncContext] = None
+
+  def invoke(self, comp: Any, arg: Any) -> Any:
+    with self._lock:
+      if self._context is None:
+        stack = contextlib.ExitStack()
+        self._context, _ = stack.enter_context(local_context())
+        self._stack = stack
+        atexit.register(self.close)
+    return self._context.invoke(comp, arg)
+
+  def close(self) -> None:
+    with self._lock:
+      if self._stack is not None:
+        self._stack.close()
+      self._stack, self._context = None, None
+
+
+def _manage_default_context() -> None:
+  tff.framework.set_default_context(_ManagedDefaultContext())
+  gc.collect()  # TFF's own, dropped now rather than at exit
+
+
+_manage_default_context()
