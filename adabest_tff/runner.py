@@ -54,6 +54,7 @@ class StatefulClientRunner:
     self.process = process
     self.store = store
     self._last_round = store.committed_round
+    self._last_state = None  # the server state the last `next` returned
 
   def initialize(self) -> Any:
     """The process's initial server state."""
@@ -76,10 +77,23 @@ class StatefulClientRunner:
     Returns:
       `LearningProcessOutput(state, metrics)`, as a stateless process's
       `next` returns.
+
+    Raises:
+      ValueError: If this runner ran a round before and `state` is not the
+        server state that round returned (a notebook cell re-run with an
+        older state): the stored client states are that round's, and
+        training the older server state on them would silently mix rounds.
     """
+    if self._last_state is not None and state is not self._last_state:
+      raise ValueError(
+          f'this server state is not the one round {self._last_round}'
+          f' returned, and the client states are as of round'
+          f' {self._last_round}: pass the state round {self._last_round}'
+          ' returned, or make a new StatefulClientRunner to start over')
     round_num = self._last_round + 1 if round_num is None else round_num
     output = stateful_process.run_round(self.process, state, client_ids,
                                         client_datasets, self.store,
                                         round_num)
     self._last_round = round_num
+    self._last_state = output.state
     return output

@@ -282,3 +282,13 @@ def test_a_runner_without_a_store_removes_its_directory():
   del runner
   gc.collect()
   assert not os.path.exists(directory)
+
+
+def test_a_runner_refuses_an_older_server_state_naming_the_round():
+  runner = runner_lib.StatefulClientRunner(build_probe_process())
+  first = runner.initialize()
+  state = runner.next(first, ['a'], [PROBLEM.dataset('a')]).state
+  state = runner.next(state, ['a'], [PROBLEM.dataset('a')]).state
+  with pytest.raises(ValueError, match='not the one round 2 returned'):
+    runner.next(first, ['a'], [PROBLEM.dataset('a')])  # a cell re-run
+  runner.next(state, ['a'], [PROBLEM.dataset('a')])  # the latest: accepted
