@@ -193,7 +193,7 @@ def _store_with_commits(path):
 
 
 def test_a_flipped_client_state_is_refused_when_read_and_on_resume(tmp_path):
-  store = _store_with_commits(tmp_path)
+  _store_with_commits(tmp_path)
   path = tmp_path / 'client-a@00000004.state'
   raw = bytearray(path.read_bytes())
   raw[:4] = np.float32(9.0).tobytes()  # same size: only a checksum sees it
