@@ -65,6 +65,10 @@ _TIMEOUT_SECONDS = 60
 _SQLITE_MAGIC = b'SQLite format 3\x00'
 # TFF's `SqlClientData` reads these tables.
 _TFF_TABLES = frozenset({'examples', 'client_metadata'})
+# And these columns of `examples` (TFF's `sql_client_data` checks them too,
+# raising its own `DatabaseFormatError`).
+_TFF_EXAMPLES_COLUMNS = frozenset(
+    {'split_name', 'client_id', 'serialized_example_proto'})
 
 
 @dataclasses.dataclass(frozen=True)
@@ -228,11 +232,16 @@ def _sqlite_problem(path: str) -> Optional[str]:
         f'file:{path}?mode=ro', uri=True)) as connection:
       tables = {row[0] for row in connection.execute(
           "SELECT name FROM sqlite_master WHERE type='table'")}
+      columns = {row[1] for row in connection.execute(
+          'PRAGMA table_info(examples)')}
   except sqlite3.DatabaseError as e:
     return f'unreadable: {e}'
   missing = _TFF_TABLES - tables
   if missing:
     return f'no table {", ".join(sorted(missing))}'
+  missing = _TFF_EXAMPLES_COLUMNS - columns
+  if missing:
+    return f'no column {", ".join(sorted(missing))} in table examples'
   return None
 
 

@@ -8,9 +8,11 @@ Nothing reaches beyond loopback.
 """
 
 import collections
+import contextlib
 import lzma
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
@@ -265,6 +267,21 @@ def test_a_corrupt_cached_file_is_one_line_and_never_loaded(tmp_path, damage):
   assert not ran
   message = str(raised.value)
   assert '\n' not in message and str(path) in message and 'delete it' in message
+
+
+def test_tffs_tables_with_other_columns_are_one_line(tmp_path):
+  path = tmp_path / 'emnist_all.sqlite'
+  with contextlib.closing(sqlite3.connect(str(path))) as connection:
+    connection.execute('CREATE TABLE examples (client_id TEXT, x BLOB)')
+    connection.execute('CREATE TABLE client_metadata (client_id TEXT)')
+    connection.commit()
+  with pytest.raises(data_files.CorruptDataError) as raised:
+    with data_files.require_tff_cached_file(
+        'EMNIST', 'emnist_all.sqlite', str(tmp_path), _LOADER_CALL):
+      pass
+  assert str(raised.value).startswith(
+      f'{path} is not a complete copy of the data (no column'
+      ' serialized_example_proto, split_name in table examples)')
 
 
 def test_a_mirror_serving_garbage_leaves_nothing(mirror, tmp_path):
