@@ -72,19 +72,23 @@ class StatefulClientRunner:
         `initial_client_state`.
       client_datasets: One dataset per client, in the order of `client_ids`.
       round_num: The 1-based round number the states are saved as; default:
-        one after the last round this runner ran.
+        one after the last round this runner ran. Given, the caller vouches
+        that `state` and the store are as of the round before (a resume
+        after `store.restore`, as the driver's training loop does).
 
     Returns:
       `LearningProcessOutput(state, metrics)`, as a stateless process's
       `next` returns.
 
     Raises:
-      ValueError: If this runner ran a round before and `state` is not the
-        server state that round returned (a notebook cell re-run with an
-        older state): the stored client states are that round's, and
-        training the older server state on them would silently mix rounds.
+      ValueError: If `round_num` is not given, this runner ran a round
+        before and `state` is not the server state that round returned (a
+        notebook cell re-run with an older state): the stored client states
+        are that round's, and training the older server state on them would
+        silently mix rounds.
     """
-    if self._last_state is not None and state is not self._last_state:
+    if (round_num is None and self._last_state is not None and
+        state is not self._last_state):
       raise ValueError(
           f'this server state is not the one round {self._last_round}'
           f' returned, and the client states are as of round'
