@@ -62,6 +62,7 @@ belong to the task's data pipeline and model.
 """
 
 import collections
+import math
 from collections.abc import Callable
 from typing import Any, Optional
 
@@ -294,8 +295,8 @@ def build_adabest(
   Raises:
     ValueError: For a hyperparameter out of range.
   """
-  if mu < 0.0:
-    raise ValueError(f'mu must be nonnegative, found {mu}.')
+  if not 0.0 <= mu < math.inf:  # NaN fails every comparison
+    raise ValueError(f'mu must be finite and nonnegative, found {mu}.')
   if not 0.0 <= beta <= 1.0:
     raise ValueError(f'beta must be in [0, 1], found {beta}.')
   if beta_decay_patience is not None and beta_decay_patience < 1:

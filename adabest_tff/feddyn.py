@@ -28,6 +28,7 @@ decayed ×0.998 per round, `μ = 0.02` (Section 4.1).
 """
 
 import collections
+import math
 from collections.abc import Callable
 from typing import Any, Optional
 
@@ -167,8 +168,8 @@ def build_feddyn(
     ValueError: For a hyperparameter out of range.
   """
   stateful_process.check_population_size(population_size)
-  if mu < 0.0:
-    raise ValueError(f'mu must be nonnegative, found {mu}.')
+  if not 0.0 <= mu < math.inf:  # NaN fails every comparison
+    raise ValueError(f'mu must be finite and nonnegative, found {mu}.')
   stateful_process.check_client_weighting(client_weighting)
 
   model_weights_type = stateful_process.model_weights_type(model_fn)

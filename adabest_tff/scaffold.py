@@ -25,6 +25,7 @@ keeps its server optimizer state in its client work; `Σ(c_i⁺ − c_i)` is a
 """
 
 import collections
+import math
 from collections.abc import Callable
 from typing import Any, Optional
 
@@ -81,8 +82,8 @@ def build_scaffold(
     ValueError: For a hyperparameter out of range.
   """
   stateful_process.check_population_size(population_size)
-  if not server_learning_rate > 0.0:
-    raise ValueError('server_learning_rate must be positive, found '
+  if not 0.0 < server_learning_rate < math.inf:
+    raise ValueError('server_learning_rate must be finite and positive, found '
                      f'{server_learning_rate}.')
   stateful_process.check_client_weighting(client_weighting)
 

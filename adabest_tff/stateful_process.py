@@ -47,6 +47,7 @@ the TF helpers and type utilities out is the next split.
 """
 
 import collections
+import math
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple, Optional
 
@@ -947,8 +948,8 @@ def check_population_size(population_size: int) -> None:
 def check_learning_rate_args(client_learning_rate: float,
                              client_learning_rate_decay: float) -> None:
   """Raises ValueError for a non-positive rate or a decay outside (0, 1]."""
-  if not client_learning_rate > 0.0:
-    raise ValueError('client_learning_rate must be positive, found '
+  if not 0.0 < client_learning_rate < math.inf:
+    raise ValueError('client_learning_rate must be finite and positive, found '
                      f'{client_learning_rate}.')
   if not 0.0 < client_learning_rate_decay <= 1.0:
     raise ValueError('client_learning_rate_decay must be in (0, 1], found '

@@ -44,6 +44,7 @@ a client that only receives its `tau_i` batches. `UNIFORM` gives `p_i = 1/C`.
 
 import collections
 import functools
+import math
 from collections.abc import Callable
 from typing import Optional, Union
 
@@ -265,8 +266,9 @@ def validate_client_work_args(
     client_weighting: tff.learning.ClientWeighting) -> None:
   """Raises ValueError if an argument of `build_gel_client_work` is out of
   range."""
-  if not learning_rate > 0.0:
-    raise ValueError(f'learning_rate must be positive, got {learning_rate}.')
+  if not 0.0 < learning_rate < math.inf:
+    raise ValueError(
+        f'learning_rate must be finite and positive, got {learning_rate}.')
   if not 0.0 <= momentum < 1.0:
     raise ValueError(f'momentum must be in [0, 1), got {momentum}.')
   if not (isinstance(expected_steps, (int, np.integer)) and
@@ -278,9 +280,10 @@ def validate_client_work_args(
     raise ValueError(
         f'guessed_steps={guessed_steps!r} needs client momentum: GeL guesses'
         ' along the momentum, and momentum is 0.')
-  if not proximal_strength >= 0.0:
+  if not 0.0 <= proximal_strength < math.inf:
     raise ValueError(
-        f'proximal_strength must be nonnegative, got {proximal_strength}.')
+        f'proximal_strength must be finite and nonnegative, got'
+        f' {proximal_strength}.')
   if client_weighting not in (tff.learning.ClientWeighting.NUM_EXAMPLES,
                               tff.learning.ClientWeighting.UNIFORM):
     raise ValueError(f'Unknown client_weighting {client_weighting!r}.')

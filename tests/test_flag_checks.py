@@ -84,3 +84,37 @@ def test_a_cohort_schedule_cannot_start_above_its_cap():
   with pytest.raises(ValueError, match='initial_cohort_size=20 is above'):
     cohort_schedule.DoublingCohortSchedule(initial_cohort_size=20,
                                            max_cohort_size=10)
+
+
+@pytest.mark.parametrize('builder,kwargs', [
+    ('adabest', dict(mu=float('nan'))), ('adabest', dict(mu=float('inf'))),
+    ('adabest', dict(client_learning_rate=float('nan'))),
+    ('adabest', dict(client_learning_rate=float('inf'))),
+    ('feddyn', dict(mu=float('nan'))),
+    ('scaffold', dict(server_learning_rate=float('inf'))),
+    ('scaffold', dict(server_learning_rate=float('nan'))),
+])
+def test_stateful_builders_refuse_non_finite_numbers(builder, kwargs):
+  import adabest_tff  # pylint: disable=g-import-not-at-top
+  from tests import tiny_models  # pylint: disable=g-import-not-at-top
+  build = getattr(adabest_tff, f'build_{builder}')
+  if builder != 'adabest':  # FedDyn and SCAFFOLD average over |S|
+    kwargs = dict(kwargs, population_size=10)
+  with pytest.raises(ValueError, match='finite'):
+    build(tiny_models.linear_model_fn(3), **kwargs)
+
+
+@pytest.mark.parametrize('kwargs', [
+    dict(learning_rate=float('inf')), dict(learning_rate=float('nan')),
+    dict(learning_rate=0.1, proximal_strength=float('inf')),
+    dict(learning_rate=0.1, proximal_strength=float('nan')),
+])
+def test_gel_client_work_refuses_non_finite_numbers(kwargs):
+  import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
+  from gel_tff import client_work  # pylint: disable=g-import-not-at-top
+  args = dict(momentum=0.9, expected_steps=25,
+              guessed_steps=client_work.REMAINING, proximal_strength=0.0,
+              client_weighting=tff.learning.ClientWeighting.NUM_EXAMPLES)
+  args.update(kwargs)
+  with pytest.raises(ValueError):
+    client_work.validate_client_work_args(**args)
