@@ -97,11 +97,11 @@ def test_a_cohort_schedule_cannot_start_above_its_cap():
 def test_stateful_builders_refuse_non_finite_numbers(builder, kwargs):
   import adabest_tff  # pylint: disable=g-import-not-at-top
   from tests import tiny_models  # pylint: disable=g-import-not-at-top
-  build = getattr(adabest_tff, f'build_{builder}')
+  build_fn = getattr(adabest_tff, f'build_{builder}')
   if builder != 'adabest':  # FedDyn and SCAFFOLD average over |S|
     kwargs = dict(kwargs, population_size=10)
   with pytest.raises(ValueError, match='finite'):
-    build(tiny_models.linear_model_fn(3), **kwargs)
+    build_fn(tiny_models.linear_model_fn(3), **kwargs)
 
 
 @pytest.mark.parametrize('kwargs', [
