@@ -119,6 +119,9 @@ class ClientStateStore:
     self._cache: dict[str, Any] = {}
     self._unsynced: set[str] = set()  # written since the last commit
     self._state_bytes = sum(leaf.nbytes for leaf in self._fresh_leaves)
+    # The manifest as last read, and the (mtime, size, inode) it was read at.
+    self._manifest_key: Optional[tuple[int, int, int]] = None
+    self._manifest_cache: dict[str, Any] = {}
     # File name -> sha256 of its bytes: the committed files' (manifest) and
     # those written since.
     self._digests: dict[str, str] = dict(self._manifest().get('files', {}))
@@ -166,7 +169,7 @@ class ClientStateStore:
     except FileNotFoundError:
       return {}
     key = (stat.st_mtime_ns, stat.st_size, stat.st_ino)
-    if getattr(self, '_manifest_key', None) == key:
+    if self._manifest_key == key:
       return self._manifest_cache
     try:
       with open(path, 'rb') as f:
