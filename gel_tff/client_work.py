@@ -267,8 +267,7 @@ def validate_client_work_args(
   """Raises ValueError if an argument of `build_gel_client_work` is out of
   range."""
   if not 0.0 < learning_rate < math.inf:
-    raise ValueError(
-        f'learning_rate must be finite and positive, got {learning_rate}.')
+    raise ValueError(f'learning_rate must be finite, > 0, got {learning_rate}.')
   if not 0.0 <= momentum < 1.0:
     raise ValueError(f'momentum must be in [0, 1), got {momentum}.')
   if not (isinstance(expected_steps, (int, np.integer)) and
@@ -281,9 +280,8 @@ def validate_client_work_args(
         f'guessed_steps={guessed_steps!r} needs client momentum: GeL guesses'
         ' along the momentum, and momentum is 0.')
   if not 0.0 <= proximal_strength < math.inf:
-    raise ValueError(
-        f'proximal_strength must be finite and nonnegative, got'
-        f' {proximal_strength}.')
+    raise ValueError(f'proximal_strength must be finite, >= 0, got'
+                     f' {proximal_strength}.')
   if client_weighting not in (tff.learning.ClientWeighting.NUM_EXAMPLES,
                               tff.learning.ClientWeighting.UNIFORM):
     raise ValueError(f'Unknown client_weighting {client_weighting!r}.')
