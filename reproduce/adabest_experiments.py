@@ -23,6 +23,7 @@ from fl_common import analysis
 from fl_common import plots
 from large_cohort import sweep
 from reproduce import core
+from reproduce import verdicts
 
 ALGORITHM = 'algorithm'
 M = analysis.COHORT_SIZE
@@ -544,6 +545,83 @@ def analyze_cost(frame: pd.DataFrame, output_dir: str) -> core.Analysis:
                                  ignore_index=True), [], notes)
 
 
+# The effects each experiment's verdict tests (`reproduce.verdicts`), paired
+# by partition seed.
+_ACCURACY = verdicts.final(analysis.TEST_ACCURACY, 'final test accuracy')
+_COLLAPSE = verdicts.drop_from_peak(analysis.TEST_ACCURACY,
+                                    'peak minus final test accuracy')
+_FEDAVG = {'algorithm': 'adabest', BETA: '0', 'adabest_mu': '0'}
+_EFFECT_SEED = 'partition_seed'
+
+
+def _effect(claim, quantity, treatment, baseline, direction):
+  return verdicts.Effect(claim, quantity, treatment, baseline, direction,
+                         pair_by=_EFFECT_SEED)
+
+
+def table2_effects(scale: str) -> tuple[verdicts.Effect, ...]:
+  # At 10 % participation, where beta is the paper's (0.96), not searched.
+  task = _tasks(scale)[0]
+  setting = {'task': task, 'dirichlet_alpha': '0.3', M: '10'}
+  adabest = {**setting, 'algorithm': 'adabest', BETA: '0.96'}
+  return tuple(
+      _effect(f'AdaBest ends above {name} ({task}, Dirichlet 0.3, 10 %'
+              ' participation)', _ACCURACY, adabest, {**setting, **other}, 1)
+      for name, other in (('FedAvg', _FEDAVG),
+                          ('FedDyn', {'algorithm': 'feddyn'}),
+                          ('SCAFFOLD', {'algorithm': 'scaffold'})))
+
+
+def instability_effects(scale: str) -> tuple[verdicts.Effect, ...]:
+  feddyn = {'algorithm': 'feddyn'}
+  adabest = {'algorithm': 'adabest', BETA: INSTABILITY_BETAS[0]}
+  return (
+      _effect('FedDyn collapses after its peak more than AdaBest'
+              f' (beta {INSTABILITY_BETAS[0]})', _COLLAPSE, feddyn, adabest,
+              1),
+      _effect(f'FedDyn ends below AdaBest (beta {INSTABILITY_BETAS[0]})',
+              _ACCURACY, feddyn, adabest, -1),
+  )
+
+
+def easy_task_effects(scale: str) -> tuple[verdicts.Effect, ...]:
+  return tuple(
+      _effect(f'FedDyn collapses after its peak more than {name}', _COLLAPSE,
+              {'algorithm': 'feddyn'}, {'algorithm': other}, 1)
+      for name, other in (('AdaBest', 'adabest'), ('SCAFFOLD', 'scaffold')))
+
+
+def scaling_effects(scale: str) -> tuple[verdicts.Effect, ...]:
+  # 100 clients (10 %), where AdaBest's beta is the paper's, not searched.
+  return tuple(
+      _effect(f'AdaBest ends above FedAvg (100 clients, {kind})', _ACCURACY,
+              {'algorithm': 'adabest', BETA: '0.96', 'num_clients': '100',
+               'unbalanced_sigma': sigma},
+              {**_FEDAVG, 'num_clients': '100', 'unbalanced_sigma': sigma}, 1)
+      for kind, sigma in (('balanced', '0'), ('unbalanced', '0.3')))
+
+
+def cost_effects(scale: str) -> tuple[verdicts.Effect, ...]:
+  seconds = verdicts.median_after('round_time_sec', COST_WARMUP_ROUNDS + 1,
+                                  'median round seconds')
+  return tuple(
+      _effect(f'an AdaBest round costs less than a {name} round', seconds,
+              {'algorithm': 'adabest'}, {'algorithm': other}, -1)
+      for name, other in (('FedDyn', 'feddyn'), ('SCAFFOLD', 'scaffold')))
+
+
+def mu_effects(scale: str) -> tuple[verdicts.Effect, ...]:
+  return (_effect('at the largest mu (0.16) AdaBest ends above FedDyn',
+                  _ACCURACY, {'algorithm': 'adabest', 'adabest_mu': '0.16'},
+                  {'algorithm': 'feddyn', 'adabest_mu': '0.16'}, 1),)
+
+
+def beta_effects(scale: str) -> tuple[verdicts.Effect, ...]:
+  return (_effect('at 5 of 1,000 clients a round, beta 0.9 ends above'
+                  ' beta 1', _ACCURACY, {M: '5', BETA: '0.9'},
+                  {M: '5', BETA: '1'}, 1),)
+
+
 def _simple_setting(grids_fn, substitutes):
   return core.setting_fn(grids_fn, local_seeds=2, substitutes=substitutes)
 
@@ -555,14 +633,14 @@ EXPERIMENTS = (
         'AdaBest is the most accurate of FedAvg, FedDyn, SCAFFOLD and AdaBest'
         ' in most settings, its margin largest at low participation; at'
         ' 100 % FedDyn and AdaBest nearly coincide.',
-        _table2_setting, analyze_table2),
+        _table2_setting, analyze_table2, effects=table2_effects),
     core.Experiment(
         'adabest', 'fig_feddyn_instability',
         'Figure 1 (5 of 1,000 clients per round)',
         'At low participation FedDyn\'s ‖x‖ and ‖h‖ grow without bound and its'
         ' accuracy collapses after peaking; AdaBest stays stable.',
         _simple_setting(instability_grids, INSTABILITY_SUBSTITUTES),
-        analyze_instability),
+        analyze_instability, effects=instability_effects),
     core.Experiment(
         'adabest', 'fig_easy_task',
         'Supplementary Figures 4-5 (100 IID clients, many rounds; train vs'
@@ -571,7 +649,7 @@ EXPERIMENTS = (
         ' converge when training runs for many rounds, its ‖x‖ growing;'
         ' AdaBest and SCAFFOLD do not.',
         _simple_setting(easy_task_grids, EASY_TASK_SUBSTITUTES),
-        analyze_easy_task),
+        analyze_easy_task, effects=easy_task_effects),
     core.Experiment(
         'adabest', 'fig3',
         'Figure 3 (1,000 vs 100 clients, balanced vs unbalanced, 10 per'
@@ -580,21 +658,21 @@ EXPERIMENTS = (
         ' and SCAFFOLD in all four settings, its gain largest with 1,000'
         ' clients.',
         _simple_setting(scaling_grids, SCALING_SUBSTITUTES),
-        analyze_scaling),
+        analyze_scaling, effects=scaling_effects),
     core.Experiment(
         'adabest', 'table_cost',
         'Supplementary Tables 4-5 (compute cost, client and server side)',
         'AdaBest costs less compute than SCAFFOLD/m and FedDyn, on the clients'
         ' and on the server (all more than FedAvg).',
         _simple_setting(cost_grids, COST_SUBSTITUTES), analyze_cost,
-        max_parallel=1),
+        max_parallel=1, effects=cost_effects),
     core.Experiment(
         'adabest', 'fig_mu',
         'Supplementary Figure 6 (mu sensitivity, AdaBest vs FedDyn)',
         'AdaBest is insensitive to mu; FedDyn\'s stability depends on it.',
         _simple_setting(mu_grids, 'The digits task over 100 clients, 10 per'
                         ' round, IID, stands in for EMNIST-L; 150 rounds.'),
-        _sensitivity('adabest_mu', [ALGORITHM])),
+        _sensitivity('adabest_mu', [ALGORITHM]), effects=mu_effects),
     core.Experiment(
         'adabest', 'fig_beta',
         'Supplementary Figure 7 (beta x client participation)',
@@ -603,5 +681,5 @@ EXPERIMENTS = (
         _simple_setting(beta_grids, 'The digits MLP over 1,000 clients'
                         ' (Dirichlet 0.3) stands in for CIFAR-100; 300'
                         ' rounds.'),
-        _sensitivity('adabest_beta', [M])),
+        _sensitivity('adabest_beta', [M]), effects=beta_effects),
 )

@@ -34,6 +34,7 @@ two experiments name alike (GeL's Table 1 runs, read again by Figure 4) runs
 once.
 """
 
+import collections
 import dataclasses
 import json
 import math
@@ -49,6 +50,7 @@ import pandas as pd
 from experiment_driver import release_managers
 from fl_common import analysis
 from large_cohort import sweep
+from reproduce import verdicts
 
 SCALES = ('local', 'paper', 'smoke')
 SMOKE_ROUNDS = 2
@@ -68,6 +70,9 @@ PAPER_TITLES = {
 }
 # Driver flags whose value must not exceed a smoke run's rounds.
 _PER_ROUNDS_FLAGS = ('rounds_per_eval', 'rounds_per_checkpoint')
+
+# A report's verdict line starts with this (`read_verdict` finds it).
+VERDICT_PREFIX = '**Verdict:** '
 
 # Columns of an analysis table (long form: one number per row and quantity).
 ROW = 'row'
@@ -134,6 +139,39 @@ class Experiment:
   # Instead of driver runs (then no grids): scale -> the frame `analyze`
   # reads (no TFF runtime here: measure in a subprocess).
   measure: Optional[Callable[[str], pd.DataFrame]] = None
+  # scale -> the effects the paper reports, as paired comparisons of runs
+  # (`reproduce.verdicts`); the report's verdict is computed from them.
+  effects: Callable[[str], Sequence[verdicts.Effect]] = lambda scale: ()
+  # scale -> why this scale cannot show the effect (what it needs), or None.
+  not_testable: Callable[[str], Optional[str]] = lambda scale: None
+
+
+@dataclasses.dataclass(frozen=True)
+class Verdict:
+  """An experiment's computed verdict at one scale, with its effects'."""
+
+  verdict: str
+  reason: str
+  assessments: tuple[verdicts.Assessment, ...]
+
+
+def judge(experiment: Experiment, frame: pd.DataFrame,
+          scale: str) -> Verdict:
+  """The experiment's verdict on its runs' frame (`reproduce.verdicts`)."""
+  assessments = tuple(verdicts.assess(frame, effect)
+                      for effect in experiment.effects(scale))
+  not_testable = experiment.not_testable(scale)
+  verdict = verdicts.combine([a.verdict for a in assessments], not_testable)
+  if not_testable:
+    reason = (f'{not_testable} Test it with `python -m reproduce'
+              f' {experiment.paper} {experiment.name} --scale=paper`.')
+  elif not assessments:
+    reason = 'the experiment declares no effect to test.'
+  else:
+    counts = collections.Counter(a.verdict for a in assessments)
+    reason = ', '.join(f'{n} of {len(assessments)} effects {v}'
+                       for v, n in counts.most_common()) + '.'
+  return Verdict(verdict, reason, assessments)
 
 
 def setting_fn(grids_fn: Callable[[str], tuple[Grid, ...]],
@@ -459,10 +497,18 @@ def write_report(experiment: Experiment, scale: str, root: str,
   table = side_by_side(paper_numbers(experiment.paper, experiment.name),
                        result.table)
   setting = setting_for(experiment, scale)
+  judged = judge(experiment, frame, scale)
+  measured = verdicts.package_sentence(judged.assessments) or (
+      'no effect declared.')
   lines = [
       f'# {PAPER_TITLES[experiment.paper]}: {experiment.source}',
       '',
-      experiment.claim,
+      f'**Paper:** {experiment.claim} ({experiment.source})',
+      '',
+      f'**Package:** at scale `{scale}`, {measured}',
+      '',
+      f'{VERDICT_PREFIX}{judged.verdict}. {judged.reason} (Rules:'
+      f' `{verdicts.RULES_DOC}`.)',
       '',
       '```',
       command_line(experiment, scale, seeds),
@@ -471,6 +517,12 @@ def write_report(experiment: Experiment, scale: str, root: str,
       provenance,
       '',
   ]
+  if judged.assessments:
+    lines += ['## Effects', '',
+              'Each effect pairs the treatment\'s and the baseline\'s runs by'
+              ' seed; the interval is the paired differences\' 95 % Student-t'
+              ' interval.', '',
+              markdown_table(verdicts.effects_table(judged.assessments)), '']
   if setting.substitutes:
     lines += ['**What this scale substitutes for the paper\'s setting.** '
               + setting.substitutes, '']
@@ -488,24 +540,77 @@ def write_report(experiment: Experiment, scale: str, root: str,
   return path
 
 
+def read_verdict(report_path: str) -> Optional[str]:
+  """The verdict a report states (`VERDICT_PREFIX`), or None (no report, or
+  one written before reports had verdicts)."""
+  try:
+    with open(report_path) as f:
+      for line in f:
+        if line.startswith(VERDICT_PREFIX):
+          text = line[len(VERDICT_PREFIX):]
+          return next((v for v in verdicts.VERDICTS if text.startswith(v)),
+                      None)
+  except FileNotFoundError:
+    pass
+  return None
+
+
+def _report_cell(base_dir: str, experiment: Experiment,
+                 link_prefix: str) -> tuple[str, str]:
+  """(verdict, link) of an experiment's report under `base_dir`."""
+  report = os.path.join(base_dir, experiment.paper, experiment.name,
+                        'README.md')
+  if not os.path.isfile(report):
+    return ('—', f'not run yet: `python -m reproduce {experiment.paper}'
+                 f' {experiment.name}`')
+  verdict = read_verdict(report) or 'none stated (regenerate the report)'
+  target = f'{link_prefix}{experiment.name}/README.md'
+  return verdict, f'[{target}]({target})'
+
+
 def write_index(experiments: Sequence[Experiment], base_dir: str,
                 paper: str) -> str:
   """`<base_dir>/<paper>/README.md`: the paper's experiments, each linked to
-  its report or given the command that makes it."""
+  its report (with its verdict) or given the command that makes it; and
+  `<base_dir>/README.md` over every paper (`write_results_index`)."""
   lines = [f'# {PAPER_TITLES[paper]}: reproductions', '',
            'One report per table or figure, each regenerated by its command'
            ' (`python -m reproduce`, see the repository README); the paper\'s'
-           ' numbers are in `reproduce/paper_numbers.csv`.', '',
-           '| experiment | reproduces | report |', '|---|---|---|']
+           ' numbers are in `reproduce/paper_numbers.csv`; verdicts follow'
+           f' `{verdicts.RULES_DOC}`.', '',
+           '| experiment | reproduces | verdict | report |',
+           '|---|---|---|---|']
   for e in experiments:
     if e.paper != paper:
       continue
-    report = os.path.join(base_dir, paper, e.name, 'README.md')
-    link = (f'[{e.name}/README.md]({e.name}/README.md)'
-            if os.path.isfile(report) else
-            f'not run yet: `python -m reproduce {paper} {e.name}`')
-    lines.append(f'| `{e.name}` | {e.source} | {link} |')
+    verdict, link = _report_cell(base_dir, e, '')
+    lines.append(f'| `{e.name}` | {e.source} | {verdict} | {link} |')
   path = os.path.join(base_dir, paper, 'README.md')
   os.makedirs(os.path.dirname(path), exist_ok=True)
+  release_managers.write_atomically(path, '\n'.join(lines) + '\n')
+  write_results_index(experiments, base_dir)
+  return path
+
+
+def write_results_index(experiments: Sequence[Experiment],
+                        base_dir: str) -> str:
+  """`<base_dir>/README.md`: every report's verdict, and the counts."""
+  rows, counts = [], collections.Counter()
+  for e in experiments:
+    verdict, link = _report_cell(base_dir, e, f'{e.paper}/')
+    counts[verdict if verdict in verdicts.VERDICTS else 'no verdict'] += 1
+    rows.append(f'| {e.paper} | `{e.name}` | {e.source} | {verdict} |'
+                f' {link} |')
+  summary = ', '.join(f'{counts[v]} {v}' for v in (*verdicts.VERDICTS,
+                                                   'no verdict')
+                      if counts[v])
+  lines = ['# Reproductions: every report and its verdict', '',
+           f'{len(rows)} reports: {summary}. Each verdict is computed from'
+           ' the report\'s paired-seed comparisons by the rules of'
+           f' `{verdicts.RULES_DOC}`; `make reproduce` regenerates them all.',
+           '', '| paper | experiment | reproduces | verdict | report |',
+           '|---|---|---|---|---|', *rows]
+  path = os.path.join(base_dir, 'README.md')
+  os.makedirs(base_dir, exist_ok=True)
   release_managers.write_atomically(path, '\n'.join(lines) + '\n')
   return path

@@ -27,6 +27,7 @@ from fl_common import analysis
 from fl_common import plots
 from large_cohort import sweep
 from reproduce import core
+from reproduce import verdicts
 
 ALGORITHM = 'algorithm'
 TASK = 'task'
@@ -682,6 +683,136 @@ def analyze_table5(frame: pd.DataFrame, output_dir: str) -> core.Analysis:
   return core.Analysis(pd.DataFrame(rows), [figure], notes)
 
 
+# The effects each experiment's verdict tests (`reproduce.verdicts`).
+_ROUNDS = verdicts.rounds_to(ACCURACY, TARGET, 'rounds to the target')
+_AREA = verdicts.area_under(ACCURACY, 'mean test accuracy over evaluations')
+
+
+def _speedup_effects(name: str, treatment: dict, baseline: dict,
+                     paper_fraction: Optional[float] = None):
+  """GeL faster than its baseline: fewer rounds to the target, and a higher
+  accuracy curve. `paper_fraction`: the paper's (b - g) / b, not comparable
+  in rounds here (another target and rate), so not a size."""
+  del paper_fraction
+  return (verdicts.Effect(f'{name}: fewer rounds to the target', _ROUNDS,
+                          treatment, baseline, -1),
+          verdicts.Effect(f'{name}: a higher accuracy curve', _AREA,
+                          treatment, baseline, 1))
+
+
+def table1_effects(scale: str) -> tuple[verdicts.Effect, ...]:
+  task = _tasks(scale)[0]
+  return tuple(e for rate in TABLE1_RATES[task] for e in _speedup_effects(
+      f'GeL speeds up FedAvgCM ({task}, client rate {rate})',
+      {TASK: task, ALGORITHM: 'fedavgcm_gel', LR: rate},
+      {TASK: task, ALGORITHM: 'fedavgcm_budgeted', LR: rate}))
+
+
+def table2_effects(scale: str) -> tuple[verdicts.Effect, ...]:
+  task = _tasks(scale)[0]
+  return tuple(e for base, gel in TABLE2_PAIRS for e in _speedup_effects(
+      f'GeL speeds up {base.split("_")[0]} ({task})',
+      {TASK: task, ALGORITHM: gel}, {TASK: task, ALGORITHM: base}))
+
+
+def fig2_effects(scale: str) -> tuple[verdicts.Effect, ...]:
+  task = _tasks(scale)[0]
+  return _speedup_effects(
+      f'FedAvgCM converges faster than FedAvg ({task})',
+      {TASK: task, ALGORITHM: 'fedavgcm_budgeted'},
+      {TASK: task, ALGORITHM: 'fedavg_budgeted'})
+
+
+def _fig3_value(frame: pd.DataFrame, fn) -> float:
+  rows = {row: group.sort_values('k')['coefficient'].to_numpy()
+          for row, group in frame.groupby(core.ROW)}
+  try:
+    return fn(rows)
+  except KeyError:
+    return float('nan')
+
+
+def fig3_effects(scale: str) -> tuple[verdicts.Exact, ...]:
+  short, long, gel = (row for row, _, _ in FIG3_VARIANTS)
+  return (
+      verdicts.Exact(
+          'GeL\'s coefficients equal FedAvgCM\'s first tau_i after'
+          ' tau_i + tau\' steps (eq. (6))',
+          lambda f: _fig3_value(f, lambda r: float(np.max(np.abs(
+              r[gel] - r[long][:FIG3_STEPS])))),
+          lambda v: v <= 1e-5, 'at most 1e-05'),
+      verdicts.Exact(
+          'GeL weighs the computed gradients more than FedAvgCM after tau_i'
+          ' steps (||a||_1, GeL minus FedAvgCM)',
+          lambda f: _fig3_value(f, lambda r: float(r[gel].sum()
+                                                   - r[short].sum())),
+          lambda v: v > 0, 'above 0'),
+  )
+
+
+def fig4_effects(scale: str) -> tuple[verdicts.Effect, ...]:
+  task = _tasks(scale)[0]
+  gradients = verdicts.Quantity(
+      'gradient computations to the target',
+      lambda run: _gradients_to_target(run))
+  return tuple(verdicts.Effect(
+      f'GeL needs fewer gradient computations than FedAvgCM ({task},'
+      f' client rate {rate})', gradients,
+      {TASK: task, ALGORITHM: 'fedavgcm_gel', LR: rate},
+      {TASK: task, ALGORITHM: 'fedavgcm_budgeted', LR: rate}, -1)
+      for rate in TABLE1_RATES[task])
+
+
+def _gradients_to_target(run: pd.DataFrame) -> float:
+  """Cumulative gradient computations at the first evaluation at or above
+  the run's target (NaN if none: the pair is left out)."""
+  reached = run[run[ACCURACY] >= float(run[TARGET].iloc[0])]
+  return float(reached[GRADIENTS].iloc[0]) if len(reached) else float('nan')
+
+
+def fig6_effects(scale: str) -> tuple[verdicts.Effect, ...]:
+  task = 'emnist' if scale == 'paper' else 'synthetic'
+  return tuple(verdicts.Effect(
+      f'GeL ends above {base} at its tuned rates ({task})',
+      verdicts.final(ACCURACY, 'final test accuracy'),
+      {TASK: task, ALGORITHM: f'{base}_gel'},
+      {TASK: task, ALGORITHM: f'{base}_budgeted'}, 1) for base in FIG6_BASES)
+
+
+def fig8_effects(scale: str) -> tuple[verdicts.Effect, ...]:
+  task = _tasks(scale)[0]
+  return _speedup_effects(
+      f'GeL with tau\' = infinity speeds up FedAvgCM ({task})',
+      {TASK: task, ALGORITHM: 'fedavgcm_gel', 'guessed_steps': 'infinite'},
+      {TASK: task, ALGORITHM: 'fedavgcm_budgeted'})
+
+
+def fig9_effects(scale: str) -> tuple[verdicts.Effect, ...]:
+  task = _tasks(scale)[0]
+  return tuple(e for a, b in FIG9_BUDGETS for e in _speedup_effects(
+      f'GeL speeds up FedAvgCM at budgets [{a}, {b}] ({task})',
+      {TASK: task, ALGORITHM: 'fedavgcm_gel', 'guessed_steps': 'remaining',
+       'budget_min': a, 'budget_max': b},
+      {TASK: task, ALGORITHM: 'fedavgcm_budgeted', 'budget_min': a,
+       'budget_max': b})[:1])
+
+
+def fig7_effects(scale: str) -> tuple[verdicts.Effect, ...]:
+  # One seed: the grid's cells are the pairs (the claim is over the grid).
+  task = _tasks(scale)[0]
+  return tuple(verdicts.Effect(
+      f'GeL ends above {base} over the (eta_l, eta) grid ({task})',
+      verdicts.final(ACCURACY, 'final test accuracy'),
+      {TASK: task, ALGORITHM: f'{base}_gel'},
+      {TASK: task, ALGORITHM: f'{base}_budgeted'}, 1,
+      pair_by=(LR, analysis.SERVER_LEARNING_RATE, 'seed'))
+      for base in ('fedavgcm', 'fedyogi'))
+
+
+_TUNING_TABLE = ('a tuning table, not an effect between runs: the table sets'
+                 ' the rates tuned here beside the paper\'s.')
+
+
 EXPERIMENTS = (
     core.Experiment(
         'gel', 'table1', 'Table 1 (Synthetic rows; FEMNIST and Shakespeare at'
@@ -689,24 +820,25 @@ EXPERIMENTS = (
         'FedAvgCM + GeL reaches the target accuracy 30-32 % faster in rounds'
         ' than FedAvgCM on Synthetic, at the tuned (0.01) and the untuned'
         ' (0.005) client learning rate.',
-        _setting(table1_grids), analyze_table1),
+        _setting(table1_grids), analyze_table1, effects=table1_effects),
     core.Experiment(
         'gel', 'table2', 'Table 2 (Synthetic row)',
         'GeL speeds up FedProx (40 %) and FedNova (15 %) on Synthetic and is'
         ' ~1 point more accurate when the baseline reaches the target.',
-        _setting(table2_grids), analyze_table2),
+        _setting(table2_grids), analyze_table2, effects=table2_effects),
     core.Experiment(
         'gel', 'table5', 'Table 5 (client learning rates tuned for FedAvg and'
         ' FedAvgCM)',
         'Tuned over the paper\'s grid, FedAvg\'s best client learning rate is'
         ' 0.1 and FedAvgCM\'s 0.01 on Synthetic (0.06 and 0.02 on FEMNIST,'
         ' 0.8 and 0.3 on Shakespeare).',
-        _setting(table5_grids, seeds=2), analyze_table5),
+        _setting(table5_grids, seeds=2), analyze_table5,
+        not_testable=lambda scale: _TUNING_TABLE),
     core.Experiment(
         'gel', 'fig2', 'Figure 2 (FedAvg vs FedAvgCM)',
         'Server momentum (FedAvgCM) converges faster than FedAvg, hence'
         ' FedAvgCM is GeL\'s baseline.',
-        _setting(fig2_grids, seeds=3), analyze_fig2),
+        _setting(fig2_grids, seeds=3), analyze_fig2, effects=fig2_effects),
     core.Experiment(
         'gel', 'fig3', 'Figure 3 (Section 3.3, gradient coefficients,'
         ' Lemma 1)',
@@ -714,13 +846,13 @@ EXPERIMENTS = (
         ' FedAvgCM would after tau_i + tau\' real steps (eq. (6)), more than'
         ' FedAvgCM after its tau_i steps.',
         lambda scale: core.Setting(grids=(), seeds=1), analyze_fig3,
-        measure=measure_fig3),
+        measure=measure_fig3, effects=fig3_effects),
     core.Experiment(
         'gel', 'fig4', 'Figure 4, row 3 (accuracy vs gradient computations)',
         'GeL needs fewer gradient computations than FedAvgCM to reach equal'
         ' accuracy (the runs of Table 1, read against the clients\''
         ' cumulative gradient computations).',
-        _setting(fig4_grids), analyze_fig4),
+        _setting(fig4_grids), analyze_fig4, effects=fig4_effects),
     core.Experiment(
         'gel', 'fig6', 'Figure 6 (Section 4.5, FedOpt: FedAvgCM and FedYogi'
         ' at tuned rates)',
@@ -730,20 +862,21 @@ EXPERIMENTS = (
         core.setting_fn(
             fig6_grids, 3, LOCAL_SUBSTITUTES + ' Learning rates: the best'
             ' cells of the baselines in `gel fig7 --scale=local` (the paper\'s'
-            ' Table 6 is for FEMNIST).'), analyze_fig6),
+            ' Table 6 is for FEMNIST).'), analyze_fig6,
+        effects=fig6_effects),
     core.Experiment(
         'gel', 'fig7', 'Figure 7 (learning-rate grids, FedAvgCM and FedYogi)',
         'GeL improves the final accuracy over most of the (eta_l, eta) grid,'
         ' most at poorly tuned rates.',
-        _setting(fig7_grids, seeds=1), analyze_fig7),
+        _setting(fig7_grids, seeds=1), analyze_fig7, effects=fig7_effects),
     core.Experiment(
         'gel', 'fig8', 'Figure 8 (Section F.1, tau\' = infinity)',
         'GeL is not very sensitive to large guessed steps: tau\' = infinity'
         ' converges about like tau\' = tau - tau_i.',
-        _setting(fig8_grids, seeds=3), analyze_fig8),
+        _setting(fig8_grids, seeds=3), analyze_fig8, effects=fig8_effects),
     core.Experiment(
         'gel', 'fig9', 'Figure 9 (Section F.2, budget ranges x tau\')',
         'GeL speeds up FedAvgCM across budget ranges, most where budgets are'
         ' smallest relative to tau.',
-        _setting(fig9_grids, seeds=3), analyze_fig9),
+        _setting(fig9_grids, seeds=3), analyze_fig9, effects=fig9_effects),
 )

@@ -27,6 +27,7 @@ from fl_common import analysis
 from fl_common import plots
 from large_cohort import sweep
 from reproduce import core
+from reproduce import verdicts
 
 M = analysis.COHORT_SIZE
 OPTIMIZER = 'server_optimizer'
@@ -703,6 +704,126 @@ def analyze_local_steps(frame: pd.DataFrame, output_dir: str
   return core.Analysis(table, figures, notes)
 
 
+# The effects each experiment's verdict tests (`reproduce.verdicts`).
+_FAILED = verdicts.any_positive(analysis.CATASTROPHIC_FAILURE,
+                                'failed (0/1)')
+_ACCURACY = verdicts.final(analysis.TEST_ACCURACY, 'final test accuracy')
+# ‖Δ‖ after the first rounds' transient (the paper reads it over training).
+_NORM = verdicts.mean_after(analysis.UPDATE_NORM, 20,
+                            'mean ‖Δ‖ from round 20')
+
+
+def _cohort_run(scale: str, optimizer: str, m: str, task: str = 'synthetic',
+                **flags) -> dict:
+  """A run of `cohort_grid` (named by its grid: a `long_grid` run differs
+  only in its length, which is not a flag)."""
+  grid = cohort_grid(scale, optimizer, task=task).name
+  return {verdicts.GRID: grid, OPTIMIZER: optimizer, M: m, **flags}
+
+
+def catastrophic_effects(scale: str) -> tuple[verdicts.Effect, ...]:
+  big = _cohorts(scale)[-1]
+  run = lambda m, clipping: _cohort_run(scale, 'sgd', m, task='digits',
+                                        clipping=clipping,
+                                        dirichlet_alpha=None)
+  return (
+      verdicts.Effect(
+          f'FedAvg without clipping fails more often at M = {big} than at'
+          ' M = 10', _FAILED, run(big, False), run('10', False),
+          direction=1, paper_size=0.8),
+      verdicts.Effect(
+          f'adaptive clipping removes the failures at M = {big}', _FAILED,
+          run(big, True), run(big, False), direction=-1, paper_size=-0.8),
+  )
+
+
+def catastrophic_not_testable(scale: str):
+  if scale == 'paper':
+    return None
+  return (
+      'The failure needs misaligned clients whose gradient at the server'
+      ' model blows up (Section 3.1), and a detector of the server model;'
+      ' no client of the digits MLP is misaligned, and the driver\'s'
+      ' `catastrophic_failure` reads the train accuracy averaged over local'
+      ' training, which starts near 0.8 on 1-2 images per client while the'
+      ' server model is at chance, so it cannot halve.')
+
+
+def optimizer_effects(scale: str) -> tuple[verdicts.Effect, ...]:
+  long_run = lambda o: (
+      _cohort_run(scale, o, LONG_COHORT) if scale == 'paper'  # 1,500 rounds
+      else {verdicts.GRID: long_grid(scale, o).name, M: LONG_COHORT})
+  return (
+      verdicts.Effect(
+          'a larger cohort reaches a higher accuracy in the same rounds'
+          ' (FedAvg, M = 50 against M = 10)', _ACCURACY,
+          _cohort_run(scale, 'sgd', '50'), _cohort_run(scale, 'sgd', '10'),
+          direction=1),
+      verdicts.Effect(
+          'FedLARS does worse than FedAdam after 1,500 rounds (M = 200)',
+          _ACCURACY, long_run('lars'), long_run('adam'), direction=-1),
+  )
+
+
+def update_norm_effects(scale: str) -> tuple[verdicts.Effect, ...]:
+  big = _cohorts(scale)[-1]
+  return (verdicts.Effect(
+      f'‖Δ‖ is smaller at M = {big} than at M = 10', _NORM,
+      _cohort_run(scale, 'sgd', big), _cohort_run(scale, 'sgd', '10'),
+      direction=-1),)
+
+
+def percentile_effects(scale: str) -> tuple[verdicts.Effect, ...]:
+  big = _cohorts(scale)[-1]
+  return tuple(verdicts.Effect(
+      f'the {p}th percentile of per-client accuracy rises from M = 10 to'
+      f' M = {big}',
+      verdicts.final(analysis.percentile_column(analysis.TEST_ACCURACY, p),
+                     f'final p{p} test accuracy'),
+      _cohort_run(scale, 'adam', big), _cohort_run(scale, 'adam', '10'),
+      direction=1) for p in (5, 50))
+
+
+def percentiles_not_testable(scale: str):
+  if scale == 'paper':
+    return None
+  return ('Percentiles need enough test examples per client; Synthetic\'s'
+          ' test clients hold a few each, so the median sits at the 100 %'
+          ' ceiling.')
+
+
+def lr_scaling_effects(scale: str) -> tuple[verdicts.Effect, ...]:
+  big = _cohorts(scale)[-1]
+  scaled = lambda how: {'server_lr_scaling': how, M: big}
+  return (
+      verdicts.Effect(
+          f'linear LR scaling fails at M = {big}: a lower final accuracy'
+          ' than no scaling', _ACCURACY, scaled('linear'),
+          _cohort_run(scale, 'sgd', big), direction=-1),
+      verdicts.Effect(
+          f'square-root scaling ends above linear scaling at M = {big}',
+          _ACCURACY, scaled('sqrt'), scaled('linear'), direction=1),
+  )
+
+
+def dynamic_effects(scale: str) -> tuple[verdicts.Effect, ...]:
+  start = '50' if scale == 'paper' else '10'
+  return (verdicts.Effect(
+      f'doubling the cohort from M = {start} ends above M = {start} fixed',
+      _ACCURACY, {'rounds_to_double_cohort': '300' if scale == 'paper'
+                  else '25'},
+      _cohort_run(scale, 'sgd', start),
+      direction=1),)
+
+
+def local_steps_effects(scale: str) -> tuple[verdicts.Effect, ...]:
+  m = '256' if scale == 'paper' else '64'
+  return (verdicts.Effect(
+      f'more local steps converge faster (4 against 1 step, M = {m})',
+      _ACCURACY, {'max_elements_per_client': '4', M: m},
+      {'max_elements_per_client': '1', M: m}, direction=1),)
+
+
 EXPERIMENTS = (
     core.Experiment(
         'large_cohort', 'fig_catastrophic',
@@ -713,7 +834,8 @@ EXPERIMENTS = (
         ' trials at M = 10 and 80 % at M = 800 on EMNIST; adaptive clipping'
         ' removes every failure.',
         _setting(catastrophic_grids, substitutes=DIGITS_SUBSTITUTES),
-        analyze_catastrophic),
+        analyze_catastrophic, effects=catastrophic_effects,
+        not_testable=catastrophic_not_testable),
     core.Experiment(
         'large_cohort', 'table_rates',
         'Appendix A.4, Tables 4-5 (learning rates tuned per optimizer at'
@@ -721,7 +843,10 @@ EXPERIMENTS = (
         'Each optimizer\'s server and client rates, tuned over {10^i : -3 <='
         ' i <= 1} on held-out validation clients at M = 10, are used at'
         ' every cohort size.',
-        _setting(rates_grids), analyze_rates),
+        _setting(rates_grids), analyze_rates,
+        not_testable=lambda scale: (
+            'Tables 4-5 are tuned rates, not an effect between runs: the'
+            ' table sets the rates tuned here beside the paper\'s.')),
     core.Experiment(
         'large_cohort', 'fig_optimizers',
         'Figures 3-5 (FedAvg, FedAdam, FedLARS, FedLamb across M)',
@@ -732,36 +857,41 @@ EXPERIMENTS = (
         _setting(optimizer_grids, substitutes=(
             LOCAL_SUBSTITUTES + f' Each optimizer also runs the paper\'s'
             f' {LONG_ROUNDS:,} rounds at M = {LONG_COHORT} (the last rows).')),
-        analyze_optimizers),
+        analyze_optimizers, effects=optimizer_effects),
     core.Experiment(
         'large_cohort', 'fig_update_norm',
         'Section 4, Figure 8 (‖Δ‖ vs M) and Figure 39 (pairwise cosine)',
         'FedAvg\'s pseudo-gradient norm falls as 1/sqrt(M) because client'
         ' updates are nearly orthogonal (mean pairwise cosine near 0).',
-        _setting(update_norm_grids), analyze_update_norm),
+        _setting(update_norm_grids), analyze_update_norm,
+        effects=update_norm_effects),
     core.Experiment(
         'large_cohort', 'table_percentiles',
         'Table 7 (per-client accuracy percentiles, FedAdam)',
         'On EMNIST, larger cohorts move every percentile of per-client test'
         ' accuracy alike (no fairness gain).',
-        _setting(percentile_grids), analyze_percentiles),
+        _setting(percentile_grids), analyze_percentiles,
+        effects=percentile_effects, not_testable=percentiles_not_testable),
     core.Experiment(
         'large_cohort', 'fig_lr_scaling',
         'Section 5.1, Figure 9 and Appendix B.7 (sqrt and linear server LR'
         ' scaling with warmup)',
         'Linear scaling fails catastrophically beyond M = 100 even with'
         ' clipping; square-root scaling does not fail but helps little.',
-        _setting(lr_scaling_grids), analyze_lr_scaling),
+        _setting(lr_scaling_grids), analyze_lr_scaling,
+        effects=lr_scaling_effects),
     core.Experiment(
         'large_cohort', 'fig_dynamic',
         'Section 5.3, Figure 11 (dynamic cohort sizes)',
         'Doubling the cohort during training keeps data efficiency near a'
         ' small fixed cohort\'s and final accuracy near a large one\'s.',
-        _setting(dynamic_grids), analyze_dynamic),
+        _setting(dynamic_grids), analyze_dynamic,
+        effects=dynamic_effects),
     core.Experiment(
         'large_cohort', 'fig13_local_steps',
         'Section 5.5, Figure 13 (local steps x cohort size)',
         'More local steps speed convergence up to a point, then fail; a'
         ' setting that converges at one M converges at all.',
-        _setting(local_steps_grids, seeds_local=1), analyze_local_steps),
+        _setting(local_steps_grids, seeds_local=1), analyze_local_steps,
+        effects=local_steps_effects),
 )

@@ -1,0 +1,236 @@
+"""Tests of `reproduce.verdicts` and of every experiment's declared effects.
+
+The rules (docs/verdicts.md) on made-up runs whose answer is known, and each
+experiment's effects against its own grids: every treatment and baseline
+names runs the experiment makes, paired by seed, so that a typo in a flag
+cannot turn a verdict into NOT TESTABLE unseen.
+"""
+
+import os
+
+from absl import flags
+from absl.testing import flagsaver
+import numpy as np
+import pandas as pd
+import pytest
+
+from experiment_driver import build  # noqa: F401  (defines the flags)
+from experiment_driver import flag_rules
+import reproduce
+from reproduce import core
+from reproduce import verdicts
+
+FLAGS = flags.FLAGS
+_FINAL = verdicts.final('test/accuracy', 'final test accuracy')
+
+
+def _runs(values: dict, rounds: int = 3) -> pd.DataFrame:
+  """A tidy frame: one run per ((arm, seed) -> final accuracy)."""
+  rows = []
+  for (arm, seed), final in values.items():
+    for r in range(1, rounds + 1):
+      rows.append({'run': f'/runs/{arm}_{seed}', 'round': r, 'arm': arm,
+                   'seed': seed, 'clients_per_round': 10,
+                   'test/accuracy': final * r / rounds})
+  return pd.DataFrame(rows)
+
+
+def _effect(direction=1, paper_size=None, **kwargs):
+  return verdicts.Effect('t beats b', _FINAL, {'arm': 't'}, {'arm': 'b'},
+                         direction, paper_size, **kwargs)
+
+
+def test_pairing_by_seed_cancels_the_seeds_noise():
+  # Seeds move both arms by up to 0.3; the treatment is 0.01 above in each.
+  offsets = {0: 0.0, 1: 0.3, 2: 0.1, 3: 0.2}
+  frame = _runs({**{('t', s): 0.5 + o + 0.01 + 0.001 * s
+                    for s, o in offsets.items()},
+                 **{('b', s): 0.5 + o for s, o in offsets.items()}})
+  result = verdicts.assess(frame, _effect())
+  assert result.pairs == 4
+  assert result.mean == pytest.approx(0.0115)
+  assert 0 < result.low < result.mean < result.high
+  assert result.verdict == verdicts.REPRODUCED
+
+
+def test_each_verdict_of_one_effect():
+  up = np.array([0.10, 0.12, 0.11])
+  assert verdicts.verdict_of_differences(_effect(), up).verdict == (
+      verdicts.REPRODUCED)
+  assert verdicts.verdict_of_differences(_effect(-1), up).verdict == (
+      verdicts.REVERSED)
+  # In the paper's direction, but under half the paper's size.
+  partly = verdicts.verdict_of_differences(_effect(paper_size=0.3), up)
+  assert partly.verdict == verdicts.PARTLY
+  assert 'half' in partly.reason
+  # At least half: reproduced, whatever the sign convention of the size.
+  assert verdicts.verdict_of_differences(
+      _effect(paper_size=0.2), up).verdict == verdicts.REPRODUCED
+  assert verdicts.verdict_of_differences(
+      _effect(-1, paper_size=-0.2), -up).verdict == verdicts.REPRODUCED
+  noisy = np.array([0.1, -0.12, 0.05])
+  assert verdicts.verdict_of_differences(_effect(), noisy).verdict == (
+      verdicts.NOT_REPRODUCED)
+  one = verdicts.verdict_of_differences(_effect(), np.array([0.5]))
+  assert one.verdict == verdicts.NOT_TESTABLE
+  assert '1 paired seed' in one.reason
+
+
+def test_interval_is_students_t():
+  diffs = np.array([1.0, 2.0, 3.0])
+  result = verdicts.verdict_of_differences(_effect(), diffs)
+  # t(0.975, 2) = 4.3027; s = 1; n = 3.
+  assert result.low == pytest.approx(2 - 4.302653 / np.sqrt(3), rel=1e-5)
+  assert result.high == pytest.approx(2 + 4.302653 / np.sqrt(3), rel=1e-5)
+
+
+def test_unpaired_seeds_are_left_out():
+  frame = _runs({('t', 0): 0.9, ('t', 1): 0.9, ('t', 2): 0.9,
+                 ('b', 1): 0.5, ('b', 2): 0.5, ('b', 3): 0.5})
+  assert verdicts.assess(frame, _effect()).pairs == 2
+
+
+def test_a_run_is_selected_whole():
+  # A run whose cohort grows matches no fixed cohort size.
+  frame = _runs({('t', 0): 0.9, ('t', 1): 0.9, ('b', 0): 0.5, ('b', 1): 0.5})
+  growing = frame['run'] == '/runs/t_1'
+  frame.loc[growing & (frame['round'] == 3), 'clients_per_round'] = 20
+  effect = verdicts.Effect('x', _FINAL, {'arm': 't', 'clients_per_round': 10},
+                           {'arm': 'b', 'clients_per_round': '10'}, 1)
+  assert verdicts.per_seed(frame, effect.treatment, _FINAL, 'seed') == {
+      ('0',): pytest.approx(0.9)}
+
+
+def test_flags_match_as_values_and_none_matches_unset():
+  frame = _runs({('t', 0): 0.9, ('b', 0): 0.5})
+  frame['rate'] = np.where(frame['arm'] == 't', 0.1, np.nan)
+  assert len(verdicts.per_seed(frame, {'rate': '0.10'}, _FINAL, 'seed')) == 1
+  assert verdicts.per_seed(frame, {'rate': None}, _FINAL, 'seed') == {
+      ('0',): pytest.approx(0.5)}
+  assert verdicts.per_seed(frame, {'missing_flag': '1'}, _FINAL,
+                           'seed') == {}
+
+
+def test_an_ambiguous_selection_is_an_error():
+  frame = _runs({('t', 0): 0.9, ('b', 0): 0.5})
+  with pytest.raises(ValueError, match='name more flags'):
+    verdicts.per_seed(frame, {}, _FINAL, 'seed')
+
+
+def test_quantities():
+  run = pd.DataFrame({'round': [1, 2, 3, 4],
+                      'acc': [0.2, np.nan, 0.8, 0.6],
+                      'target': 0.7, 'flag': [0, 0, 1, 0]})
+  assert verdicts.final('acc').of_run(run) == 0.6
+  assert verdicts.peak('acc').of_run(run) == 0.8
+  assert verdicts.drop_from_peak('acc').of_run(run) == pytest.approx(0.2)
+  assert verdicts.area_under('acc').of_run(run) == pytest.approx(1.6 / 3)
+  assert verdicts.rounds_to('acc', 'target').of_run(run) == 3
+  # Never reached: censored at one past the last round, not dropped.
+  assert verdicts.rounds_to('acc', 'target').of_run(
+      run.assign(target=0.9)) == 5
+  assert verdicts.any_positive('flag').of_run(run) == 1
+  assert verdicts.mean_after('acc', 3).of_run(run) == pytest.approx(0.7)
+  assert verdicts.median_after('acc', 1).of_run(run) == pytest.approx(0.6)
+
+
+def test_exact_claims():
+  frame = pd.DataFrame({'v': [1e-7]})
+  check = verdicts.Exact('equal', lambda f: float(f['v'].iloc[0]),
+                         lambda v: v <= 1e-5, 'at most 1e-05')
+  assert verdicts.assess(frame, check).verdict == verdicts.REPRODUCED
+  assert verdicts.assess(frame.assign(v=1.0), check).verdict == (
+      verdicts.NOT_REPRODUCED)
+
+
+@pytest.mark.parametrize('effects, expected', [
+    ([verdicts.REPRODUCED, verdicts.REPRODUCED], verdicts.REPRODUCED),
+    ([verdicts.REPRODUCED, verdicts.NOT_REPRODUCED], verdicts.PARTLY),
+    ([verdicts.PARTLY], verdicts.PARTLY),
+    ([verdicts.REPRODUCED, verdicts.NOT_TESTABLE], verdicts.PARTLY),
+    ([verdicts.REVERSED, verdicts.NOT_REPRODUCED], verdicts.REVERSED),
+    ([verdicts.NOT_REPRODUCED, verdicts.NOT_TESTABLE],
+     verdicts.NOT_REPRODUCED),
+    ([verdicts.NOT_TESTABLE], verdicts.NOT_TESTABLE),
+    ([], verdicts.NOT_TESTABLE),
+])
+def test_combine(effects, expected):
+  assert verdicts.combine(effects) == expected
+
+
+def test_a_scale_that_cannot_show_the_effect_is_not_testable():
+  assert verdicts.combine([verdicts.REPRODUCED], 'needs X') == (
+      verdicts.NOT_TESTABLE)
+
+
+def test_the_rules_document_names_every_verdict():
+  with open(os.path.join(core.REPO_DIR, verdicts.RULES_DOC)) as f:
+    text = f.read()
+  for verdict in verdicts.VERDICTS:
+    assert verdict in text
+
+
+def _frame_of_points(points) -> pd.DataFrame:
+  """The frame the points' runs would give, without running anything: one
+  round each, with the `hparams.json` the driver would record for its
+  command line (`flag_rules.recorded_hparams`: defaults included)."""
+  rows = []
+  with flagsaver.flagsaver():
+    for point in points:
+      args = [a for a in point.command if a.startswith('--')]
+      FLAGS.unparse_flags()
+      FLAGS(['run_experiment.py', *args])
+      hparams = flag_rules.recorded_hparams(flag_rules.values_of(FLAGS))
+      rows.append({'run': point.run_dir, 'round': 1,
+                   'experiment_name': point.experiment_name,
+                   **{k: (np.nan if v is None else v)
+                      for k, v in hparams.items()}})
+  if not FLAGS.is_parsed():
+    FLAGS.mark_as_parsed()
+  return pd.DataFrame(rows)
+
+
+@pytest.mark.parametrize('experiment', list(reproduce.EXPERIMENTS.values()),
+                         ids=lambda e: f'{e.paper}-{e.name}')
+@pytest.mark.parametrize('scale', ['local', 'paper'])
+def test_every_effect_names_runs_its_experiment_makes(experiment, scale,
+                                                      tmp_path):
+  effects = experiment.effects(scale)
+  assert effects or experiment.not_testable(scale), (
+      'an experiment declares an effect to test, or why it cannot')
+  if experiment.measure is not None:
+    return  # measured, not run: its effects read the measurement
+  points = core.build_points(experiment, scale, str(tmp_path))
+  frame = _frame_of_points(points)
+  seeds = core.setting_for(experiment, scale).seeds
+  for effect in effects:
+    for arm in (effect.treatment, effect.baseline):
+      assert verdicts.per_seed(
+          frame, arm, verdicts.Quantity('one', lambda run: 1.0),
+          effect.pair_by), (
+              f'{effect.claim}: {arm} selects no run at scale {scale}')
+    result = verdicts.assess(
+        frame, verdicts.Effect(effect.claim,
+                               verdicts.Quantity('one', lambda run: 1.0),
+                               effect.treatment, effect.baseline, 1,
+                               pair_by=effect.pair_by))
+    expected_pairs = seeds if effect.pair_by == 'seed' or (
+        effect.pair_by == 'partition_seed') else result.pairs
+    assert result.pairs == expected_pairs >= 1, effect.claim
+
+
+def test_report_states_the_verdict_and_the_index_counts_it(tmp_path):
+  experiment = reproduce.EXPERIMENTS['large_cohort', 'fig_lr_scaling']
+  report = tmp_path / 'large_cohort' / experiment.name / 'README.md'
+  report.parent.mkdir(parents=True)
+  report.write_text(f'# x\n\n{core.VERDICT_PREFIX}{verdicts.REVERSED}.'
+                    ' 1 of 1 effects REVERSED.\n')
+  assert core.read_verdict(str(report)) == verdicts.REVERSED
+  core.write_index(list(reproduce.EXPERIMENTS.values()), str(tmp_path),
+                   'large_cohort')
+  index = (tmp_path / 'README.md').read_text()
+  total = len(reproduce.EXPERIMENTS)
+  assert f'{total} reports: 1 REVERSED, {total - 1} no verdict.' in index
+  assert '| REVERSED | [large_cohort/fig_lr_scaling/README.md]' in index
+  paper_index = (tmp_path / 'large_cohort' / 'README.md').read_text()
+  assert '| REVERSED | [fig_lr_scaling/README.md]' in paper_index
