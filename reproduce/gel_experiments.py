@@ -34,6 +34,10 @@ TASK = 'task'
 LR = analysis.CLIENT_LEARNING_RATE
 TARGET = 'target_accuracy'
 ACCURACY = analysis.TEST_ACCURACY
+VALIDATION = analysis.VALIDATION_ACCURACY
+# The tuning grids (Table 5, Figure 7) hold out this fraction of Synthetic's
+# training clients as validation clients and choose on them, never on test.
+TUNING_VALIDATION_FRACTION = '0.2'
 GRADIENTS = 'cumulative_gradient_computations'
 BYTES = ('cumulative_bytes_down', 'cumulative_bytes_up')
 # Per task: Table 1's tuned and untuned client learning rates.
@@ -83,17 +87,19 @@ def _setting(grids_fn, seeds=5):
   return core.setting_fn(grids_fn, seeds, LOCAL_SUBSTITUTES)
 
 
-def per_run_targets(frame: pd.DataFrame, by) -> pd.DataFrame:
+def per_run_targets(frame: pd.DataFrame, by,
+                    accuracy_column: str = ACCURACY) -> pd.DataFrame:
   """Per run: rounds, gradient computations and bytes to its target accuracy.
 
   The target is the run's `target_accuracy` (the driver's, the paper's per
-  task); the round is the first evaluation at or above it (NaN if none).
+  task); the round is the first evaluation of `accuracy_column` at or above
+  it (NaN if none).
   """
   rows = []
   for run, run_frame in frame.groupby(analysis.RUN, sort=False):
     target = float(run_frame[TARGET].iloc[0])
-    crossed = analysis.threshold_crossings(run_frame, [target], ACCURACY,
-                                           by=by).iloc[0]
+    crossed = analysis.threshold_crossings(run_frame, [target],
+                                           accuracy_column, by=by).iloc[0]
     row = {analysis.RUN: run, **{c: run_frame[c].iloc[0] for c in by},
            'target': target, 'rounds': crossed['rounds']}
     at = run_frame[run_frame[analysis.ROUND] == crossed['rounds']]
@@ -482,7 +488,8 @@ FIG7_ALGORITHMS = ('fedavgcm_budgeted', 'fedavgcm_gel', 'fedyogi_budgeted',
 
 def fig7_grids(scale: str) -> tuple[core.Grid, ...]:
   return tuple(
-      core.Grid(f'fig7_{task}', _flags(task, scale, rounds_per_eval='200'),
+      core.Grid(f'tune7_{task}',
+                _tuning_flags(task, scale, rounds_per_eval='200'),
                 200 if scale == 'local' else _rounds(task, scale),
                 axes=(sweep.Axis(ALGORITHM, FIG7_ALGORITHMS),
                       sweep.Axis(LR, FIG7_CLIENT_RATES),
@@ -492,16 +499,21 @@ def fig7_grids(scale: str) -> tuple[core.Grid, ...]:
 
 
 def analyze_fig7(frame: pd.DataFrame, output_dir: str) -> core.Analysis:
+  """The best cell of each grid on the validation clients (with its test
+  accuracy); GeL against its base on test, cell by cell."""
   rows, figures = [], []
   for (task, algorithm), part in frame.groupby([TASK, ALGORITHM], sort=False):
-    grid = analysis.learning_rate_grid(part, accuracy_column=ACCURACY)
+    grid = analysis.learning_rate_grid(part, accuracy_column=VALIDATION)
+    test_grid = analysis.learning_rate_grid(part, accuracy_column=ACCURACY)
     name = f'lr_grid_{task}_{algorithm}.png'
     plots.plot_learning_rate_grid(part, os.path.join(output_dir, name),
                                   accuracy_column=ACCURACY,
                                   title=f'{algorithm}: final test accuracy')
     figures.append(name)
     client, server, best = analysis.best_learning_rates(grid)
-    for quantity, value in (('best_final_accuracy', best),
+    for quantity, value in (('best_final_validation_accuracy', best),
+                            ('test_accuracy_at_best',
+                             test_grid.loc[client, server]),
                             ('best_client_learning_rate', client),
                             ('best_server_learning_rate', server)):
       rows.append({core.ROW: f'task={task}',
@@ -616,9 +628,19 @@ TABLE5_RATES = {
 TABLE5_ALGORITHMS = ('fedavg_budgeted', 'fedavgcm_budgeted')
 
 
+def _tuning_flags(task: str, scale: str, **extra) -> dict:
+  """A tuning grid's flags: validation clients to choose on (Synthetic
+  holds none out otherwise; the other tasks have theirs)."""
+  flags = _flags(task, scale, **extra)
+  if task == 'synthetic':
+    flags['validation_fraction'] = TUNING_VALIDATION_FRACTION
+  return flags
+
+
 def table5_grids(scale: str) -> tuple[core.Grid, ...]:
   return tuple(
-      core.Grid(f'table5_{task}', _flags(task, scale), _rounds(task, scale),
+      core.Grid(f'tune5_{task}', _tuning_flags(task, scale),
+                _rounds(task, scale),
                 axes=(sweep.Axis(ALGORITHM, TABLE5_ALGORITHMS),
                       sweep.Axis(LR, TABLE5_RATES[task])))
       for task in _tasks(scale))
@@ -648,14 +670,24 @@ def best_rate(per_rate: pd.DataFrame) -> tuple[float, str]:
 
 
 def analyze_table5(frame: pd.DataFrame, output_dir: str) -> core.Analysis:
-  per_run = per_run_targets(frame, [ALGORITHM, TASK, LR, 'seed'])
-  final = frame[frame[ACCURACY].notna()].groupby(analysis.RUN)[ACCURACY].last()
-  per_run['final_accuracy'] = per_run[analysis.RUN].map(final)
+  """Rounds to the target and final accuracy per rate on the *validation*
+  clients, where the rate is chosen (`best_rate`); the test clients' final
+  accuracy is reported beside, never chosen on."""
+  per_run = per_run_targets(frame, [ALGORITHM, TASK, LR, 'seed'],
+                            VALIDATION)
+  for column, name in ((VALIDATION, 'final_validation_accuracy'),
+                       (ACCURACY, 'final_test_accuracy')):
+    final = (frame[frame[column].notna()].groupby(analysis.RUN)[column].last()
+             if column in frame else pd.Series(dtype=float))
+    per_run[name] = per_run[analysis.RUN].map(final)
   rows, notes = [], []
 
   def add(row, quantity, value, std=np.nan, n=None):
     rows.append({core.ROW: row, core.QUANTITY: quantity, core.VALUE: value,
                  core.STD: std, core.NUM_RUNS: n})
+
+  def mean_std(values):
+    return (values.mean(), values.std(ddof=1) if len(values) > 1 else np.nan)
 
   for (task, algorithm), part in per_run.groupby([TASK, ALGORITHM],
                                                  sort=False):
@@ -663,20 +695,20 @@ def analyze_table5(frame: pd.DataFrame, output_dir: str) -> core.Analysis:
     for rate, runs in part.groupby(LR, sort=False):
       row = _row_name(task, f'{LR}={rate}')
       reached = runs['rounds'].dropna()
-      add(row, f'rounds_to_target/{algorithm}',
-          reached.mean() if len(reached) else np.nan,
-          reached.std(ddof=1) if len(reached) > 1 else np.nan, len(reached))
-      add(row, f'final_accuracy/{algorithm}', runs['final_accuracy'].mean(),
-          runs['final_accuracy'].std(ddof=1) if len(runs) > 1 else np.nan,
-          len(runs))
+      add(row, f'validation_rounds_to_target/{algorithm}',
+          *(mean_std(reached) if len(reached) else (np.nan, np.nan)),
+          len(reached))
+      for name in ('final_validation_accuracy', 'final_test_accuracy'):
+        add(row, f'{name}/{algorithm}', *mean_std(runs[name]), len(runs))
       per_rate.append({
-          'rate': float(rate), 'final_accuracy': runs['final_accuracy'].mean(),
+          'rate': float(rate),
+          'final_accuracy': runs['final_validation_accuracy'].mean(),
           'rounds': reached.mean() if len(reached) == len(runs) else np.nan})
     rate, why = best_rate(pd.DataFrame(per_rate))
     add(_row_name(task), f'best_client_learning_rate/{algorithm}', rate,
         n=len(part))
     notes.append(f'task={task} {algorithm}: best client learning rate'
-                 f' {rate:g} ({why}).')
+                 f' {rate:g} on the validation clients ({why}).')
   figure = _curves(frame, output_dir, 'accuracy_vs_rounds.png',
                    by=[TASK, ALGORITHM, LR],
                    title='FedAvg and FedAvgCM over client learning rates')

@@ -103,7 +103,8 @@ def test_paper_numbers_belong_to_experiments_and_cite_a_source():
 
 
 def _gel_run(root, name, algorithm, lr, seed, accuracy_by_round,
-             rounds=20, clients=20, params=305, **hparams):
+             rounds=20, clients=20, params=305, validation_by_round=None,
+             **hparams):
   metrics = {
       'round': list(range(1, rounds + 1)),
       'bytes_down': [4.0 * params * clients] * rounds,
@@ -112,6 +113,9 @@ def _gel_run(root, name, algorithm, lr, seed, accuracy_by_round,
       'test/accuracy': [accuracy_by_round.get(r, np.nan)
                         for r in range(1, rounds + 1)],
   }
+  if validation_by_round is not None:
+    metrics['validation/accuracy'] = [validation_by_round.get(r, np.nan)
+                                      for r in range(1, rounds + 1)]
   metrics['cumulative_bytes_down'] = np.cumsum(metrics['bytes_down'])
   metrics['cumulative_bytes_up'] = np.cumsum(metrics['bytes_up'])
   metrics['cumulative_gradient_computations'] = [
@@ -169,24 +173,30 @@ def test_gel_speedup_is_withheld_when_a_seed_misses_the_target(tmp_path):
   assert (reached[core.VALUE], reached[core.NUM_RUNS]) == (1, 2)
 
 
-def test_gel_table5_picks_the_fastest_rate_every_seed_of_which_reached(
+def test_gel_table5_picks_on_validation_the_fastest_rate_every_seed_reached(
     tmp_path):
   root = str(tmp_path)
   names = []
-  # FedAvg: 0.1 reaches the target at rounds 8 and 12 (mean 10); 0.05 at
-  # 6, but only one seed of two; 0.01 never (final 0.8).
+  # On the validation clients, FedAvg: 0.1 reaches the target at rounds 8
+  # and 12 (mean 10); 0.05 at 6, but only one seed of two; 0.01 never
+  # (final 0.8). Its test clients say the opposite (0.01 fastest): a choice
+  # on test would pick 0.01.
   for lr, by_seed in ((0.1, ({8: 0.86}, {12: 0.9})),
                       (0.05, ({6: 0.9}, {20: 0.7})),
                       (0.01, ({20: 0.8}, {20: 0.8}))):
-    for seed, accuracy in enumerate(by_seed):
+    for seed, validation in enumerate(by_seed):
       names.append(f'a{lr}_{seed}')
-      _gel_run(root, names[-1], 'fedavg_budgeted', lr, seed, accuracy)
-  # FedAvgCM: no rate reaches the target; 0.005 ends the most accurate.
+      test = {2: 0.9} if lr == 0.01 else {20: 0.5}
+      _gel_run(root, names[-1], 'fedavg_budgeted', lr, seed, test,
+               validation_by_round=validation)
+  # FedAvgCM: no rate reaches the target; 0.005 ends the most accurate on
+  # validation, 0.01 on test.
   for lr, final in ((0.01, 0.7), (0.005, 0.8)):
     for seed in range(2):
       names.append(f'm{lr}_{seed}')
       _gel_run(root, names[-1], 'fedavgcm_budgeted', lr, seed,
-               {10: 0.84, 20: final})
+               {10: 0.5, 20: 1.5 - final},
+               validation_by_round={10: 0.84, 20: final})
   frame = core.load_finished_runs([
       core.sweep.SweepPoint(n, {}, (), os.path.join(root, n), 20)
       for n in names])
@@ -197,12 +207,40 @@ def test_gel_table5_picks_the_fastest_rate_every_seed_of_which_reached(
   assert table.loc[('task=synthetic', 'best_client_learning_rate/'
                     'fedavgcm_budgeted'), core.VALUE] == 0.005
   row = 'task=synthetic client_learning_rate=0.1'
-  assert table.loc[(row, 'rounds_to_target/fedavg_budgeted'),
+  assert table.loc[(row, 'validation_rounds_to_target/fedavg_budgeted'),
                    core.VALUE] == 10
-  assert table.loc[('task=synthetic client_learning_rate=0.01',
-                    'final_accuracy/fedavg_budgeted'), core.VALUE] == 0.8
+  row = 'task=synthetic client_learning_rate=0.01'
+  assert table.loc[(row, 'final_validation_accuracy/fedavg_budgeted'),
+                   core.VALUE] == 0.8
+  assert table.loc[(row, 'final_test_accuracy/fedavg_budgeted'),
+                   core.VALUE] == 0.9
   assert any('no rate reached the target' in n for n in analysis.notes)
   assert os.path.isfile(os.path.join(root, 'accuracy_vs_rounds.png'))
+
+
+def test_gel_fig7_picks_the_best_cell_on_validation(tmp_path):
+  root = str(tmp_path)
+  names = []
+  # Validation prefers (client 0.01, server 1); test prefers (0.03, 3).
+  for client, server, validation, test in (
+      ('0.01', '1', 0.9, 0.5), ('0.03', '3', 0.6, 0.95),
+      ('0.01', '3', 0.7, 0.7), ('0.03', '1', 0.65, 0.6)):
+    for algorithm in ('fedavgcm_budgeted', 'fedavgcm_gel'):
+      names.append(f'{algorithm}_{client}_{server}')
+      _gel_run(root, names[-1], algorithm, client, 0, {20: test},
+               validation_by_round={20: validation},
+               server_learning_rate=server)
+  frame = core.load_finished_runs([
+      core.sweep.SweepPoint(n, {}, (), os.path.join(root, n), 20)
+      for n in names])
+  table = gel_experiments.analyze_fig7(frame, root).table.set_index(
+      [core.ROW, core.QUANTITY])[core.VALUE]
+  assert table[('task=synthetic',
+                'best_client_learning_rate/fedavgcm_budgeted')] == 0.01
+  assert table[('task=synthetic',
+                'best_server_learning_rate/fedavgcm_budgeted')] == 1
+  assert table[('task=synthetic',
+                'test_accuracy_at_best/fedavgcm_budgeted')] == 0.5
 
 
 def test_gel_fig6_compares_each_base_with_gel_at_its_rates(tmp_path):
@@ -584,6 +622,44 @@ def test_adabest_table2_labels_fedavg_partitions_and_lines_up_with_the_paper(
       ['94.04 ± 1.37', '91 ± 1.41 (n=2)']]
 
 
+def test_adabest_beta_is_chosen_on_validation_clients_never_on_test(
+    tmp_path):
+  root = str(tmp_path)
+  points = []
+  # Validation prefers beta 0.2 (both seeds); test prefers 0.6.
+  for name, beta, seed, validation, test in (
+      ('b2s0', 0.2, 0, 0.9, 0.5), ('b2s1', 0.2, 1, 0.8, 0.6),
+      ('b6s0', 0.6, 0, 0.4, 0.95), ('b6s1', 0.6, 1, 0.5, 0.9)):
+    run_directories.write_run(root, name, {
+        'algorithm': 'adabest', 'task': 'digits', 'partition_seed': seed,
+        'adabest_beta': beta, 'adabest_mu': 0.02}, {
+            'round': [1, 2], 'clients_per_round': [1, 1],
+            'validation/accuracy': [0.1, validation],
+            'test/accuracy': [0.1, test]})
+    points.append(core.sweep.SweepPoint(name, {}, (), os.path.join(root, name),
+                                        2))
+  frame = core.load_finished_runs(points)
+  result = adabest_experiments.analyze_table2(frame, root)
+  table = result.table.set_index([core.ROW, core.QUANTITY])
+  row = 'participation=1% iid (digits)'
+  # The test accuracy of beta 0.2, the validation clients' choice.
+  assert table.loc[(row, 'test_accuracy/adabest'), core.VALUE] == (
+      pytest.approx(55.0))
+  assert any('0.2 (final validation accuracy 85.0, 45.0)' in n
+             for n in result.notes)
+  # Without validation clients, no beta is chosen at all.
+  bare = []
+  for name, beta, seed in (('n2', 0.2, 0), ('n6', 0.6, 0)):
+    bare.append(core.sweep.SweepPoint(name, {}, (), run_directories.write_run(
+        os.path.join(root, 'bare'), name, {
+            'algorithm': 'adabest', 'task': 'digits', 'partition_seed': seed,
+            'adabest_beta': beta, 'adabest_mu': 0.02}, {
+                'round': [1, 2], 'clients_per_round': [1, 1],
+                'test/accuracy': [0.1, 0.5]}), 2))
+  with pytest.raises(ValueError, match='no validation accuracy'):
+    adabest_experiments.analyze_table2(core.load_finished_runs(bare), root)
+
+
 def test_adabest_fig3_reads_each_population_and_balance_per_algorithm(
     tmp_path):
   root = str(tmp_path)
@@ -672,7 +748,8 @@ def test_adabest_beta_is_the_papers_per_participation_and_tuned_at_one_percent(
     betas[cohort[0][0]] = (beta_axis[0] if beta_axis
                            else grid.flags['adabest_beta'])
   assert betas == {'1': ('0.2', '0.4', '0.6'), '10': '0.96', '100': '0.98'}
-  # The analysis keeps AdaBest's best beta per setting and says so.
+  # The analysis keeps AdaBest's best beta per setting (on validation) and
+  # says so.
   root = str(tmp_path)
   points = []
   for name, beta, seed, accuracy in (('b2_0', 0.2, 0, 0.50), ('b2_1', 0.2, 1,
@@ -683,6 +760,7 @@ def test_adabest_beta_is_the_papers_per_participation_and_tuned_at_one_percent(
         'algorithm': 'adabest', 'task': 'digits', 'partition_seed': seed,
         'adabest_beta': beta, 'adabest_mu': 0.02}, {
             'round': [1, 2], 'clients_per_round': [1, 1],
+            'validation/accuracy': [0.1, accuracy],
             'test/accuracy': [0.1, accuracy]})
     points.append(core.sweep.SweepPoint(name, {}, (), os.path.join(root, name),
                                         2))
