@@ -700,7 +700,7 @@ EXPERIMENTS = (
     core.Experiment(
         'adabest', 'fig_beta',
         'Supplementary Figure 7 (beta x client participation)',
-        'The best beta falls with participation: 0.8-0.95 at 5 of 1,000'
+        'The best beta rises with participation: 0.8-0.95 at 5 of 1,000'
         ' clients per round, closer to 1 with more.',
         _simple_setting(beta_grids, 'The digits MLP over 1,000 clients'
                         ' (Dirichlet 0.3) stands in for CIFAR-100; 300'
