@@ -103,7 +103,8 @@ def table2_grids(scale: str) -> tuple[core.Grid, ...]:
           grids.append(core.Grid(
               grid_name, flags,
               paper_rounds if scale == 'paper' else LOCAL_ROUNDS,
-              axes=axes, seed_flag='partition_seed'))
+              axes=axes, seed_flag='partition_seed',
+                         tied_seed_flags=('seed',)))
   return tuple(grids)
 
 
@@ -233,11 +234,13 @@ def instability_grids(scale: str) -> tuple[core.Grid, ...]:
   rounds = 5000 if scale == 'paper' else 600
   return (core.Grid(f'instability_{task}', flags, rounds,
                     axes=(sweep.Axis(ALGORITHM, ('feddyn', 'scaffold')),),
-                    seed_flag='partition_seed'),
+                    seed_flag='partition_seed',
+                    tied_seed_flags=('seed',)),
           core.Grid(f'instability_{task}_adabest',
                     {**flags, ALGORITHM: 'adabest'}, rounds,
                     axes=(sweep.Axis(BETA, INSTABILITY_BETAS),),
-                    seed_flag='partition_seed'))
+                    seed_flag='partition_seed',
+                    tied_seed_flags=('seed',)))
 
 
 def _with_beta_label(frame: pd.DataFrame) -> pd.DataFrame:
@@ -267,7 +270,8 @@ def easy_task_grids(scale: str) -> tuple[core.Grid, ...]:
                     5000 if scale == 'paper' else 2000,
                     axes=(sweep.Axis(ALGORITHM, ('feddyn', 'adabest',
                                                  'scaffold')),),
-                    seed_flag='partition_seed'),)
+                    seed_flag='partition_seed',
+                    tied_seed_flags=('seed',)),)
 
 
 def analyze_easy_task(frame: pd.DataFrame, output_dir: str
@@ -360,7 +364,8 @@ def mu_grids(scale: str) -> tuple[core.Grid, ...]:
                     axes=(sweep.Axis(ALGORITHM, ('adabest', 'feddyn')),
                           sweep.Axis('adabest_mu', ('0.02', '0.04', '0.08',
                                                     '0.16'))),
-                    seed_flag='partition_seed'),)
+                    seed_flag='partition_seed',
+                    tied_seed_flags=('seed',)),)
 
 
 def beta_grids(scale: str) -> tuple[core.Grid, ...]:
@@ -373,7 +378,8 @@ def beta_grids(scale: str) -> tuple[core.Grid, ...]:
                     axes=(sweep.Axis(M, ('5', '10', '50')),
                           sweep.Axis('adabest_beta', ('0.5', '0.8', '0.9',
                                                       '0.95', '1'))),
-                    seed_flag='partition_seed'),)
+                    seed_flag='partition_seed',
+                    tied_seed_flags=('seed',)),)
 
 
 SCALING_SUBSTITUTES = (
@@ -402,7 +408,8 @@ def scaling_grids(scale: str) -> tuple[core.Grid, ...]:
           (sweep.Axis('unbalanced_sigma', ('0', '0.3')),))
       grids.append(core.Grid(f'fig3_{task}_{algorithm}_{num_clients}', flags,
                              5000 if scale == 'paper' else 300, axes=axes,
-                             seed_flag='partition_seed'))
+                             seed_flag='partition_seed',
+                             tied_seed_flags=('seed',)))
   return tuple(grids)
 
 
@@ -496,7 +503,8 @@ def cost_grids(scale: str) -> tuple[core.Grid, ...]:
     else:
       flags.update(_algorithm_flags(algorithm))
     grids.append(core.Grid(f'cost_{task}_{algorithm}', flags, rounds,
-                           seed_flag='partition_seed'))
+                           seed_flag='partition_seed',
+                           tied_seed_flags=('seed',)))
   return tuple(grids)
 
 

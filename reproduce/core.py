@@ -99,6 +99,10 @@ class Grid:
   total_rounds: int
   axes: tuple[sweep.Axis, ...] = ()
   seed_flag: Optional[str] = 'seed'
+  # Flags that take the same seed as `seed_flag` (a partitioned task's
+  # `partition_seed` is the seed axis, and `seed` then varies the
+  # initialization and the client sampling with it).
+  tied_seed_flags: tuple[str, ...] = ()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -235,12 +239,17 @@ def build_points(experiment: Experiment, scale: str, root: str,
   directory = run_root(root, experiment, scale)
   points = []
   for grid in setting.grids:
-    axes = grid.axes
-    if grid.seed_flag:
-      axes = (*axes, sweep.Axis(grid.seed_flag, seed_values(seeds)))
-    points += sweep.build_points(axes, directory, grid.total_rounds,
-                                 name_prefix=grid.name, flags=grid.flags,
-                                 command=command)
+    if not grid.seed_flag:
+      points += sweep.build_points(grid.axes, directory, grid.total_rounds,
+                                   name_prefix=grid.name, flags=grid.flags,
+                                   command=command)
+      continue
+    for seed in seed_values(seeds):
+      points += sweep.build_points(
+          (*grid.axes, sweep.Axis(grid.seed_flag, (seed,))), directory,
+          grid.total_rounds, name_prefix=grid.name,
+          flags={**grid.flags, **{f: seed for f in grid.tied_seed_flags}},
+          command=command)
   return list({p.run_dir: p for p in points}.values())
 
 

@@ -173,10 +173,10 @@ class Effect:
 
   `treatment` and `baseline` select runs by the flag values their
   `hparams.json` records (compared as values: 800, 800.0 and '800' alike;
-  `None` matches a flag not recorded) and by `GRID`, their grid's name. `direction` is +1 when the paper has
-  the treatment's quantity above the baseline's, -1 below. `paper_size` is
-  the paper's (treatment - baseline) in the quantity's units, if it has one
-  comparable to ours. `pair_by` is the flag (or flags) whose equal values
+  `None` matches a flag not recorded) and by `GRID`, their grid's name.
+  `direction` is +1 when the paper has the treatment's quantity above the
+  baseline's, -1 below. `paper_size` is the paper's (treatment - baseline)
+  in the quantity's units, if it has one comparable to ours. `pair_by` is the flag (or flags) whose equal values
   pair runs: the seed, or with one seed the cells of a grid.
   """
 
@@ -306,9 +306,11 @@ def verdict_of_differences(effect: Effect, diffs: np.ndarray) -> Assessment:
           f'the paper\'s direction, but {signed_mean:.3g} is below half the'
           f' paper\'s {abs(effect.paper_size):.3g}')
     else:
-      verdict, reason = REPRODUCED, 'the interval excludes 0 in the paper\'s direction'
+      verdict, reason = REPRODUCED, ('the interval excludes 0 in the'
+                                     ' paper\'s direction')
   elif signed_high < 0:
-    verdict, reason = REVERSED, 'the interval excludes 0 against the paper\'s direction'
+    verdict, reason = REVERSED, ('the interval excludes 0 against the'
+                                 ' paper\'s direction')
   else:
     verdict, reason = NOT_REPRODUCED, 'the interval holds 0'
   return Assessment(effect, n, mean, low, high, verdict, reason)

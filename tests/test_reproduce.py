@@ -843,3 +843,16 @@ def test_optimizers_report_the_1500_round_runs_apart(tmp_path):
           f' {0.5 * 1.1**long_rounds:.3g} at the end, and from round 600'
           ' (mean of 1 of 1 seeds)') in analysis.notes[-1]
   assert analysis.notes[-1].count('peaks at') == 1
+
+
+def test_adabest_seeds_vary_the_partition_the_initialization_and_sampling(
+    tmp_path):
+  experiment = reproduce.EXPERIMENTS['adabest', 'fig_mu']
+  points = core.build_points(experiment, 'local', str(tmp_path))
+  seeds = set()
+  for point in points:
+    flags = dict(a[2:].split('=', 1) for a in point.command
+                 if a.startswith('--') and '=' in a)
+    assert flags['seed'] == flags['partition_seed']
+    seeds.add(flags['seed'])
+  assert seeds == {'0', '1'}
