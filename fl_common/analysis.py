@@ -368,32 +368,60 @@ def fit_update_norm_scaling(frame: pd.DataFrame,
                      len(norms))
 
 
+COSINE = 'mean_pairwise_cosine'
+
+
 def update_norm_ratios(frame: pd.DataFrame,
                        at_round: Optional[int] = None,
                        min_round: int = 1) -> pd.DataFrame:
   """`‖Δ_1‖/‖Δ_2‖` against `sqrt(M_2/M_1)` for every pair M_1 < M_2.
 
   The norms are `mean_update_norms` averaged over the runs of each cohort
-  size.
+  size. Where the runs log the clients' mean pairwise cosine `c`, the ratio
+  is also predicted with it: M updates of equal norm and pairwise cosine c
+  average to a norm `sqrt((1 + (M - 1) c) / M)` times theirs, so
+  `sqrt(M_2/M_1)` holds only for c = 0 (Section 4's orthogonal updates).
 
   Returns:
     One row per pair: `cohort_size_1`, `cohort_size_2`, `norm_1`, `norm_2`,
     `observed_ratio` = norm_1/norm_2, `predicted_ratio` = sqrt(M_2/M_1) and
-    `ratio_to_prediction` = observed/predicted (1 when the law holds).
+    `ratio_to_prediction` = observed/predicted (1 when the law holds); with
+    the cosine, `cosine_1`, `cosine_2` (each cohort size's mean over the same
+    rounds), `cosine_predicted_ratio` and `ratio_to_cosine_prediction`.
   """
   per_cohort = mean_update_norms(frame, at_round, min_round).groupby(
       COHORT_SIZE)[UPDATE_NORM].mean()
+  cosines = None
+  if COSINE in frame:
+    rows = (frame[frame[ROUND] == at_round] if at_round is not None
+            else frame[frame[ROUND] >= min_round])
+    cosines = rows.groupby(RUN).agg(
+        **{COHORT_SIZE: (COHORT_SIZE, 'first'), COSINE: (COSINE, 'mean')}
+    ).groupby(COHORT_SIZE)[COSINE].mean()
+  columns = ['cohort_size_1', 'cohort_size_2', 'norm_1', 'norm_2',
+             'observed_ratio', 'predicted_ratio', 'ratio_to_prediction']
   rows = []
   for m1, m2 in itertools.combinations(sorted(per_cohort.index), 2):
     observed = per_cohort[m1] / per_cohort[m2]
     predicted = math.sqrt(m2 / m1)
-    rows.append({'cohort_size_1': m1, 'cohort_size_2': m2,
-                 'norm_1': per_cohort[m1], 'norm_2': per_cohort[m2],
-                 'observed_ratio': observed, 'predicted_ratio': predicted,
-                 'ratio_to_prediction': observed / predicted})
-  return pd.DataFrame(rows, columns=[
-      'cohort_size_1', 'cohort_size_2', 'norm_1', 'norm_2', 'observed_ratio',
-      'predicted_ratio', 'ratio_to_prediction'])
+    row = {'cohort_size_1': m1, 'cohort_size_2': m2,
+           'norm_1': per_cohort[m1], 'norm_2': per_cohort[m2],
+           'observed_ratio': observed, 'predicted_ratio': predicted,
+           'ratio_to_prediction': observed / predicted}
+    if cosines is not None:
+      c1, c2 = cosines.get(m1, np.nan), cosines.get(m2, np.nan)
+      with np.errstate(invalid='ignore', divide='ignore'):
+        corrected = math.sqrt(max(0.0, (1 + (m1 - 1) * c1) / m1)
+                              / max(1e-300, (1 + (m2 - 1) * c2) / m2)) if (
+                                  np.isfinite(c1) and np.isfinite(c2)) else (
+                                      np.nan)
+      row.update(cosine_1=c1, cosine_2=c2, cosine_predicted_ratio=corrected,
+                 ratio_to_cosine_prediction=observed / corrected)
+    rows.append(row)
+  if cosines is not None:
+    columns += ['cosine_1', 'cosine_2', 'cosine_predicted_ratio',
+                'ratio_to_cosine_prediction']
+  return pd.DataFrame(rows, columns=columns)
 
 
 def predicted_update_norms(frame: pd.DataFrame,

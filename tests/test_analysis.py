@@ -200,6 +200,27 @@ def test_update_norm_ratios_match_sqrt_rule_only_for_inverse_sqrt(tmp_path):
   assert len(ratios) == 3
 
 
+def test_update_norm_ratios_predicted_with_the_measured_cosine(tmp_path):
+  # Unit client updates with pairwise cosine c average to a norm
+  # sqrt((1 + (M - 1) c) / M): with c = 0.1, M = 10 gives sqrt(0.19) and
+  # M = 100 sqrt(0.109); the round-1 transient (cosine 0.9) is left out.
+  for cohort, cosine in ((10, 0.1), (100, 0.1)):
+    norm = math.sqrt((1 + (cohort - 1) * cosine) / cohort)
+    run_directories.write_run(tmp_path, f'm{cohort}', {
+        'clients_per_round': cohort, 'seed': 0}, {
+            'round': [1, 2, 3], 'clients_per_round': [float(cohort)] * 3,
+            'update_norm': [5.0, norm, norm],
+            'mean_pairwise_cosine': [0.9, cosine, cosine]})
+  frame = analysis.load_runs([str(tmp_path)])
+  [row] = analysis.update_norm_ratios(frame, min_round=2).to_dict('records')
+  assert row['observed_ratio'] == pytest.approx(math.sqrt(0.19 / 0.109))
+  assert row['predicted_ratio'] == pytest.approx(math.sqrt(10))
+  assert row['cosine_predicted_ratio'] == pytest.approx(
+      math.sqrt(0.19 / 0.109))
+  assert row['ratio_to_cosine_prediction'] == pytest.approx(1.0)
+  assert row['ratio_to_prediction'] < 0.45  # 1/sqrt(M) misses by 2.4x
+
+
 def test_update_norm_analyses_reject_unusable_runs(tmp_path):
   norm_run(tmp_path, 'm10', 10, [1.0, 0.5])
   norm_run(tmp_path, 'm10b', 10, [1.0, 0.6], seed=1)
