@@ -434,8 +434,15 @@ def analyze_rates(frame: pd.DataFrame, output_dir: str) -> core.Analysis:
     grid = analysis.learning_rate_grid(part)
     client, server, best = analysis.best_learning_rates(grid)
     runs = part[analysis.RUN].nunique()
+    # A grid with one client rate did not tune it: its row says so rather
+    # than stand beside the paper's tuned rate.
+    client_tuned = grid.shape[0] > 1
+    if not client_tuned:
+      notes.append(f'{name}: the client rate is fixed at {client:g} at this'
+                   ' scale (only the server rate is tuned).')
     for quantity, value in (('server_learning_rate', server),
-                            ('client_learning_rate', client),
+                            ('client_learning_rate' if client_tuned
+                             else 'client_learning_rate_fixed', client),
                             ('best_validation_accuracy', best)):
       rows.append({core.ROW: name, core.QUANTITY: quantity,
                    core.VALUE: float(value), core.STD: np.nan,

@@ -407,9 +407,13 @@ def test_table_rates_picks_the_best_validation_cell_and_checks_the_rates_used(
   assert table[('FedAvg', 'server_learning_rate')] == used_sgd
   assert table[('FedAvg', 'best_validation_accuracy')] == pytest.approx(0.85)
   assert table[('FedAdam', 'server_learning_rate')] == other_adam
-  assert table[('FedAdam', 'client_learning_rate')] == 0.1
+  # One client rate: fixed, not tuned, and not beside the paper's tuned one.
+  assert table[('FedAdam', 'client_learning_rate_fixed')] == 0.1
+  assert ('FedAdam', 'client_learning_rate') not in table
   assert table[('FedAdam', 'best_validation_accuracy')] == pytest.approx(0.7)
-  [sgd_note, adam_note] = result.notes
+  fixed_notes = [n for n in result.notes if 'fixed at 0.1' in n]
+  assert len(fixed_notes) == 2
+  [sgd_note, adam_note] = [n for n in result.notes if n not in fixed_notes]
   assert 'use these rates' in sgd_note
   assert adam_note.startswith('**FedAdam') and 'not this grid' in adam_note
   # The rates used and the best, each with its validation and test accuracy.
