@@ -116,6 +116,10 @@ def create_task() -> tff.simulation.baselines.BaselineTask:
     extras = dict(num_classes=effective['synthetic_num_classes'],
                   alpha=effective['synthetic_alpha'],
                   beta=effective['synthetic_beta'])
+    if f.SYNTHETIC_MISALIGNED_FRACTION.value:
+      extras.update(
+          misaligned_fraction=f.SYNTHETIC_MISALIGNED_FRACTION.value,
+          misaligned_scale=effective['synthetic_misaligned_scale'])
   if record.partitioned:
     extras = dict(model=('cnn' if effective.get('digits_model') == 'cnn'
                          else None),

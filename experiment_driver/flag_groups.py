@@ -72,8 +72,19 @@ SYNTHETIC_BETA = flags.DEFINE_float(
     'synthetic_beta', None,
     'Synthetic: LEAF\'s beta, data heterogeneity across clients; default'
     ' LEAF\'s 1.0.', lower_bound=0.0)
+SYNTHETIC_MISALIGNED_FRACTION = flags.DEFINE_float(
+    'synthetic_misaligned_fraction', None,
+    'Synthetic: fraction of clients made misaligned, a mechanism test of the'
+    ' large-cohort paper\'s Section 3.1 (labels opposite to their model\'s,'
+    ' features scaled by --synthetic_misaligned_scale; a fixed, seeded set);'
+    ' default none.', lower_bound=0.0, upper_bound=0.5)
+SYNTHETIC_MISALIGNED_SCALE = flags.DEFINE_float(
+    'synthetic_misaligned_scale', None,
+    'Synthetic: the misaligned clients\' feature scale; default 10.',
+    lower_bound=1e-6)
 SYNTHETIC_FLAGS = frozenset(
-    {'synthetic_num_classes', 'synthetic_alpha', 'synthetic_beta'})
+    {'synthetic_num_classes', 'synthetic_alpha', 'synthetic_beta',
+     'synthetic_misaligned_fraction', 'synthetic_misaligned_scale'})
 
 DIGITS_MODEL = flags.DEFINE_enum(
     'digits_model', None, ['mlp', 'cnn'],

@@ -87,6 +87,9 @@ def unused_flags(values: Mapping[str, Any]) -> dict[str, str]:
     for name in f.SYNTHETIC_FLAGS:
       why.setdefault(name, 'is only used by --task=synthetic (LEAF\'s'
                      ' generator)')
+  elif not values['synthetic_misaligned_fraction']:
+    why.setdefault('synthetic_misaligned_scale', 'only scales misaligned'
+                   ' clients (--synthetic_misaligned_fraction > 0)')
   if task_name != 'digits':
     why.setdefault('digits_model', 'is only used by --task=digits')
   if not task.reads_files:
@@ -190,6 +193,10 @@ def effective_hparams(values: Mapping[str, Any]) -> dict[str, Any]:
                           ('synthetic_alpha', synthetic.LEAF_ALPHA),
                           ('synthetic_beta', synthetic.LEAF_BETA)):
       effective[name] = default if values[name] is None else values[name]
+    if values['synthetic_misaligned_fraction']:
+      scale = values['synthetic_misaligned_scale']
+      effective['synthetic_misaligned_scale'] = (
+          synthetic.MISALIGNED_SCALE if scale is None else scale)
   if values['task'] == 'digits':
     effective['digits_model'] = values['digits_model'] or 'mlp'
   effective.update(

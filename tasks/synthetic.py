@@ -33,6 +33,15 @@ Two readings, stated:
   does not change the argmax), so one linear model labels every client up
   to its scale `m_k` and the 0.1 noise.
 
+Misaligned clients (`misaligned_fraction`, off by default): a mechanism test
+of the large-cohort paper's Section 3.1, where catastrophic failures come
+from clients whose loss is misaligned with the server model, so that their
+gradient at it blows up, and a larger cohort samples one more often
+(`P = 1 - (1 - f)^M`). A seeded, fixed `round(f n)` of the clients (at least
+one) take the label their own model ranks last (`argmin` of the scores:
+opposite to every other client's labelling) and features scaled by
+`misaligned_scale`; the other clients' data are LEAF's, draw for draw.
+
 Classes: LEAF's README generates 5 classes, FedProx 10. GeL trains on LEAF's
 with 5: its Table 1 counts 305 parameters, 60 features x 5 classes + 5 biases.
 LEAF's 5 is the default (`num_classes`; the driver's
@@ -88,6 +97,10 @@ _LOG_SIZE_MEAN = 3.0
 _LOG_SIZE_SIGMA = 2.0
 _FEATURE_COVARIANCE_EXPONENT = -1.2
 _LABEL_NOISE_STDDEV = 0.1
+# Misaligned clients (module docstring): their features' scale by default,
+# and the offset of the seed that picks them from LEAF's stream.
+MISALIGNED_SCALE = 10.0
+_MISALIGNED_SEED_OFFSET = 1
 
 ClientArrays = tuple[np.ndarray, np.ndarray]
 
@@ -107,6 +120,8 @@ def generate_synthetic_clients(
     beta: float = LEAF_BETA,
     num_features: int = NUM_FEATURES,
     num_classes: int = NUM_CLASSES,
+    misaligned_fraction: float = 0.0,
+    misaligned_scale: float = MISALIGNED_SCALE,
 ) -> list[ClientArrays]:
   """Generates LEAF's Synthetic clients (see the module docstring).
 
@@ -120,6 +135,9 @@ def generate_synthetic_clients(
       heterogeneity; LEAF: 1).
     num_features: Features per example (LEAF/GeL: 60).
     num_classes: Number of classes.
+    misaligned_fraction: Fraction of clients made misaligned (module
+      docstring), in [0, 0.5]; 0 gives LEAF's data.
+    misaligned_scale: The misaligned clients' feature scale (> 0).
 
   Returns:
     One `(x, y)` per client: `x` float32 of shape [n_k, num_features], `y`
@@ -136,6 +154,10 @@ def generate_synthetic_clients(
   for name, value in (('alpha', alpha), ('beta', beta)):
     if value < 0:
       raise ValueError(f'{name} must be non-negative, got {name}={value!r}')
+  misaligned = misaligned_clients(num_clients, misaligned_fraction, seed)
+  if not 0.0 < misaligned_scale < np.inf:
+    raise ValueError('misaligned_scale must be positive and finite, got'
+                     f' {misaligned_scale!r}')
   sizes = _client_sizes(num_clients, seed)
   # LEAF's SyntheticDataset re-seeds NumPy before drawing the model.
   rng = np.random.RandomState(seed)
@@ -149,7 +171,7 @@ def generate_synthetic_clients(
   covariance_factor = np.sqrt(singular_values)[:, None] * v
   cluster_center = rng.normal(rng.normal(0.0, 1.0), 1.0, 1)
   clients = []
-  for size in sizes:
+  for k, size in enumerate(sizes):
     rng.choice(1, p=[1.0])  # LEAF draws the client's (only) cluster.
     feature_shift = rng.normal(0.0, beta)
     feature_mean = rng.normal(feature_shift, 1.0, num_features)
@@ -161,10 +183,34 @@ def generate_synthetic_clients(
     scores = x_with_bias_input @ weights + rng.normal(
         0.0, _LABEL_NOISE_STDDEV, (size, num_classes)
     )
-    clients.append(
-        (x.astype(np.float32), np.argmax(scores, axis=1).astype(np.int32))
-    )
+    if k in misaligned:
+      clients.append(((misaligned_scale * x).astype(np.float32),
+                      np.argmin(scores, axis=1).astype(np.int32)))
+    else:
+      clients.append(
+          (x.astype(np.float32), np.argmax(scores, axis=1).astype(np.int32))
+      )
   return clients
+
+
+def misaligned_clients(num_clients: int, fraction: float,
+                       seed: int = LEAF_SEED) -> frozenset[int]:
+  """The indices of the misaligned clients: `round(fraction n)` of them
+  (at least one when `fraction` > 0), drawn with a seed of their own so that
+  the other clients' data stay LEAF's.
+
+  Raises:
+    ValueError: If `fraction` is not in [0, 0.5].
+  """
+  if not 0.0 <= fraction <= 0.5:
+    raise ValueError('misaligned_fraction must be in [0, 0.5], got'
+                     f' {fraction!r}')
+  if fraction == 0.0:
+    return frozenset()
+  count = max(1, int(round(fraction * num_clients)))
+  chosen = np.random.RandomState(seed + _MISALIGNED_SEED_OFFSET).choice(
+      num_clients, count, replace=False)
+  return frozenset(int(k) for k in chosen)
 
 
 def split_client_examples(
@@ -338,6 +384,8 @@ def create_synthetic_task(
     alpha: float = LEAF_ALPHA,
     beta: float = LEAF_BETA,
     num_classes: int = NUM_CLASSES,
+    misaligned_fraction: float = 0.0,
+    misaligned_scale: float = MISALIGNED_SCALE,
 ) -> tff.simulation.baselines.BaselineTask:
   """Creates GeL's Synthetic task: logistic regression on LEAF's Synthetic.
 
@@ -360,6 +408,8 @@ def create_synthetic_task(
     alpha: Model heterogeneity (see `generate_synthetic_clients`).
     beta: Data heterogeneity (see `generate_synthetic_clients`).
     num_classes: Classes of the generator and the model (LEAF's 5).
+    misaligned_fraction: Fraction of misaligned clients (module docstring).
+    misaligned_scale: Their feature scale.
 
   Returns:
     A `tff.simulation.baselines.BaselineTask` whose clients' elements are
@@ -376,7 +426,8 @@ def create_synthetic_task(
   )
   clients = generate_synthetic_clients(
       num_clients=num_clients, seed=data_seed, alpha=alpha, beta=beta,
-      num_classes=num_classes,
+      num_classes=num_classes, misaligned_fraction=misaligned_fraction,
+      misaligned_scale=misaligned_scale,
   )
   train_clients, test_clients = split_client_examples(clients, data_seed)
   client_ids = [f'{i:04d}' for i in range(num_clients)]

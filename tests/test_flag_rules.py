@@ -38,6 +38,7 @@ NON_DEFAULT = {
     'offline': 'true', 'progress': 'false', 'synthetic_num_classes': '10',
     'clients_per_shard': '1', 'lanes': '2',
     'synthetic_alpha': '0.5', 'synthetic_beta': '0.5', 'digits_model': 'cnn',
+    'synthetic_misaligned_fraction': '0.2', 'synthetic_misaligned_scale': '3',
     'train_batch_size': '7', 'eval_batch_size': '17', 'client_epochs': '2',
     'max_elements_per_client': '9', 'validation_fraction': '0.3',
     'num_clients': '50', 'dirichlet_alpha': '0.3', 'unbalanced_sigma': '0.3',
@@ -76,6 +77,7 @@ CONTEXT = {
     'max_cohort_size': {'rounds_to_double_cohort': '2'},
     'straggler_alpha': {'straggler_lambda': '0.5'},
     'adabest_beta_decay_factor': {'adabest_beta_decay_patience': '1'},
+    'synthetic_misaligned_scale': {'synthetic_misaligned_fraction': '0.2'},
 }
 # One algorithm per distinct use of the flags (each GeL base builds its own).
 ALGORITHMS = ('fedopt', 'fedsgd', 'adabest', 'feddyn', 'scaffold',
@@ -256,11 +258,13 @@ def test_task_flags_reach_the_task_or_are_refused(task_name, monkeypatch):
                       lambda name, **kwargs: recorded.append(kwargs))
   task_flags = ('data_dir', 'use_synthetic_data', 'max_elements_per_client',
                 'synthetic_num_classes', 'synthetic_alpha', 'synthetic_beta',
+                'synthetic_misaligned_fraction', 'synthetic_misaligned_scale',
                 'digits_model', 'validation_fraction', 'num_clients', 'dirichlet_alpha',
                 'unbalanced_sigma', 'partition_seed', 'train_batch_size',
                 'eval_batch_size', 'client_epochs')
   for name in task_flags:
-    context = ({'use_synthetic_data': 'false'} if name == 'data_dir' else {})
+    context = ({'use_synthetic_data': 'false'} if name == 'data_dir' else
+               CONTEXT.get(name, {}))
     with _command_line(task=task_name, **context):
       build.create_task()
     for given in ({name: NON_DEFAULT[name]},):

@@ -128,11 +128,34 @@ def test_beta_spreads_client_features_and_alpha_only_labels():
   )
 
 
+def test_misaligned_clients_flip_their_labels_and_scale_their_features():
+  leaf = _leaf_reference(200, seed=11, num_classes=5)
+  ours = synthetic.generate_synthetic_clients(
+      num_clients=200, seed=11, misaligned_fraction=0.02,
+      misaligned_scale=30.0)
+  chosen = synthetic.misaligned_clients(200, 0.02, seed=11)
+  assert len(chosen) == 4
+  for k, ((x, y), (x_ref, y_ref)) in enumerate(zip(ours, leaf)):
+    if k not in chosen:  # LEAF's data, draw for draw
+      np.testing.assert_allclose(x, x_ref, rtol=1e-6, atol=1e-6)
+      np.testing.assert_array_equal(y, y_ref)
+      continue
+    np.testing.assert_allclose(x, 30.0 * x_ref, rtol=1e-5, atol=1e-5)
+    # The label its own model ranks last: never the one it ranks first.
+    assert not np.any(y == y_ref)
+  # A fixed set: the same at every call, one client at least.
+  assert synthetic.misaligned_clients(200, 0.02, seed=11) == chosen
+  assert len(synthetic.misaligned_clients(200, 0.001, seed=11)) == 1
+  assert synthetic.misaligned_clients(200, 0.0) == frozenset()
+
+
 @pytest.mark.parametrize(
-    'kwargs', [{'num_clients': 0}, {'alpha': -1.0}, {'beta': -0.5}]
+    'kwargs', [{'num_clients': 0}, {'alpha': -1.0}, {'beta': -0.5},
+               {'misaligned_fraction': 0.6}, {'misaligned_fraction': -0.1},
+               {'misaligned_fraction': 0.1, 'misaligned_scale': 0.0}]
 )
 def test_bad_generator_arguments_are_value_errors(kwargs):
-  name = next(iter(kwargs))
+  name = list(kwargs)[-1]
   with pytest.raises(ValueError, match=name):
     synthetic.generate_synthetic_clients(**kwargs)
 
