@@ -67,77 +67,62 @@ class Quantity:
   of_run: Callable[[pd.DataFrame], float]
 
 
-def final(column: str, name: Optional[str] = None) -> Quantity:
-  """The run's last non-empty value of `column` (NaN if none)."""
+def of_column(column: str, reduce: Callable[[pd.Series], float], name: str,
+              first_round: int = 1) -> Quantity:
+  """`reduce` of the run's non-empty values of `column` in rounds >=
+  `first_round` (NaN when the column or every value is missing)."""
   def of_run(run: pd.DataFrame) -> float:
     if column not in run:
       return math.nan
-    values = run[column].dropna()
-    return float(values.iloc[-1]) if len(values) else math.nan
-  return Quantity(name or f'final {column}', of_run)
+    values = run[run['round'] >= first_round][column].dropna()
+    return float(reduce(values)) if len(values) else math.nan
+  return Quantity(name, of_run)
+
+
+def final(column: str, name: Optional[str] = None) -> Quantity:
+  """The run's last non-empty value of `column`."""
+  return of_column(column, lambda v: v.iloc[-1], name or f'final {column}')
 
 
 def peak(column: str, name: Optional[str] = None) -> Quantity:
-  """The run's largest value of `column` (NaN if none)."""
-  def of_run(run: pd.DataFrame) -> float:
-    if column not in run:
-      return math.nan
-    values = run[column].dropna()
-    return float(values.max()) if len(values) else math.nan
-  return Quantity(name or f'peak {column}', of_run)
+  """The run's largest value of `column`."""
+  return of_column(column, lambda v: v.max(), name or f'peak {column}')
 
 
 def mean_after(column: str, first_round: int,
                name: Optional[str] = None) -> Quantity:
   """The run's mean of `column` over rounds >= `first_round`."""
-  def of_run(run: pd.DataFrame) -> float:
-    if column not in run:
-      return math.nan
-    values = run[run['round'] >= first_round][column].dropna()
-    return float(values.mean()) if len(values) else math.nan
-  return Quantity(name or f'mean {column} from round {first_round}', of_run)
-
-
-def any_positive(column: str, name: Optional[str] = None) -> Quantity:
-  """1 if any round's `column` is > 0, else 0 (a failure flag)."""
-  def of_run(run: pd.DataFrame) -> float:
-    if column not in run:
-      return math.nan
-    return float((run[column].fillna(0) > 0).any())
-  return Quantity(name or f'any {column}', of_run)
+  return of_column(column, lambda v: v.mean(),
+                   name or f'mean {column} from round {first_round}',
+                   first_round)
 
 
 def median_after(column: str, first_round: int,
                  name: Optional[str] = None) -> Quantity:
   """The run's median of `column` over rounds >= `first_round`."""
-  def of_run(run: pd.DataFrame) -> float:
-    if column not in run:
-      return math.nan
-    values = run[run['round'] >= first_round][column].dropna()
-    return float(values.median()) if len(values) else math.nan
-  return Quantity(name or f'median {column} from round {first_round}', of_run)
+  return of_column(column, lambda v: v.median(),
+                   name or f'median {column} from round {first_round}',
+                   first_round)
 
 
 def drop_from_peak(column: str, name: Optional[str] = None) -> Quantity:
   """The run's largest value of `column` minus its last (a collapse after
   peaking is large; a run still improving has 0)."""
-  def of_run(run: pd.DataFrame) -> float:
-    if column not in run:
-      return math.nan
-    values = run[column].dropna()
-    return float(values.max() - values.iloc[-1]) if len(values) else math.nan
-  return Quantity(name or f'peak minus final {column}', of_run)
+  return of_column(column, lambda v: v.max() - v.iloc[-1],
+                   name or f'peak minus final {column}')
 
 
 def area_under(column: str, name: Optional[str] = None) -> Quantity:
   """The mean of `column` over the run's evaluations (the area under its
   curve over the evaluated rounds, normalized): faster learning, higher."""
-  def of_run(run: pd.DataFrame) -> float:
-    if column not in run:
-      return math.nan
-    values = run[column].dropna()
-    return float(values.mean()) if len(values) else math.nan
-  return Quantity(name or f'mean {column} over evaluations', of_run)
+  return of_column(column, lambda v: v.mean(),
+                   name or f'mean {column} over evaluations')
+
+
+def any_positive(column: str, name: Optional[str] = None) -> Quantity:
+  """1 if any round's `column` is > 0, else 0 (a failure flag; missing
+  values count as 0)."""
+  return of_column(column, lambda v: (v > 0).any(), name or f'any {column}')
 
 
 def rounds_to(column: str, target_column: str,

@@ -626,6 +626,18 @@ def test_adabest_table2_labels_fedavg_partitions_and_lines_up_with_the_paper(
       ['94.04 ± 1.37', '91 ± 1.41 (n=2)']]
 
 
+def _adabest_beta_run(root, name, beta, seed, validation, test):
+  """An AdaBest run at `beta` ending at these validation and test
+  accuracies; its sweep point."""
+  run_directories.write_run(root, name, {
+      'algorithm': 'adabest', 'task': 'digits', 'partition_seed': seed,
+      'adabest_beta': beta, 'adabest_mu': 0.02}, {
+          'round': [1, 2], 'clients_per_round': [1, 1],
+          'validation/accuracy': [0.1, validation],
+          'test/accuracy': [0.1, test]})
+  return core.sweep.SweepPoint(name, {}, (), os.path.join(root, name), 2)
+
+
 def test_adabest_beta_is_chosen_on_validation_clients_never_on_test(
     tmp_path):
   root = str(tmp_path)
@@ -634,14 +646,7 @@ def test_adabest_beta_is_chosen_on_validation_clients_never_on_test(
   for name, beta, seed, validation, test in (
       ('b2s0', 0.2, 0, 0.9, 0.5), ('b2s1', 0.2, 1, 0.8, 0.6),
       ('b6s0', 0.6, 0, 0.4, 0.95), ('b6s1', 0.6, 1, 0.5, 0.9)):
-    run_directories.write_run(root, name, {
-        'algorithm': 'adabest', 'task': 'digits', 'partition_seed': seed,
-        'adabest_beta': beta, 'adabest_mu': 0.02}, {
-            'round': [1, 2], 'clients_per_round': [1, 1],
-            'validation/accuracy': [0.1, validation],
-            'test/accuracy': [0.1, test]})
-    points.append(core.sweep.SweepPoint(name, {}, (), os.path.join(root, name),
-                                        2))
+    points.append(_adabest_beta_run(root, name, beta, seed, validation, test))
   frame = core.load_finished_runs(points)
   result = adabest_experiments.analyze_table2(frame, root)
   table = result.table.set_index([core.ROW, core.QUANTITY])
@@ -760,14 +765,8 @@ def test_adabest_beta_is_the_papers_per_participation_and_tuned_at_one_percent(
                                                               0.60),
                                      ('b4_0', 0.4, 0, 0.80), ('b4_1', 0.4, 1,
                                                               0.90)):
-    run_directories.write_run(root, name, {
-        'algorithm': 'adabest', 'task': 'digits', 'partition_seed': seed,
-        'adabest_beta': beta, 'adabest_mu': 0.02}, {
-            'round': [1, 2], 'clients_per_round': [1, 1],
-            'validation/accuracy': [0.1, accuracy],
-            'test/accuracy': [0.1, accuracy]})
-    points.append(core.sweep.SweepPoint(name, {}, (), os.path.join(root, name),
-                                        2))
+    points.append(_adabest_beta_run(root, name, beta, seed, accuracy,
+                                    accuracy))
   result = adabest_experiments.analyze_table2(core.load_finished_runs(points),
                                               root)
   [row] = result.table.to_dict('records')
