@@ -371,6 +371,12 @@ def fit_update_norm_scaling(frame: pd.DataFrame,
 COSINE = 'mean_pairwise_cosine'
 
 
+def _mean_norm_factor(cohort_size: float, cosine: float) -> float:
+  """The squared norm of the mean of `cohort_size` unit vectors with mean
+  pairwise cosine `cosine`: `(1 + (M - 1) c) / M`."""
+  return (1 + (cohort_size - 1) * cosine) / cohort_size
+
+
 def update_norm_ratios(frame: pd.DataFrame,
                        at_round: Optional[int] = None,
                        min_round: int = 1) -> pd.DataFrame:
@@ -410,11 +416,10 @@ def update_norm_ratios(frame: pd.DataFrame,
            'ratio_to_prediction': observed / predicted}
     if cosines is not None:
       c1, c2 = cosines.get(m1, np.nan), cosines.get(m2, np.nan)
-      with np.errstate(invalid='ignore', divide='ignore'):
-        corrected = math.sqrt(max(0.0, (1 + (m1 - 1) * c1) / m1)
-                              / max(1e-300, (1 + (m2 - 1) * c2) / m2)) if (
-                                  np.isfinite(c1) and np.isfinite(c2)) else (
-                                      np.nan)
+      corrected = np.nan
+      if np.isfinite(c1) and np.isfinite(c2):
+        corrected = math.sqrt(max(0.0, _mean_norm_factor(m1, c1))
+                              / max(1e-300, _mean_norm_factor(m2, c2)))
       row.update(cosine_1=c1, cosine_2=c2, cosine_predicted_ratio=corrected,
                  ratio_to_cosine_prediction=observed / corrected)
     rows.append(row)

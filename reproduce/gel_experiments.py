@@ -727,12 +727,10 @@ _ROUNDS = verdicts.rounds_to(ACCURACY, TARGET, 'rounds to the target')
 _AREA = verdicts.area_under(ACCURACY, 'mean test accuracy over evaluations')
 
 
-def _speedup_effects(name: str, treatment: dict, baseline: dict,
-                     paper_fraction: Optional[float] = None):
+def _speedup_effects(name: str, treatment: dict, baseline: dict):
   """GeL faster than its baseline: fewer rounds to the target, and a higher
-  accuracy curve. `paper_fraction`: the paper's (b - g) / g, not comparable
-  in rounds here (another target and rate), so not a size."""
-  del paper_fraction
+  accuracy curve. No paper size: the paper's speed-up is relative,
+  (b - g) / g, at its own target and rate, not comparable in rounds."""
   return (verdicts.Effect(f'{name}: fewer rounds to the target', _ROUNDS,
                           treatment, baseline, -1),
           verdicts.Effect(f'{name}: a higher accuracy curve', _AREA,
