@@ -63,6 +63,28 @@ def test_in_process_equals_the_worker(name, worker, tmp_path):
       np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize('name', sorted(conformance.BUILDERS))
+def test_a_planned_call_equals_the_interpreted_call(name, tmp_path,
+                                                    monkeypatch):
+  # Every call planned from its first, against every call interpreted.
+  monkeypatch.setattr(in_process, 'PLAN_AFTER_CALLS', 0)
+  with runtime.local_runtime() as devices:
+    planned = _two_rounds(name, tmp_path, 'planned')
+    calls = dict(devices[0].calls)
+  monkeypatch.setattr(in_process, 'PLANS', False)
+  with runtime.local_runtime() as devices:
+    interpreted = _two_rounds(name, tmp_path, 'interpreted')
+    assert dict(devices[0].calls) == {'interpreted': sum(calls.values())}
+  # The rounds (and whatever else the run calls) were planned.
+  assert calls.get('interpreted', 0) == 0 and calls['planned'] >= 2, calls
+  for ours, theirs in zip(planned, interpreted):
+    assert (ours is None) == (theirs is None)  # Client states, if kept.
+    ours, theirs = _numbers(ours), _numbers(theirs)
+    assert len(ours) == len(theirs)
+    for a, b in zip(ours, theirs):
+      np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)
+
+
 def test_slices_of_a_cohort_equal_the_whole_cohort(tmp_path):
   whole = _two_rounds('fused_adabest', tmp_path, 'whole')
   with runtime.local_runtime(max_clients_per_call=1):

@@ -35,6 +35,7 @@ function (client work) each use `threads_per_lane` threads; the others
 (server update, merges) use every core of the device.
 """
 
+import collections
 import concurrent.futures
 import os
 import queue
@@ -311,18 +312,20 @@ def _fill(result: Any, values: list[Any]) -> Any:
                            for name, element in structure.iter_elements(result)])
 
 
-def session_config(threads: int) -> tf.compat.v1.ConfigProto:
+def session_config(threads: int,
+                   inter_op: Optional[int] = None) -> tf.compat.v1.ConfigProto:
   """A session's config: this process's TensorFlow configuration (its
   logical devices, GPU memory options: what a `tf.compat.v1.Session` made
   without a config gets), with pools of `threads` threads of its own and
   soft placement (ops without a kernel for the device, such as tf.data's,
-  run on the CPU)."""
+  run on the CPU). `inter_op`: threads running independent ops at once
+  (default `threads`)."""
   config = tf.compat.v1.ConfigProto()
   # TensorFlow's eager context holds the configuration that `tf.config`
   # sets; no public API returns it as a ConfigProto.
   config.CopyFrom(tf_context.context().config)
   config.intra_op_parallelism_threads = threads
-  config.inter_op_parallelism_threads = threads
+  config.inter_op_parallelism_threads = inter_op or threads
   config.use_per_session_threads = True
   config.allow_soft_placement = True
   return config
@@ -353,6 +356,21 @@ class Placement:
                 if not n.node_name.startswith('_')]
         if real:
           counts[name] = counts.get(name, 0) + len(real)
+
+
+  def add_scoped(self, metadata: tf.compat.v1.RunMetadata) -> None:
+    """As `add`, for a `_Plan`'s run: its client computations' ops are
+    named under scopes starting with `c`, the others' with `s`."""
+    clients = tf.compat.v1.RunMetadata()
+    server = tf.compat.v1.RunMetadata()
+    for device_stats in metadata.step_stats.dev_stats:
+      for target, keep in ((clients, True), (server, False)):
+        stats = target.step_stats.dev_stats.add(device=device_stats.device)
+        stats.node_stats.extend(
+            n for n in device_stats.node_stats
+            if n.node_name.startswith('c') == keep)
+    self.add(clients, 'clients')
+    self.add(server, 'server')
 
 
 class _RolePlacement:
@@ -395,9 +413,37 @@ class Device:
     # (id of the proto, for clients): dropped with the computation (TFF's
     # compiler pipeline keeps the last 128 it compiled).
     self._graphs = _IdentityCache()
+    # Compiled computation -> {argument layout: [calls, its _Plan, or False
+    # when it cannot be planned]}.
+    self._plans = _IdentityCache()
+    self.plan_config = session_config(self.threads_per_lane,
+                                      inter_op=self.threads)
+    # Computations called, planned or interpreted (for tests, the bench).
+    self.calls = collections.Counter()
     self._lock = threading.Lock()
     self.pool = concurrent.futures.ThreadPoolExecutor(
         max_workers=self.lanes, thread_name_prefix='in_process_lane')
+
+  def plan(self, comp: tff.Computation, layout: tuple[Any, ...],
+           make: Callable[[], '_Plan']) -> Optional['_Plan']:
+    """The plan of calls of `comp` with arguments of `layout`, made by
+    `make()` at the call after the first `PLAN_AFTER_CALLS` (the first
+    calls, often the only ones, run interpreted); None to interpret (too
+    early, or `comp` cannot be planned)."""
+    plans = self._plans.get(comp, dict)
+    with self._lock:
+      entry = plans.setdefault(layout, [0, None])
+      entry[0] += 1
+      if entry[1] is not None or entry[0] <= PLAN_AFTER_CALLS:
+        return entry[1] or None
+    try:
+      built = make()
+    except (UnsupportedComputationError, _TooLarge):
+      built = False  # Interpreted from now on.
+    with self._lock:
+      if entry[1] is None:
+        entry[1] = built
+      return entry[1] or None
 
   def graphs_for(self, comp: tff.Computation) -> dict[Any, Any]:
     """The graphs of compiled computation `comp`'s TensorFlow."""
@@ -430,6 +476,11 @@ class Device:
         for _, computation in graphs.values():
           computation.close()
         graphs.clear()
+      for plans in self._plans.values():
+        for _, plan in plans.values():
+          if plan:
+            plan.close()
+        plans.clear()
 
 
 def _device_name(name: str) -> str:
@@ -602,6 +653,334 @@ def _proto(comp: tff.Computation) -> pb.Computation:
   return _PROTOS.get(comp, lambda: comp.to_compiled_building_block().proto)
 
 
+# Plans. A round of a small model is mostly the evaluation above: a few
+# hundred building blocks walked in Python and a dozen session calls around
+# ~2 ms of TensorFlow. From its second call with the same layout of its
+# argument (how many members each placed value has), a computation runs as
+# a `_Plan`: one TensorFlow graph into which that walk imported each of its
+# TensorFlow computations, wired as the walk wires them, run in one session
+# call (two with initializers). Module settings, for tests and the bench.
+PLANS = True  # False: every call interpreted.
+PLAN_AFTER_CALLS = 1  # Calls of a layout interpreted before it is planned.
+MAX_IMPORTS = 128  # A larger call (one client per call, big cohorts) is
+# interpreted: importing that many graphs costs more than it saves.
+
+
+class _TooLarge(Exception):
+  """A plan would import more than `MAX_IMPORTS` TensorFlow computations."""
+
+
+class _SymbolicSequence:
+  """A plan's dataset parameter: the placeholder of its serialized graph."""
+
+  __slots__ = ('graph_def',)
+
+  def __init__(self, graph_def: tf.Tensor):
+    self.graph_def = graph_def
+
+
+class _Out:
+  """A plan's result leaf: the index of its fetched tensor."""
+
+  __slots__ = ('index',)
+
+  def __init__(self, index: int):
+    self.index = index
+
+
+def _layout(value: Any, type_spec: tff.Type, leaves: list[Any]) -> tuple:
+  """`value`'s tensors and datasets appended to `leaves` (in a plan's
+  parameter order) and its layout: (all equal, members) of each placed
+  value, in that order."""
+  layout = []
+
+  def walk(value, type_spec):
+    if isinstance(type_spec, tff.FederatedType):
+      if not isinstance(value, _Federated):
+        raise UnsupportedComputationError('an unplaced federated value')
+      layout.append((value.all_equal, len(value.members)))
+      for member in value.members:
+        walk(member, type_spec.member)
+    elif isinstance(type_spec, tff.StructType):
+      if not isinstance(value, structure.Struct):
+        try:
+          value = structure.from_container(value)
+        except TypeError as e:
+          raise UnsupportedComputationError(str(e)) from e
+      if len(value) != len(type_spec):
+        raise UnsupportedComputationError('a struct of another length')
+      for element, (_, element_type) in zip(
+          structure.iter_elements(value), structure.iter_elements(type_spec)):
+        walk(element[1], element_type)
+    elif isinstance(type_spec, (tff.TensorType, tff.SequenceType)):
+      leaves.append(value)
+    else:
+      raise UnsupportedComputationError(f'a parameter of type {type_spec}')
+
+  walk(value, type_spec)
+  return tuple(layout)
+
+
+class _Plan:
+  """One computation's calls for one layout of their argument, as one
+  TensorFlow graph on `device`.
+
+  Built by evaluating the computation as `_Evaluator` does, with the
+  argument's tensors as placeholders and each TensorFlow computation called
+  imported into the graph (under a scope `c<k>` for client work, `s<k>`
+  otherwise) rather than run; a call feeds the argument's leaves and fetches
+  the result's tensors. Variables of the imported copies are their own (the
+  `shared_name` of each stateful op is made unique) and initialized at
+  every call, as each interpreted call initializes its graph. Independent
+  imports (clients, shards) run at once on the session's `inter_op` threads,
+  as `lanes` run them interpreted.
+
+  Raises:
+    UnsupportedComputationError: If the call returns a function or a
+      dataset, or takes a parameter the plan cannot stand in for.
+    _TooLarge: If the call imports over `MAX_IMPORTS` computations.
+  """
+
+  def __init__(self, device: Device, proto: pb.Computation,
+               function_type: tff.FunctionType, arg: Any, num_clients: int):
+    self._device = device
+    self._graph = tf.Graph()
+    self._feeds = []  # (placeholder, kind, dtype) in `_layout`'s order.
+    self._init_ops = []
+    self._fetches = []
+    self._imports = 0
+    self._function_suffixes = {}  # id(proto) -> suffix of its functions.
+    with self._graph.as_default(), tf.device(device.name):
+      with self._graph.name_scope('s'):
+        self._token = tf.compat.v1.placeholder_with_default(
+            'in_process', shape=[])
+        symbolic = (None if arg is None else
+                    self._parameter(arg, function_type.parameter))
+      evaluator = _Evaluator(device, num_clients, {}, plan=self)
+      result = evaluator.call(evaluator.evaluate(proto, {}), symbolic)
+      self._template = self._output(result)
+      init_op = (tf.group(*self._init_ops, name='s_init')
+                 if self._init_ops else None)
+    self._graph.finalize()
+    self._init_op = init_op
+    self._sessions = queue.SimpleQueue()
+
+  def _parameter(self, value: Any, type_spec: tff.Type) -> Any:
+    """`value` with a placeholder for each tensor and dataset."""
+    if isinstance(type_spec, tff.FederatedType):
+      return _Federated(value.placement, value.all_equal, [
+          self._parameter(member, type_spec.member)
+          for member in value.members])
+    if isinstance(type_spec, tff.StructType):
+      if not isinstance(value, structure.Struct):
+        value = structure.from_container(value)
+      return structure.Struct([
+          (name, self._parameter(element, element_type))
+          for (name, element), (_, element_type) in zip(
+              structure.iter_elements(value),
+              structure.iter_elements(type_spec))])
+    if isinstance(type_spec, tff.TensorType):
+      dtype = tf.dtypes.as_dtype(type_spec.dtype)
+      placeholder = tf.compat.v1.placeholder(dtype, shape=type_spec.shape)
+      self._feeds.append((placeholder, 'tensor', dtype.as_numpy_dtype))
+      return placeholder
+    with tf.device('/device:CPU:0'):  # A SequenceType (`_layout`).
+      graph_def = tf.compat.v1.placeholder(tf.string, shape=[])
+    self._feeds.append((graph_def, 'sequence', None))
+    return _SymbolicSequence(graph_def)
+
+  def import_call(self, proto: pb.Computation, for_clients: bool,
+                  arg: Any) -> Any:
+    """TensorFlow computation `proto` on `arg` (tensors of this graph),
+    imported: its result's tensors."""
+    self._imports += 1
+    if self._imports > MAX_IMPORTS:
+      raise _TooLarge()
+    scope = f'{"c" if for_clients else "s"}{self._imports}'
+    function_type = type_serialization.deserialize_type(proto.type)
+    tensorflow = proto.tensorflow
+    input_map = {}
+    if function_type.parameter is not None:
+      leaves = []
+      _flatten_leaves(arg, leaves)
+      leaves = iter(leaves)
+      self._bind(function_type.parameter, tensorflow.parameter, leaves,
+                 input_map, scope)
+      if next(leaves, None) is not None:
+        raise UnsupportedComputationError('more values than parameters')
+    if tensorflow.session_token_tensor_name:
+      input_map[tensorflow.session_token_tensor_name] = self._token
+    if input_map:
+      input_map = graph_utils.add_control_dep_mappings(input_map)
+    return_elements = tensorflow_utils.extract_tensor_names_from_binding(
+        tensorflow.result)
+    if tensorflow.initialize_op:
+      return_elements.append(tensorflow.initialize_op)
+    graph_def = serialization_utils.unpack_graph_def(tensorflow.graph_def)
+    for node in graph_def.node:
+      shared = node.attr.get('shared_name')
+      if shared is not None and shared.s:
+        shared.s += f'/{scope}'.encode()
+      if node.op in ('Enter', 'RefEnter'):  # A loop's frame: one per import.
+        node.attr['frame_name'].s = (f'{scope}/'.encode() +
+                                     node.attr['frame_name'].s)
+    # Computations traced apart can give different functions one name;
+    # every import of one computation shares its functions.
+    _rename_functions(graph_def, self._function_suffixes.setdefault(
+        id(proto), f'_plan{len(self._function_suffixes)}'))
+    outputs = tf.graph_util.import_graph_def(
+        graph_def, input_map, return_elements, name=scope)
+    output_map = dict(zip(return_elements, outputs))
+    if tensorflow.initialize_op:
+      self._init_ops.append(output_map.pop(tensorflow.initialize_op))
+    return self._assemble(function_type.result, tensorflow.result,
+                          output_map)
+
+  def _bind(self, type_spec, binding, leaves, input_map, scope) -> None:
+    kind = binding.WhichOneof('binding')
+    if isinstance(type_spec, tff.StructType) and kind == 'struct':
+      for (_, element_type), element_binding in zip(
+          structure.iter_elements(type_spec), binding.struct.element):
+        self._bind(element_type, element_binding, leaves, input_map, scope)
+      return
+    leaf = next(leaves, None)
+    if isinstance(type_spec, tff.TensorType) and kind == 'tensor':
+      if isinstance(leaf, (np.ndarray, np.generic, int, float, bool, str,
+                           bytes)):  # A literal of the computation.
+        leaf = tf.constant(np.asarray(
+            leaf, tf.dtypes.as_dtype(type_spec.dtype).as_numpy_dtype),
+                           name=f'{scope}_literal')
+      if not isinstance(leaf, tf.Tensor):
+        raise UnsupportedComputationError(
+            f'a tensor parameter given {type(leaf).__name__}')
+      input_map[binding.tensor.tensor_name] = leaf
+    elif (isinstance(type_spec, tff.SequenceType) and kind == 'sequence' and
+          isinstance(leaf, _SymbolicSequence)):
+      sequence = binding.sequence
+      if sequence.WhichOneof('binding') == 'graph_def_tensor_name':
+        input_map[sequence.graph_def_tensor_name] = leaf.graph_def
+      else:
+        with tf.device('/device:CPU:0'):
+          input_map[sequence.variant_tensor_name] = (
+              tf.raw_ops.DatasetFromGraph(graph_def=leaf.graph_def,
+                                          name=f'{scope}_dataset'))
+    else:
+      raise UnsupportedComputationError(
+          f'a TensorFlow parameter of type {type_spec} bound as {kind}')
+
+  def _assemble(self, type_spec, binding, output_map) -> Any:
+    kind = binding.WhichOneof('binding')
+    if isinstance(type_spec, tff.TensorType) and kind == 'tensor':
+      return output_map[binding.tensor.tensor_name]
+    if isinstance(type_spec, tff.StructType) and kind == 'struct':
+      return structure.Struct([
+          (name, self._assemble(element_type, element_binding, output_map))
+          for (name, element_type), element_binding in zip(
+              structure.iter_elements(type_spec), binding.struct.element)])
+    raise UnsupportedComputationError(
+        f'a TensorFlow result of type {type_spec} bound as {kind}')
+
+  def _output(self, value: Any) -> Any:
+    """The result's structure, with an `_Out` for each fetched tensor."""
+    if isinstance(value, _Federated):
+      return _Federated(value.placement, value.all_equal,
+                        [self._output(member) for member in value.members])
+    if isinstance(value, structure.Struct):
+      return structure.Struct([(name, self._output(element)) for name, element
+                               in structure.iter_elements(value)])
+    if isinstance(value, tf.Tensor):
+      if value.op.type == 'Placeholder':  # Fed: passed through.
+        value = tf.identity(value, name='s_passed')
+      self._fetches.append(value)
+      return _Out(len(self._fetches) - 1)
+    if isinstance(value, (np.ndarray, np.generic)):
+      return value  # A literal.
+    raise UnsupportedComputationError(
+        f'a plan returning {type(value).__name__}')
+
+  def __call__(self, leaves: list[Any]) -> Any:
+    """The result for the argument whose `_layout` leaves are `leaves`."""
+    if len(leaves) != len(self._feeds):
+      raise TypeError(f'{len(leaves)} values for {len(self._feeds)} '
+                      'parameters of a plan.')
+    feeds = [_serialize_value(leaf, kind, dtype)
+             for (_, kind, dtype), leaf in zip(self._feeds, leaves)]
+    try:
+      session = self._sessions.get_nowait()
+    except queue.Empty:
+      session = _Session(self._graph, self._device.plan_config,
+                         self._init_op,
+                         [placeholder for placeholder, _, _ in self._feeds],
+                         self._fetches)
+    try:
+      placement = self._device.placement
+      if placement is None or not placement.recording:
+        values = session(feeds)
+      else:
+        with _TRACE_LOCK:
+          values, metadata = session.traced(feeds)
+        placement.add_scoped(metadata)
+    finally:
+      self._sessions.put(session)
+    return _filled(self._template, values)
+
+  def close(self) -> None:
+    while True:
+      try:
+        self._sessions.get_nowait().session.close()
+      except queue.Empty:
+        return
+
+
+def _rename_functions(graph_def: tf.compat.v1.GraphDef, suffix: str) -> None:
+  """Each function of `graph_def`'s library, and each use of it, renamed
+  with `suffix`."""
+  library = graph_def.library
+  names = {f.signature.name for f in library.function}
+  if not names:
+    return
+
+  def rename_attr(value):
+    kind = value.WhichOneof('value')
+    if kind == 'func' and value.func.name in names:
+      value.func.name += suffix
+    elif kind == 'list':
+      for func in value.list.func:
+        if func.name in names:
+          func.name += suffix
+
+  def rename_nodes(nodes):
+    for node in nodes:
+      if node.op in names:
+        node.op += suffix
+      for value in node.attr.values():
+        rename_attr(value)
+
+  rename_nodes(graph_def.node)
+  for function in library.function:
+    function.signature.name += suffix
+    rename_nodes(function.node_def)
+    for value in function.attr.values():
+      rename_attr(value)
+  for gradient in library.gradient:
+    if gradient.function_name in names:
+      gradient.function_name += suffix
+    if gradient.gradient_func in names:
+      gradient.gradient_func += suffix
+
+
+def _filled(template: Any, values: list[Any]) -> Any:
+  if isinstance(template, _Out):
+    return values[template.index]
+  if isinstance(template, _Federated):
+    return _Federated(template.placement, template.all_equal,
+                      [_filled(member, values) for member in template.members])
+  if isinstance(template, structure.Struct):
+    return structure.Struct([(name, _filled(element, values)) for name, element
+                             in structure.iter_elements(template)])
+  return template
+
+
 class InProcessExecutor(executor_base.Executor):
   """Evaluates compiled TFF computations in this process, on one device.
 
@@ -646,11 +1025,28 @@ class InProcessExecutor(executor_base.Executor):
 
   async def create_call(self, comp: _Value,
                         arg: Optional[_Value] = None) -> _Value:
-    evaluator = _Evaluator(self._device, self._num_clients,
-                           self._device.graphs_for(comp.internal))
-    value = evaluator.call(evaluator.evaluate(_proto(comp.internal), {}),
-                           None if arg is None else arg.internal)
-    return _Value(value, comp.type_signature.result, self._num_clients)
+    function_type = comp.type_signature
+    plan = None
+    if PLANS:
+      leaves = []
+      try:
+        layout = (() if arg is None else
+                  _layout(arg.internal, function_type.parameter, leaves))
+      except UnsupportedComputationError:
+        layout = None
+      if layout is not None:
+        plan = self._device.plan(comp.internal, layout, lambda: _Plan(
+            self._device, _proto(comp.internal), function_type,
+            None if arg is None else arg.internal, self._num_clients))
+    self._device.calls['planned' if plan is not None else 'interpreted'] += 1
+    if plan is not None:
+      value = plan(leaves)
+    else:
+      evaluator = _Evaluator(self._device, self._num_clients,
+                             self._device.graphs_for(comp.internal))
+      value = evaluator.call(evaluator.evaluate(_proto(comp.internal), {}),
+                             None if arg is None else arg.internal)
+    return _Value(value, function_type.result, self._num_clients)
 
   async def create_struct(self, elements) -> _Value:
     elements = structure.to_elements(elements)
@@ -668,11 +1064,15 @@ class _Evaluator:
   """The compiled computation's building blocks, evaluated in Python."""
 
   def __init__(self, device: Device, num_clients: int,
-               graphs: dict[Any, Any], for_clients: bool = False):
+               graphs: dict[Any, Any], for_clients: bool = False,
+               plan: Optional['_Plan'] = None):
     self._device = device
     self._num_clients = num_clients
     self._graphs = graphs
     self._for_clients = for_clients
+    # Building a `_Plan`: TensorFlow calls are imported into its graph, not
+    # run.
+    self._plan = plan
 
   def evaluate(self, proto: pb.Computation, env: dict[str, Any]) -> Any:
     kind = proto.WhichOneof('computation')
@@ -718,6 +1118,8 @@ class _Evaluator:
         env[function_proto.parameter_name] = arg
       return self.evaluate(function_proto.result, env)
     if isinstance(function, _TensorFlowFunction):
+      if self._plan is not None:
+        return self._plan.import_call(function.proto, self._for_clients, arg)
       return self._device.computation(self._graphs, function.proto,
                                       self._for_clients)(arg)
     if isinstance(function, _Intrinsic):
@@ -731,7 +1133,7 @@ class _Evaluator:
 
   def _clients_evaluator(self) -> '_Evaluator':
     return _Evaluator(self._device, self._num_clients, self._graphs,
-                      for_clients=True)
+                      for_clients=True, plan=self._plan)
 
   def map_clients(self, function: Any, values: _Federated,
                   all_equal: bool) -> _Federated:
@@ -740,8 +1142,8 @@ class _Evaluator:
     count = 1 if all_equal else (
         self._num_clients if values.all_equal else len(values.members))
     inner = self._clients_evaluator()
-    if count == 1:
-      results = [inner.call(function, values.member(0))]
+    if count == 1 or self._plan is not None:
+      results = [inner.call(function, values.member(k)) for k in range(count)]
     else:
       results = list(self._device.pool.map(
           lambda k: inner.call(function, values.member(k)), range(count)))
