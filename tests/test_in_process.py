@@ -85,6 +85,25 @@ def test_a_planned_call_equals_the_interpreted_call(name, tmp_path,
       np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)
 
 
+@pytest.mark.parametrize('limit', ['imports', 'plans'])
+def test_calls_past_a_plans_limits_stay_interpreted(limit, tmp_path,
+                                                    monkeypatch):
+  monkeypatch.setattr(in_process, 'PLAN_AFTER_CALLS', 0)
+  if limit == 'imports':  # No call may import a TensorFlow computation.
+    monkeypatch.setattr(in_process, 'MAX_IMPORTS', 0)
+  else:  # One layout planned per computation: cohorts of 2, not of 3.
+    monkeypatch.setattr(in_process, 'MAX_PLANS', 1)
+  with runtime.local_runtime() as devices:
+    run = conformance.Run('fedopt', tmp_path, seed=1)
+    for clients in (['a', 'b'], ['a', 'b', 'c'], ['b', 'c', 'a']):
+      run.round(clients)
+    calls = dict(devices[0].calls)
+  if limit == 'imports':
+    assert calls.get('planned', 0) == 0, calls
+  else:  # Each computation's first layout planned, the rounds of 3 not.
+    assert calls['planned'] >= 1 and calls['interpreted'] >= 2, calls
+
+
 def test_slices_of_a_cohort_equal_the_whole_cohort(tmp_path):
   whole = _two_rounds('fused_adabest', tmp_path, 'whole')
   with runtime.local_runtime(max_clients_per_call=1):

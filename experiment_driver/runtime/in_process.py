@@ -436,6 +436,9 @@ class Device:
       entry[0] += 1
       if entry[1] is not None or entry[0] <= PLAN_AFTER_CALLS:
         return entry[1] or None
+      if sum(bool(e[1]) for e in plans.values()) >= MAX_PLANS:
+        entry[1] = False  # Many layouts (cohorts of many sizes): memory.
+        return None
     try:
       built = make()
     except (UnsupportedComputationError, _TooLarge):
@@ -444,6 +447,13 @@ class Device:
       if entry[1] is None:
         entry[1] = built
       return entry[1] or None
+
+  def never_plan(self, comp: tff.Computation, layout: tuple[Any, ...]) -> None:
+    """Calls of `comp` with arguments of `layout` stay interpreted (each
+    calls more TensorFlow computations than a plan may import)."""
+    plans = self._plans.get(comp, dict)
+    with self._lock:
+      plans.setdefault(layout, [0, None])[1] = False
 
   def graphs_for(self, comp: tff.Computation) -> dict[Any, Any]:
     """The graphs of compiled computation `comp`'s TensorFlow."""
@@ -664,6 +674,7 @@ PLANS = True  # False: every call interpreted.
 PLAN_AFTER_CALLS = 1  # Calls of a layout interpreted before it is planned.
 MAX_IMPORTS = 128  # A larger call (one client per call, big cohorts) is
 # interpreted: importing that many graphs costs more than it saves.
+MAX_PLANS = 8  # Layouts planned per computation; others are interpreted.
 
 
 class _TooLarge(Exception):
@@ -1026,7 +1037,7 @@ class InProcessExecutor(executor_base.Executor):
   async def create_call(self, comp: _Value,
                         arg: Optional[_Value] = None) -> _Value:
     function_type = comp.type_signature
-    plan = None
+    plan = layout = None
     if PLANS:
       leaves = []
       try:
@@ -1046,6 +1057,8 @@ class InProcessExecutor(executor_base.Executor):
                              self._device.graphs_for(comp.internal))
       value = evaluator.call(evaluator.evaluate(_proto(comp.internal), {}),
                              None if arg is None else arg.internal)
+      if layout is not None and evaluator.tf_calls > MAX_IMPORTS:
+        self._device.never_plan(comp.internal, layout)
     return _Value(value, function_type.result, self._num_clients)
 
   async def create_struct(self, elements) -> _Value:
@@ -1065,8 +1078,11 @@ class _Evaluator:
 
   def __init__(self, device: Device, num_clients: int,
                graphs: dict[Any, Any], for_clients: bool = False,
-               plan: Optional['_Plan'] = None):
+               plan: Optional['_Plan'] = None,
+               tf_calls: Optional[list[int]] = None):
     self._device = device
+    # TensorFlow computations called (the clients' evaluators share it).
+    self._tf_calls = [0] if tf_calls is None else tf_calls
     self._num_clients = num_clients
     self._graphs = graphs
     self._for_clients = for_clients
@@ -1109,6 +1125,10 @@ class _Evaluator:
       return _TensorFlowFunction(proto)
     raise UnsupportedComputationError(f'a computation of kind {kind}')
 
+  @property
+  def tf_calls(self) -> int:
+    return self._tf_calls[0]
+
   def call(self, function: Any, arg: Any) -> Any:
     if isinstance(function, _Closure):
       function_proto = getattr(function.block, 'lambda')
@@ -1120,6 +1140,7 @@ class _Evaluator:
     if isinstance(function, _TensorFlowFunction):
       if self._plan is not None:
         return self._plan.import_call(function.proto, self._for_clients, arg)
+      self._tf_calls[0] += 1  # Under threads, a count to within a few.
       return self._device.computation(self._graphs, function.proto,
                                       self._for_clients)(arg)
     if isinstance(function, _Intrinsic):
@@ -1133,7 +1154,8 @@ class _Evaluator:
 
   def _clients_evaluator(self) -> '_Evaluator':
     return _Evaluator(self._device, self._num_clients, self._graphs,
-                      for_clients=True, plan=self._plan)
+                      for_clients=True, plan=self._plan,
+                      tf_calls=self._tf_calls)
 
   def map_clients(self, function: Any, values: _Federated,
                   all_equal: bool) -> _Federated:
