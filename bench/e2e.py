@@ -9,7 +9,9 @@ faster of oneDNN on and off: `bench.limit`) on the
 client work of the run's first rounds: the same sampled clients (the
 driver's sampler and seed), batched by the task's own recipe. The row holds
 the run's wall time, its start-up (wall time not spent in rounds or
-evaluations: imports, building, writing outputs), the first evaluation of
+evaluations: imports, building, writing outputs), the time from the
+command to the start of round 1 (imports, reading the task, building the
+process: what a user waits for before the first round), the first evaluation of
 the validation and test clients (`eval_time_sec`: it also builds the
 evaluation on the worker) and the mean of the later ones (the first if
 there is only one), the mean round, the projection to `PROJECTED_ROUNDS`
@@ -55,12 +57,20 @@ def measure_e2e(clients_per_round: int = 800, rounds: int = 100,
                f'--total_rounds={rounds}',
                f'--rounds_per_eval={rounds_per_eval}', f'--seed={seed}',
                f'--root_output_dir={root}', '--experiment_name=e2e']
-    started = time.perf_counter()
-    result = subprocess.run(command, capture_output=True, text=True,
-                            cwd=_REPO, stdin=subprocess.DEVNULL)
-    wall = time.perf_counter() - started
-    if result.returncode != 0:
-      raise RuntimeError(f'the driver run failed: {result.stderr[-2000:]}')
+    first_round_done = None
+    with tempfile.TemporaryFile('w+') as stderr:
+      started = time.perf_counter()
+      with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=stderr,
+                            text=True, cwd=_REPO,
+                            stdin=subprocess.DEVNULL) as driver:
+        for line in driver.stdout:  # The driver flushes each round's line.
+          if first_round_done is None and line.startswith('round 1/'):
+            first_round_done = time.perf_counter() - started
+      wall = time.perf_counter() - started
+      if driver.returncode != 0 or first_round_done is None:
+        stderr.seek(0)
+        raise RuntimeError(
+            f'the driver run failed: {stderr.read()[-2000:]}')
     metrics = pd.read_csv(os.path.join(root, 'e2e', 'metrics.csv'))
   round_seconds = metrics['round_time_sec'].to_numpy()
   eval_seconds = metrics['eval_time_sec'].dropna().to_numpy()
@@ -71,6 +81,11 @@ def measure_e2e(clients_per_round: int = 800, rounds: int = 100,
       'clients': clients_per_round, 'rounds': rounds,
       'wall_s': wall,
       'startup_s': wall - float(np.sum(round_seconds) + np.sum(eval_seconds)),
+      # From the command to the start of round 1 (its line printed, less
+      # its time and any evaluation after it).
+      'first_round_s': first_round_done - float(
+          round_seconds[0] + np.nan_to_num(
+              metrics['eval_time_sec'].to_numpy()[0])),
       'first_eval_s': float(eval_seconds[0]),
       'eval_s': float(np.mean(eval_seconds[1:] if len(eval_seconds) > 1
                               else eval_seconds)),

@@ -138,6 +138,7 @@ _SPEEDUP_COLUMNS = [('workload', 'workload', 's'), ('clients', 'clients', 'd'),
                     ('cores', 'cores', 'd'), ('speedup', 'speed-up', '.2f')]
 _E2E_COLUMNS = [('clients', 'clients', 'd'), ('rounds', 'rounds', 'd'),
                 ('wall_s', 'wall s', '.1f'), ('startup_s', 'start-up s', '.1f'),
+                ('first_round_s', 'to round 1 s', '.1f'),
                 ('first_eval_s', 'first eval s', '.3f'),
                 ('eval_s', 'eval s', '.3f'), ('round_s', 'round s', '.3f'),
                 ('projected_s', f'{e2e.PROJECTED_ROUNDS} rounds s', '.0f'),

@@ -164,25 +164,35 @@ class Evaluator:
       self._splits[name] = shards.shards_for_round(
           data, preprocess, ids, shards.auto_clients_per_shard(len(ids)), rng,
           max_shard_bytes=shards.MAX_AUTO_SHARD_BYTES)
+    # Each split's computation is built at its first evaluation, not
+    # before round 1: tracing it takes about as long as a small model's
+    # first rounds.
+    self._model_fn = task.model_fn
+    self._examples = {}
     for name, split_shards in self._splits.items():
       held = (resident.resident_from_shards(split_shards) if hold_examples
               else None)
-      if held is None:
+      if held is not None:
+        self._examples[name], self._splits[name] = held
+
+  def _evaluation(self, name: str) -> tff.Computation:
+    if name not in self._evaluate:
+      if name in self._examples:
+        self._evaluate[name] = (
+            per_client_evaluation.build_fused_per_client_evaluation(
+                self._model_fn, resident_examples=self._examples[name]))
+      else:
         if self._shared_evaluate is None:
           self._shared_evaluate = (
               per_client_evaluation.build_fused_per_client_evaluation(
-                  task.model_fn))
+                  self._model_fn))
         self._evaluate[name] = self._shared_evaluate
-      else:
-        examples, self._splits[name] = held
-        self._evaluate[name] = (
-            per_client_evaluation.build_fused_per_client_evaluation(
-                task.model_fn, resident_examples=examples))
+    return self._evaluate[name]
 
   def __call__(self, model_weights) -> dict[str, float]:
     metrics = {}
     for name, split_shards in self._splits.items():
-      per_shard = self._evaluate[name](model_weights, split_shards)
+      per_shard = self._evaluation(name)(model_weights, split_shards)
       totals = self._finalize(per_client_evaluation.sum_over_shards(
           [shard['unfinalized'] for shard in per_shard]))
       for key, value in totals.items():

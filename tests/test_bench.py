@@ -163,6 +163,8 @@ def test_e2e_row_runs_the_driver_and_projects(monkeypatch):
   row = e2e.measure_e2e(clients_per_round=5, rounds=2, rounds_per_eval=2)
   assert row['clients'] == 5 and row['rounds'] == 2
   assert 0 < row['startup_s'] < row['wall_s']
+  # Round 1 starts after the imports and the build, before the rounds end.
+  assert 2 < row['first_round_s'] < row['wall_s'] - row['round_s']
   assert 0 < row['eval_s'] < row['wall_s'] - row['startup_s']
   assert row['first_eval_s'] == row['eval_s']  # one evaluation: the first
   assert row['projected_s'] == pytest.approx(
