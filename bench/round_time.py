@@ -81,7 +81,7 @@ _SMALL_MODEL_COHORTS = flags.DEFINE_list(
     'small_model_cohorts', ['20', '100', '1000'],
     'Clients per round of --small_model_workloads.')
 _REPEATS = flags.DEFINE_integer(
-    'repeats', 3, 'Timed calls per measurement (after one warm-up call); the '
+    'repeats', 3, 'Timed calls per measurement (after the warm-up calls); the '
     'fastest counts.', lower_bound=1)
 _BUDGET_SECONDS = flags.DEFINE_float(
     'budget_seconds', 20.0, 'Ratios section: a cohort\'s rounds are timed '

@@ -218,7 +218,7 @@ def test_time_interleaved_warms_up_then_alternates():
   calls = []
   functions = {'a': lambda: calls.append('a'), 'b': lambda: calls.append('b')}
   timings = timing.time_interleaved(functions, repeats=3)
-  assert calls == ['a', 'b'] * 4
+  assert calls == ['a', 'b'] * (timing.WARMUP_CALLS + 3)
   for t in timings.values():
     assert len(t.wall_samples) == 3
     assert t.wall_seconds == min(t.wall_samples)
@@ -237,12 +237,13 @@ def test_time_interleaved_takes_more_samples_within_its_budget():
   # A timed round takes ~0.02 s: a 0.2 s budget affords ~10, capped at 6.
   timings = timing.time_interleaved(functions, repeats=2, budget_seconds=0.2,
                                     max_repeats=6)
-  assert calls == ['a', 'b'] * 7  # a warm-up, then 6 timed rounds
+  # The warm-ups, then 6 timed rounds.
+  assert calls == ['a', 'b'] * (timing.WARMUP_CALLS + 6)
   assert all(len(t.wall_samples) == 6 for t in timings.values())
   # A budget that affords less than `repeats` still takes `repeats`.
   calls.clear()
   timing.time_interleaved(functions, repeats=3, budget_seconds=0.001)
-  assert calls == ['a', 'b'] * 4
+  assert calls == ['a', 'b'] * (timing.WARMUP_CALLS + 3)
   with pytest.raises(ValueError, match='max_repeats=2 is below repeats=3'):
     timing.time_interleaved(functions, repeats=3, max_repeats=2)
 

@@ -22,11 +22,16 @@ then `report`; `federated_map` calls its function once per client, on up to
 `lanes` threads at once. An intrinsic not implemented here is refused with
 its name, never approximated.
 
+From a computation's second call with the same layout of its argument,
+the call runs as a `_Plan`: the same walk, with each TensorFlow computation
+imported into one graph instead of run, then one session call per round
+(see "Plans" below, and `docs/runtime.md`).
+
 Why one module: the executor, its values, the TensorFlow computations'
-graphs and sessions and the devices they run on are one mechanism, each part
-made for the others (the evaluator calls the device's graphs, the graphs'
-sessions take the device's configs); split, every part would import every
-other.
+graphs and sessions, the plans and the devices they run on are one
+mechanism, each part made for the others (the evaluator calls the device's
+graphs or builds a plan, the graphs' sessions take the device's configs);
+split, every part would import every other.
 
 Each TensorFlow computation's graph is imported once per device; calls take
 a session from a pool (one per concurrent call: a session's variables are
