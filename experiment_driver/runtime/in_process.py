@@ -146,26 +146,20 @@ class _TensorFlowComputation:
     with self._graph.as_default(), tf.device(device):
       if function_type.parameter is not None:
         self._stamp(function_type.parameter, tensorflow.parameter, input_map)
-      if tensorflow.session_token_tensor_name:
-        input_map[tensorflow.session_token_tensor_name] = (
-            tf.compat.v1.placeholder_with_default('in_process', shape=[]))
-      if input_map:
-        input_map = graph_utils.add_control_dep_mappings(input_map)
-      return_elements = tensorflow_utils.extract_tensor_names_from_binding(
-          tensorflow.result)
-      if tensorflow.initialize_op:
-        return_elements.append(tensorflow.initialize_op)
-      outputs = tf.graph_util.import_graph_def(
-          serialization_utils.unpack_graph_def(tensorflow.graph_def),
-          input_map, return_elements, name='imported')
-    output_map = dict(zip(return_elements, outputs))
-    self._init_op = output_map.pop(tensorflow.initialize_op, None)
+      output_map, self._init_op = _import(
+          tensorflow, serialization_utils.unpack_graph_def(
+              tensorflow.graph_def), input_map, 'imported')
     self._fetches = []
-    self._result = self._assemble(function_type.result, tensorflow.result,
-                                  output_map)
+
+    def fetch(tensor_name):  # The result holds each tensor's index.
+      self._fetches.append(output_map[tensor_name])
+      return len(self._fetches) - 1
+
+    self._result = _assemble(function_type.result, tensorflow.result, fetch)
     self._graph.finalize()
-    self._config = session_config
-    self._sessions = queue.SimpleQueue()
+    self._sessions = _SessionPool(lambda: _Session(
+        self._graph, session_config, self._init_op,
+        [placeholder for placeholder, _, _ in self._feeds], self._fetches))
     self._placement = placement
 
   def _stamp(self, type_spec, binding, input_map) -> None:
@@ -193,28 +187,6 @@ class _TensorFlowComputation:
       raise UnsupportedComputationError(
           f'a TensorFlow parameter of type {type_spec} bound as {kind}')
 
-  def _assemble(self, type_spec, binding, output_map) -> Any:
-    """The result's structure, with the index of each fetched tensor."""
-    kind = binding.WhichOneof('binding')
-    if isinstance(type_spec, tff.TensorType) and kind == 'tensor':
-      self._fetches.append(output_map[binding.tensor.tensor_name])
-      return len(self._fetches) - 1
-    if isinstance(type_spec, tff.StructType) and kind == 'struct':
-      return structure.Struct([
-          (name, self._assemble(element_type, element_binding, output_map))
-          for (name, element_type), element_binding in zip(
-              structure.iter_elements(type_spec), binding.struct.element)])
-    raise UnsupportedComputationError(
-        f'a TensorFlow result of type {type_spec} bound as {kind}')
-
-  def _session(self) -> '_Session':
-    try:
-      return self._sessions.get_nowait()
-    except queue.Empty:
-      return _Session(self._graph, self._config, self._init_op,
-                      [placeholder for placeholder, _, _ in self._feeds],
-                      self._fetches)
-
   def __call__(self, arg: Any) -> Any:
     feeds = []
     if self._feeds:
@@ -225,17 +197,99 @@ class _TensorFlowComputation:
                         'parameters of a TensorFlow computation.')
       feeds = [_serialize_value(leaf, kind, dtype)
                for (_, kind, dtype), leaf in zip(self._feeds, leaves)]
-    session = self._session()
+    values = self._sessions.run(
+        feeds, self._placement,
+        None if self._placement is None else self._placement.add)
+    return _fill(self._result, values)
+
+  def close(self) -> None:
+    self._sessions.close()
+
+
+def _import(tensorflow: pb.TensorFlow, graph_def: tf.compat.v1.GraphDef,
+            input_map: dict[str, Any], name: str,
+            token: Optional[tf.Tensor] = None
+            ) -> tuple[dict[str, tf.Tensor], Optional[tf.Operation]]:
+  """TensorFlow computation `tensorflow` (its graph: `graph_def`) imported
+  into the default graph under `name`, as TFF's
+  `tensorflow_utils.deserialize_and_call_tf_computation` imports it (the
+  same bindings and session token): its parameters bound by `input_map`.
+
+  Returns:
+    Its result's tensors by name, and its initializer (None if it has none).
+  """
+  input_map = dict(input_map)
+  if tensorflow.session_token_tensor_name:
+    input_map[tensorflow.session_token_tensor_name] = (
+        tf.compat.v1.placeholder_with_default('in_process', shape=[])
+        if token is None else token)
+  if input_map:
+    input_map = graph_utils.add_control_dep_mappings(input_map)
+  return_elements = tensorflow_utils.extract_tensor_names_from_binding(
+      tensorflow.result)
+  if tensorflow.initialize_op:
+    return_elements.append(tensorflow.initialize_op)
+  outputs = tf.graph_util.import_graph_def(graph_def, input_map,
+                                           return_elements, name=name)
+  output_map = dict(zip(return_elements, outputs))
+  init_op = (output_map.pop(tensorflow.initialize_op)
+             if tensorflow.initialize_op else None)
+  return output_map, init_op
+
+
+def _struct_map(value: Any, type_spec: tff.StructType,
+                fn: Callable[[Any, tff.Type], Any]) -> structure.Struct:
+  """`fn(element, its type)` for each element of `value` (a `Struct` or a
+  Python container) of struct type `type_spec`."""
+  if not isinstance(value, structure.Struct):
+    value = structure.from_container(value)
+  return structure.Struct([
+      (name, fn(element, element_type))
+      for (name, element), (_, element_type) in zip(
+          structure.iter_elements(value), structure.iter_elements(type_spec))])
+
+
+def _assemble(type_spec: tff.Type, binding: pb.TensorFlow.Binding,
+              leaf: Callable[[str], Any]) -> Any:
+  """A TensorFlow computation's result as a structure of `leaf(name)` for
+  the name of each of its tensors."""
+  kind = binding.WhichOneof('binding')
+  if isinstance(type_spec, tff.TensorType) and kind == 'tensor':
+    return leaf(binding.tensor.tensor_name)
+  if isinstance(type_spec, tff.StructType) and kind == 'struct':
+    return structure.Struct([
+        (name, _assemble(element_type, element_binding, leaf))
+        for (name, element_type), element_binding in zip(
+            structure.iter_elements(type_spec), binding.struct.element)])
+  raise UnsupportedComputationError(
+      f'a TensorFlow result of type {type_spec} bound as {kind}')
+
+
+class _SessionPool:
+  """Sessions of one graph, made by `make()`: one per concurrent call (a
+  session's variables are its own, so concurrent calls never share them)."""
+
+  def __init__(self, make: Callable[[], '_Session']):
+    self._make = make
+    self._sessions = queue.SimpleQueue()
+
+  def run(self, feeds: list[Any], placement: Any,
+          add: Optional[Callable[[Any], None]]) -> list[Any]:
+    """The graph's fetches for `feeds`, in a free session; traced, and the
+    trace given to `add`, while `placement` (if any) is recording."""
     try:
-      if self._placement is None or not self._placement.recording:
-        values = session(feeds)
-      else:
-        with _TRACE_LOCK:  # TensorFlow traces one run at a time.
-          values, metadata = session.traced(feeds)
-        self._placement.add(metadata)
+      session = self._sessions.get_nowait()
+    except queue.Empty:
+      session = self._make()
+    try:
+      if placement is None or not placement.recording:
+        return session(feeds)
+      with _TRACE_LOCK:  # TensorFlow traces one run at a time.
+        values, metadata = session.traced(feeds)
+      add(metadata)
+      return values
     finally:
       self._sessions.put(session)
-    return _fill(self._result, values)
 
   def close(self) -> None:
     while True:
@@ -778,8 +832,9 @@ class _Plan:
       init_op = (tf.group(*self._init_ops, name='s_init')
                  if self._init_ops else None)
     self._graph.finalize()
-    self._init_op = init_op
-    self._sessions = queue.SimpleQueue()
+    self._sessions = _SessionPool(lambda: _Session(
+        self._graph, device.plan_config, init_op,
+        [placeholder for placeholder, _, _ in self._feeds], self._fetches))
 
   def _parameter(self, value: Any, type_spec: tff.Type) -> Any:
     """`value` with a placeholder for each tensor and dataset."""
@@ -788,13 +843,7 @@ class _Plan:
           self._parameter(member, type_spec.member)
           for member in value.members])
     if isinstance(type_spec, tff.StructType):
-      if not isinstance(value, structure.Struct):
-        value = structure.from_container(value)
-      return structure.Struct([
-          (name, self._parameter(element, element_type))
-          for (name, element), (_, element_type) in zip(
-              structure.iter_elements(value),
-              structure.iter_elements(type_spec))])
+      return _struct_map(value, type_spec, self._parameter)
     if isinstance(type_spec, tff.TensorType):
       dtype = tf.dtypes.as_dtype(type_spec.dtype)
       placeholder = tf.compat.v1.placeholder(dtype, shape=type_spec.shape)
@@ -824,14 +873,6 @@ class _Plan:
                  input_map, scope)
       if next(leaves, None) is not None:
         raise UnsupportedComputationError('more values than parameters')
-    if tensorflow.session_token_tensor_name:
-      input_map[tensorflow.session_token_tensor_name] = self._token
-    if input_map:
-      input_map = graph_utils.add_control_dep_mappings(input_map)
-    return_elements = tensorflow_utils.extract_tensor_names_from_binding(
-        tensorflow.result)
-    if tensorflow.initialize_op:
-      return_elements.append(tensorflow.initialize_op)
     graph_def = serialization_utils.unpack_graph_def(tensorflow.graph_def)
     for node in graph_def.node:
       shared = node.attr.get('shared_name')
@@ -844,13 +885,12 @@ class _Plan:
     # every import of one computation shares its functions.
     _rename_functions(graph_def, self._function_suffixes.setdefault(
         id(proto), f'_plan{len(self._function_suffixes)}'))
-    outputs = tf.graph_util.import_graph_def(
-        graph_def, input_map, return_elements, name=scope)
-    output_map = dict(zip(return_elements, outputs))
-    if tensorflow.initialize_op:
-      self._init_ops.append(output_map.pop(tensorflow.initialize_op))
-    return self._assemble(function_type.result, tensorflow.result,
-                          output_map)
+    output_map, init_op = _import(tensorflow, graph_def, input_map, scope,
+                                  self._token)
+    if init_op is not None:
+      self._init_ops.append(init_op)
+    return _assemble(function_type.result, tensorflow.result,
+                     output_map.__getitem__)
 
   def _bind(self, type_spec, binding, leaves, input_map, scope) -> None:
     kind = binding.WhichOneof('binding')
@@ -884,18 +924,6 @@ class _Plan:
       raise UnsupportedComputationError(
           f'a TensorFlow parameter of type {type_spec} bound as {kind}')
 
-  def _assemble(self, type_spec, binding, output_map) -> Any:
-    kind = binding.WhichOneof('binding')
-    if isinstance(type_spec, tff.TensorType) and kind == 'tensor':
-      return output_map[binding.tensor.tensor_name]
-    if isinstance(type_spec, tff.StructType) and kind == 'struct':
-      return structure.Struct([
-          (name, self._assemble(element_type, element_binding, output_map))
-          for (name, element_type), element_binding in zip(
-              structure.iter_elements(type_spec), binding.struct.element)])
-    raise UnsupportedComputationError(
-        f'a TensorFlow result of type {type_spec} bound as {kind}')
-
   def _output(self, value: Any) -> Any:
     """The result's structure, with an `_Out` for each fetched tensor."""
     if isinstance(value, _Federated):
@@ -921,31 +949,13 @@ class _Plan:
                       'parameters of a plan.')
     feeds = [_serialize_value(leaf, kind, dtype)
              for (_, kind, dtype), leaf in zip(self._feeds, leaves)]
-    try:
-      session = self._sessions.get_nowait()
-    except queue.Empty:
-      session = _Session(self._graph, self._device.plan_config,
-                         self._init_op,
-                         [placeholder for placeholder, _, _ in self._feeds],
-                         self._fetches)
-    try:
-      placement = self._device.placement
-      if placement is None or not placement.recording:
-        values = session(feeds)
-      else:
-        with _TRACE_LOCK:
-          values, metadata = session.traced(feeds)
-        placement.add_scoped(metadata)
-    finally:
-      self._sessions.put(session)
+    placement = self._device.placement
+    values = self._sessions.run(
+        feeds, placement, None if placement is None else placement.add_scoped)
     return _filled(self._template, values)
 
   def close(self) -> None:
-    while True:
-      try:
-        self._sessions.get_nowait().session.close()
-      except queue.Empty:
-        return
+    self._sessions.close()
 
 
 def _rename_functions(graph_def: tf.compat.v1.GraphDef, suffix: str) -> None:
@@ -1031,12 +1041,7 @@ class InProcessExecutor(executor_base.Executor):
                            f'{self._num_clients} clients.')
       return _Federated(type_spec.placement, type_spec.all_equal, members)
     if isinstance(type_spec, tff.StructType):
-      elements = structure.from_container(value)
-      return structure.Struct([
-          (name, self._ingest(element, element_type))
-          for (name, element), (_, element_type) in zip(
-              structure.iter_elements(elements),
-              structure.iter_elements(type_spec))])
+      return _struct_map(value, type_spec, self._ingest)
     return value
 
   async def create_call(self, comp: _Value,
