@@ -153,7 +153,7 @@ class _TensorFlowComputation:
 
     def fetch(tensor_name):  # The result holds each tensor's index.
       self._fetches.append(output_map[tensor_name])
-      return len(self._fetches) - 1
+      return _Out(len(self._fetches) - 1)
 
     self._result = _assemble(function_type.result, tensorflow.result, fetch)
     self._graph.finalize()
@@ -200,7 +200,7 @@ class _TensorFlowComputation:
     values = self._sessions.run(
         feeds, self._placement,
         None if self._placement is None else self._placement.add)
-    return _fill(self._result, values)
+    return _filled(self._result, values)
 
   def close(self) -> None:
     self._sessions.close()
@@ -362,13 +362,6 @@ def _flatten_leaves(value: Any, leaves: list[Any]) -> None:
     return
   for _, element in structure.iter_elements(elements):
     _flatten_leaves(element, leaves)
-
-
-def _fill(result: Any, values: list[Any]) -> Any:
-  if isinstance(result, int):
-    return values[result]
-  return structure.Struct([(name, _fill(element, values))
-                           for name, element in structure.iter_elements(result)])
 
 
 def session_config(threads: int,
@@ -750,7 +743,7 @@ class _SymbolicSequence:
 
 
 class _Out:
-  """A plan's result leaf: the index of its fetched tensor."""
+  """A result leaf to fill: the index of its fetched tensor."""
 
   __slots__ = ('index',)
 
