@@ -9,6 +9,8 @@ several devices runs in a child process with logical CPU devices standing in
 for GPUs (TensorFlow fixes its devices when it starts).
 """
 
+import asyncio
+import collections
 import json
 import os
 import pathlib
@@ -123,6 +125,39 @@ def test_no_worker_process_is_started(tmp_path):
   with runtime.local_runtime():
     _two_rounds('fedopt', tmp_path, 'x')
     assert _workers() == before
+
+
+def test_a_computation_is_compiled_once_and_runs_from_a_running_event_loop(
+    monkeypatch):
+  compile_fn = in_process.compiler.desugar_and_transform_to_native
+  compiled = []
+
+  def counting(comp):
+    compiled.append(comp)
+    return compile_fn(comp)
+
+  monkeypatch.setattr(in_process.compiler, 'desugar_and_transform_to_native',
+                      counting)
+
+  @tff.federated_computation(tff.FederatedType(np.float32, tff.CLIENTS))
+  def mean_and_count(values):
+    return collections.OrderedDict(
+        mean=tff.federated_mean(values),
+        count=tff.federated_sum(tff.federated_value(1, tff.CLIENTS)))
+
+  async def in_a_notebook(values):  # Jupyter runs cells in an event loop.
+    return mean_and_count(values)
+
+  with runtime.local_runtime():
+    first = mean_and_count([1.0, 2.0])
+    second = mean_and_count([1.0, 2.0, 6.0])
+    from_loop = asyncio.run(in_a_notebook([4.0]))
+  assert len(compiled) == 1
+  # The computation's own Python container, not the compiled one's.
+  assert isinstance(first, collections.OrderedDict)
+  assert (first['mean'], first['count']) == (1.5, 2)
+  assert (second['mean'], second['count']) == (3.0, 3)
+  assert (from_loop['mean'], from_loop['count']) == (4.0, 1)
 
 
 def test_an_intrinsic_it_lacks_is_refused_by_name():

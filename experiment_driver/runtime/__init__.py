@@ -41,11 +41,11 @@ from tensorflow_federated.python.core.impl.context_stack import context_base
 from tensorflow_federated.python.core.impl.context_stack import context_stack_impl
 from tensorflow_federated.python.core.impl.executors import remote_executor_grpc_stub
 
-from tensorflow_federated.python.core.impl.execution_contexts import sync_execution_context
 
 from experiment_driver.runtime import contexts
 from experiment_driver.runtime import in_process
 from experiment_driver.runtime.contexts import _DeviceContext
+from experiment_driver.runtime.contexts import _InProcessContext
 from experiment_driver.runtime.contexts import _CohortSplittingContext
 from experiment_driver.runtime.contexts import _sync_context
 from experiment_driver.runtime.contexts import _WorkerContext
@@ -149,8 +149,7 @@ def local_context(
                                     record_placement=record_placement)
   try:
     if len(planned) == 1 and max_clients_per_call is None:
-      context = sync_execution_context.SyncExecutionContext(
-          **in_process.context_settings(planned[0]))
+      context = _InProcessContext(planned[0])
     else:
       context = _CohortSplittingContext(
           [_DeviceContext(d) for d in planned],

@@ -462,12 +462,12 @@ class Device:
     self.server_config = session_config(self.threads)
     self.placement = Placement() if record_placement else None
     # Compiled computation -> its TensorFlow computations' graphs, by
-    # (id of the proto, for clients): dropped with the computation (TFF's
-    # compiler pipeline keeps the last 128 it compiled).
-    self._graphs = _IdentityCache()
+    # (id of the proto, for clients): dropped with the computation (a
+    # context compiles a computation once and keeps it while it is used).
+    self._graphs = IdentityCache()
     # Compiled computation -> {argument layout: [calls, its _Plan, or False
     # when it cannot be planned]}.
-    self._plans = _IdentityCache()
+    self._plans = IdentityCache()
     self.plan_config = session_config(self.threads_per_lane,
                                       inter_op=self.threads)
     # Computations called, planned or interpreted (for tests, the bench).
@@ -671,7 +671,7 @@ def _to_python(value: Any, type_spec: tff.Type, num_clients: int) -> Any:
   return value
 
 
-class _IdentityCache:
+class IdentityCache:
   """Values kept per object, by identity, while the object lives.
 
   Not a `WeakKeyDictionary`: a TFF computation's hash serializes its whole
@@ -683,12 +683,17 @@ class _IdentityCache:
     self._lock = threading.Lock()
 
   def get(self, key: Any, make: Callable[[], Any]) -> Any:
-    """The value kept for `key`, made by `make()` (cheap) the first time."""
+    """The value kept for `key`, made by `make()` the first time (outside
+    the lock: two threads may both make it, the first one made is kept)."""
     with self._lock:
       entry = self._entries.get(id(key))
       if entry is not None and entry[0]() is key:
         return entry[1]
-      value = make()
+    value = make()
+    with self._lock:
+      entry = self._entries.get(id(key))
+      if entry is not None and entry[0]() is key:
+        return entry[1]
       self._entries[id(key)] = (weakref.ref(key, self._drop(id(key))), value)
       return value
 
@@ -705,10 +710,11 @@ class _IdentityCache:
       return [value for _, value in self._entries.values()]
 
 
-# Computation -> its proto, taken once. TFF's compiler pipeline gives the
-# same compiled computation at every call of a computation, and the graphs
+# Computation -> its proto, taken once. The contexts (TFF's compiler
+# pipeline, `contexts._InProcessContext`) give the same compiled computation
+# at every call of a computation, and the graphs
 # a device imports are kept by the identity of their protos.
-_PROTOS = _IdentityCache()
+_PROTOS = IdentityCache()
 
 
 def _proto(comp: tff.Computation) -> pb.Computation:
