@@ -393,17 +393,17 @@ def test_lanes_are_refused_where_no_client_trains_on_lanes(given, reason):
 
 def test_a_learning_rate_without_a_tuned_value_is_refused_before_any_work():
   with _command_line(algorithm='fedopt', task='synthetic',
-                     server_optimizer='adam'):
+                     server_optimizer='sgdm'):
     with pytest.raises(tuned_defaults.MissingTunedRateError,
-                       match='--server_optimizer=adam on --task=synthetic'):
+                       match='--server_optimizer=sgdm on --task=synthetic'):
       flag_rules.check_flags()
   # Given, the rates need no table.
   with _command_line(algorithm='fedopt', task='synthetic',
-                     server_optimizer='adam', server_learning_rate='0.01',
+                     server_optimizer='sgdm', server_learning_rate='0.01',
                      client_learning_rate='0.1'):
     flag_rules.check_flags()
     assert build.hparams()['server_learning_rate'] == 0.01
   # FedSGD needs only its server rate.
-  with _command_line(algorithm='fedsgd', task='synthetic',
-                     server_optimizer='adam', server_learning_rate='0.01'):
+  with _command_line(algorithm='fedsgd', task='cifar10',
+                     server_optimizer='sgdm', server_learning_rate='0.01'):
     flag_rules.check_flags()

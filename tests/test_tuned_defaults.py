@@ -34,7 +34,7 @@ def test_yogi_takes_adams_rates_and_fedavg_has_the_packages_tasks():
 
 
 @pytest.mark.parametrize('task,optimizer', [
-    ('synthetic', 'adam'), ('digits', 'lamb'), ('cifar10', 'sgdm')])
+    ('synthetic', 'sgdm'), ('digits', 'lamb'), ('cifar10', 'adam')])
 def test_a_rate_never_tuned_is_an_error_naming_what_to_give(task, optimizer):
   with pytest.raises(tuned_defaults.MissingTunedRateError,
                      match=f'--server_optimizer={optimizer} on --task={task}'):

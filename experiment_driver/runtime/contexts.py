@@ -168,8 +168,9 @@ class _InProcessContext(context_base.SyncContext):
   """One device's in-process context, run on the calling thread.
 
   TFF's `AsyncExecutionContext` over `in_process.context_settings(device)`
-  (the same argument transform, cardinalities, ingestion and result
-  conversion), without two costs of TFF's `SyncExecutionContext` that
+  (the same argument transform, cardinalities, ingestion and conversion of
+  results to the computation's Python containers), without two costs of
+  TFF's `SyncExecutionContext` that
   serve remote executors and were about a third of a small model's planned
   round (synthetic_lr, 20 clients): the hop to an event-loop thread at
   every call, and a compiled-computation cache keyed by `hash(comp)`, which
@@ -184,6 +185,10 @@ class _InProcessContext(context_base.SyncContext):
     self.device = device
     settings = in_process.context_settings(device)
     self._compiler_fn = settings.pop('compiler_fn')
+    # No result transform: TFF's turns eager tensors into NumPy, and every
+    # result here is NumPy already (fetched from a session, or an argument
+    # passed through, which `transform_args` made NumPy).
+    settings['transform_result'] = None
     self._context = async_execution_context.AsyncExecutionContext(
         compiler_fn=None, **settings)
     self._compiled = in_process.IdentityCache()
