@@ -99,7 +99,7 @@ _OWN_TASK_FEDAVG_RATES = {
         'synthetic_partitioned', 'digits')}
 # Synthetic's rates of FedAdam, FedLARS and FedLamb, tuned as the paper tuned
 # EMNIST's: the best mean final validation accuracy over 3 seeds at M = 10
-# (`python -m reproduce --experiments=large_cohort/table_rates`,
+# (`python -m reproduce large_cohort table_rates`,
 # results/large_cohort/table_rates/README.md).
 _ADAM_RATES = _paper((0.01, 0.1), (0.001, 0.1), (0.01, 10.0), (1.0, 10.0),
                      synthetic=(0.1, 0.1))

@@ -29,6 +29,7 @@ from experiment_driver import flag_rules
 from experiment_driver import outputs
 from experiment_driver import runtime
 from experiment_driver import tuned_defaults
+from large_cohort import optimizers
 import tasks
 
 FLAGS = flags.FLAGS
@@ -62,16 +63,19 @@ NON_DEFAULT = {
     'target_accuracy': '0.05', 'target_metric': 'validation/accuracy',
     'baseline_run_dir': _BASELINE_DIR,
     **{f'{role}_{name}': value for role in ('client', 'server')
-       for name, value in (('optimizer', 'adam'), ('learning_rate', '0.05'),
-                           ('momentum', '0.5'), ('beta_1', '0.5'),
-                           ('beta_2', '0.5'), ('epsilon', '0.1'))},
+       for name, value in (
+           ('optimizer', 'adam'), ('learning_rate', '0.05'),
+           *((name, '0.5' if spec.below_one else '0.1') for name, spec
+             in optimizers.HYPERPARAMETERS_SPECS.items()))},
 }
 # Flags whose use depends on another: also tried with that one set.
 CONTEXT = {
-    **{f'{role}_{name}': {f'{role}_optimizer': optimizer}
+    # A hyperparameter: with the first optimizer of the registry taking it.
+    **{f'{role}_{name}': {f'{role}_optimizer': next(
+        optimizer for optimizer, entry in optimizers.OPTIMIZERS.items()
+        if name in entry.hyperparameters)}
        for role in ('client', 'server')
-       for name, optimizer in (('momentum', 'sgdm'), ('beta_1', 'adam'),
-                               ('beta_2', 'adam'), ('epsilon', 'adam'))},
+       for name in optimizers.HYPERPARAMETERS_SPECS},
     'reference_cohort_size': {'server_lr_scaling': 'sqrt'},
     'max_concurrent_clients': {'runtime': 'worker'},
     'server_warmup_rounds': {'server_lr_scaling': 'sqrt'},
