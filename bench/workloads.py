@@ -29,8 +29,8 @@ from collections.abc import Callable
 import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
-from tensorflow_federated.python.simulation.baselines.emnist import emnist_models
-from tensorflow_federated.python.simulation.baselines.stackoverflow import word_prediction_models
+from fl_common.tff_private import emnist_models
+from fl_common.tff_private import word_prediction_models
 
 # The name of the accuracy metric every workload's TFF model reports.
 ACCURACY_METRIC_NAME = 'sparse_categorical_accuracy'

@@ -163,14 +163,12 @@ def build_context(
   built = {}
   if _honours('client_optimizer'):
     built['client_optimizer'] = optimizers.build_optimizer(
-        f.CLIENT_OPTIMIZER.value, client_lr, momentum=f.CLIENT_MOMENTUM.value,
-        beta_1=f.CLIENT_BETA_1.value, beta_2=f.CLIENT_BETA_2.value,
-        epsilon=f.CLIENT_EPSILON.value)
+        f.CLIENT_OPTIMIZER.value, client_lr,
+        **f.CLIENT.hyperparameter_values())
   if _honours('server_optimizer'):
     server_optimizer = optimizers.build_optimizer(
-        f.SERVER_OPTIMIZER.value, server_lr, momentum=f.SERVER_MOMENTUM.value,
-        beta_1=f.SERVER_BETA_1.value, beta_2=f.SERVER_BETA_2.value,
-        epsilon=f.SERVER_EPSILON.value)
+        f.SERVER_OPTIMIZER.value, server_lr,
+        **f.SERVER.hyperparameter_values())
     if f.SERVER_LR_SCALING.value != 'none':
       server_optimizer = tff.learning.optimizers.schedule_learning_rate(
           server_optimizer,

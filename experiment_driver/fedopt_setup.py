@@ -44,17 +44,23 @@ def unused_own_flags(algorithm: str, values: Mapping[str, Any]
 
 def effective_hparams(algorithm: str, values: Mapping[str, Any]
                       ) -> dict[str, Any]:
-  """The learning rates in use: the flags, else the tuned table's."""
-  server_lr, client_lr = tuned_defaults.learning_rates(
-      values['task'], values['server_optimizer'],
-      fedsgd=algorithm == 'fedsgd')
-  if values['server_learning_rate'] is not None:
-    server_lr = values['server_learning_rate']
-  rates = {'server_learning_rate': server_lr}
+  """The learning rates in use: the flags, else the tuned table's.
+
+  Raises:
+    tuned_defaults.MissingTunedRateError: If a rate is unset and none is
+      tuned for the task and server optimizer.
+  """
+  names = ['server_learning_rate']
   if algorithm == 'fedopt':
-    rates['client_learning_rate'] = (
-        client_lr if values['client_learning_rate'] is None else
-        values['client_learning_rate'])
+    names.append('client_learning_rate')
+  rates = {name: values[name] for name in names}
+  if any(rate is None for rate in rates.values()):
+    tuned = dict(zip(('server_learning_rate', 'client_learning_rate'),
+                     tuned_defaults.learning_rates(
+                         values['task'], values['server_optimizer'],
+                         fedsgd=algorithm == 'fedsgd')))
+    rates = {name: tuned[name] if rate is None else rate
+             for name, rate in rates.items()}
   return rates
 
 

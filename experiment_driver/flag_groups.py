@@ -131,69 +131,72 @@ ZEROING = flags.DEFINE_bool(
     'zeroing', False, 'Adaptive zeroing of outlier client updates.')
 
 
-# Optimizers: the client and the server have the same six flags.
-class _OptimizerFlags(NamedTuple):
+# Optimizers: the client and the server have the same flags, derived from
+# the optimizer registry (`large_cohort.optimizers`): the optimizer, its
+# learning rate and one flag per hyperparameter any optimizer takes.
+class OptimizerFlags(NamedTuple):
   """The flags of one optimizer (client or server)."""
 
   optimizer: flags.FlagHolder[str]
   learning_rate: flags.FlagHolder[Optional[float]]
-  momentum: flags.FlagHolder[float]
-  beta_1: flags.FlagHolder[float]
-  beta_2: flags.FlagHolder[float]
-  epsilon: flags.FlagHolder[float]
+  hyperparameters: dict[str, flags.FlagHolder[float]]
+
+  def hyperparameter_values(self) -> dict[str, float]:
+    """`build_optimizer`'s keyword arguments: every hyperparameter flag."""
+    return {name: holder.value
+            for name, holder in self.hyperparameters.items()}
 
 
 def _define_optimizer_flags(role: str, optimizer_help: str,
-                            learning_rate_help: str) -> _OptimizerFlags:
-  """Defines `--<role>_optimizer`, `--<role>_learning_rate`, ... flags."""
-  name = role.capitalize()
-  return _OptimizerFlags(
+                            learning_rate_help: str) -> OptimizerFlags:
+  """Defines `--<role>_optimizer`, `--<role>_learning_rate` and
+  `--<role>_<hyperparameter>` for each of the registry's hyperparameters."""
+  hyperparameters = {}
+  for name, spec in optimizers.HYPERPARAMETERS_SPECS.items():
+    users = ', '.join(optimizer for optimizer, entry
+                      in optimizers.OPTIMIZERS.items()
+                      if name in entry.hyperparameters)
+    bounds = dict(lower_bound=0.0)
+    if spec.below_one:
+      bounds['upper_bound'] = 1.0
+    hyperparameters[name] = flags.DEFINE_float(
+        f'{role}_{name}', spec.default,
+        f'{role.capitalize()} {name} {spec.rule} ({users}).', **bounds)
+    if spec.below_one:  # absl's upper bound is inclusive.
+      flags.register_validator(f'{role}_{name}', lambda v: v < 1.0,
+                               message='must be < 1')
+  learning_rate = flags.DEFINE_float(
+      f'{role}_learning_rate', None, learning_rate_help + ' (> 0)')
+  flags.register_validator(
+      f'{role}_learning_rate', lambda v: v is None or v > 0,
+      message='a learning rate must be a finite number > 0')
+  return OptimizerFlags(
       optimizer=flags.DEFINE_enum(
           f'{role}_optimizer', 'sgd', optimizers.OPTIMIZER_NAMES,
           optimizer_help),
-      learning_rate=flags.DEFINE_float(
-          f'{role}_learning_rate', None, learning_rate_help + ' (> 0)'),
-      momentum=flags.DEFINE_float(
-          f'{role}_momentum', 0.9, f'{name} momentum in [0, 1) (sgdm, lars).',
-          lower_bound=0.0, upper_bound=1.0),
-      beta_1=flags.DEFINE_float(
-          f'{role}_beta_1', 0.9, f'{name} beta_1 in [0, 1) (adam, yogi, lamb).',
-          lower_bound=0.0, upper_bound=1.0),
-      beta_2=flags.DEFINE_float(
-          f'{role}_beta_2', 0.99,
-          f'{name} beta_2 in [0, 1) (adam, yogi, lamb).', lower_bound=0.0,
-          upper_bound=1.0),
-      epsilon=flags.DEFINE_float(
-          f'{role}_epsilon', 1e-3,
-          f'{name} epsilon >= 0 (adagrad, adam, yogi, lars, lamb).',
-          lower_bound=0.0),
-  )
+      learning_rate=learning_rate,
+      hyperparameters=hyperparameters)
 
 
 def optimizer_flag_names(role: str) -> frozenset[str]:
-  """The six flags of `--<role>_optimizer`, by name."""
-  return frozenset(f'{role}_{field}' if field != 'optimizer' else
-                   f'{role}_optimizer' for field in _OptimizerFlags._fields)
+  """The flags of `--<role>_optimizer`, by name."""
+  return frozenset({f'{role}_optimizer', f'{role}_learning_rate',
+                    *(f'{role}_{name}'
+                      for name in optimizers.HYPERPARAMETERS_SPECS)})
 
 
-(CLIENT_OPTIMIZER, CLIENT_LEARNING_RATE, CLIENT_MOMENTUM, CLIENT_BETA_1,
- CLIENT_BETA_2, CLIENT_EPSILON) = _define_optimizer_flags(
-     'client', 'Client optimizer.',
-     'Client learning rate; default: the tuned rate for task and server'
-     ' optimizer.')
-(SERVER_OPTIMIZER, SERVER_LEARNING_RATE, SERVER_MOMENTUM, SERVER_BETA_1,
- SERVER_BETA_2, SERVER_EPSILON) = _define_optimizer_flags(
-     'server',
-     'Server optimizer: sgd = FedAvg, sgdm = FedAvgM, adagrad, adam, yogi,'
-     ' lars = FedLARS, lamb = FedLamb.',
-     'Server learning rate; default: the tuned rate for task and optimizer.')
-for _role in ('client', 'server'):
-  flags.register_validator(
-      f'{_role}_learning_rate', lambda v: v is None or v > 0,
-      message='a learning rate must be a finite number > 0')
-  for _field in ('momentum', 'beta_1', 'beta_2'):
-    flags.register_validator(f'{_role}_{_field}', lambda v: v < 1.0,
-                             message='must be < 1')
+CLIENT = _define_optimizer_flags(
+    'client', 'Client optimizer.',
+    'Client learning rate; default: the tuned rate for task and server'
+    ' optimizer.')
+SERVER = _define_optimizer_flags(
+    'server',
+    'Server optimizer: ' + ', '.join(
+        f'{name} = {entry.server_algorithm}'
+        for name, entry in optimizers.OPTIMIZERS.items()) + '.',
+    'Server learning rate; default: the tuned rate for task and optimizer.')
+CLIENT_OPTIMIZER, CLIENT_LEARNING_RATE = CLIENT.optimizer, CLIENT.learning_rate
+SERVER_OPTIMIZER, SERVER_LEARNING_RATE = SERVER.optimizer, SERVER.learning_rate
 
 # Cohort.
 DEFAULT_CLIENTS_PER_ROUND = 10

@@ -69,7 +69,7 @@ def unused_flags(values: Mapping[str, Any]) -> dict[str, str]:
     optimizer = values[f'{role}_optimizer']
     if f'{role}_optimizer' not in honoured:
       continue
-    for name in ('momentum', 'beta_1', 'beta_2', 'epsilon'):
+    for name in optimizers.HYPERPARAMETERS_SPECS:
       if name not in optimizers.HYPERPARAMETERS[optimizer]:
         why.setdefault(f'{role}_{name}',
                        f'is not a hyperparameter of --{role}_optimizer='
@@ -161,17 +161,21 @@ def check_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
   Raises:
     ConflictingFlagsError: naming both flags of each conflict, in one line.
     UnusedFlagError: naming each unused flag and why, in one line.
+    tuned_defaults.MissingTunedRateError: If an unset learning rate has no
+      tuned value for the task and optimizer.
   """
   found = conflicts(flag_values)
   if found:
     raise ConflictingFlagsError('; '.join(found))
-  why = unused_flags(values_of(flag_values))
+  values = values_of(flag_values)
+  why = unused_flags(values)
   given = sorted(name for name, flag in driver_flags(flag_values).items()
                  if flag.present and name in why)
   if given:
     raise UnusedFlagError(
         '; '.join(f'--{name} {why[name]}' for name in given)
         + '. Were the flags set by mistake? Remove them.')
+  effective_hparams(values)  # Refuses a missing tuned rate before any work.
 
 
 def effective_hparams(values: Mapping[str, Any]) -> dict[str, Any]:

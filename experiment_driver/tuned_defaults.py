@@ -1,37 +1,27 @@
 """Tuned learning rates of SPEC.md §1 (the paper's Table 3/4, tuned at M = 10).
 
-`(server_lr, client_lr)` keyed by task and server optimizer. The paper's
-algorithm names map to server optimizers: FedAvg = sgd, FedAvgM = sgdm,
-FedAdagrad = adagrad, FedAdam = adam, FedLARS = lars, FedLamb = lamb; FedSGD
-has only a server rate (its client rate is 1, one full-batch step).
+`(server_lr, client_lr)` by task and server optimizer, from the optimizer
+registry (`large_cohort.optimizers.OPTIMIZERS`, each entry's
+`tuned_rates`). The paper's algorithm names map to server optimizers:
+FedAvg = sgd, FedAvgM = sgdm, FedAdagrad = adagrad, FedAdam = adam, FedLARS
+= lars, FedLamb = lamb; FedSGD has only a server rate (its client rate is 1,
+one full-batch step). A task and optimizer without tuned rates is an error
+(`MissingTunedRateError`): the run must give its rates.
 """
 
-_PAPER_RATES = {
-    #             cifar100        emnist          shakespeare    stackoverflow
-    'sgd':     {'cifar100': (1.0, 0.1), 'emnist': (1.0, 0.1),
-                'shakespeare': (1.0, 1.0), 'stackoverflow': (1.0, 10.0)},
-    'sgdm':    {'cifar100': (1.0, 0.1), 'emnist': (1.0, 0.1),
-                'shakespeare': (0.1, 1.0), 'stackoverflow': (1.0, 10.0)},
-    'adagrad': {'cifar100': (0.01, 0.1), 'emnist': (0.1, 0.001),
-                'shakespeare': (0.1, 10.0), 'stackoverflow': (10.0, 10.0)},
-    'adam':    {'cifar100': (0.01, 0.1), 'emnist': (0.001, 0.1),
-                'shakespeare': (0.01, 10.0), 'stackoverflow': (1.0, 10.0)},
-    'lars':    {'cifar100': (0.01, 0.1), 'emnist': (0.001, 0.1),
-                'shakespeare': (0.01, 10.0), 'stackoverflow': (0.01, 1.0)},
-    'lamb':    {'cifar100': (0.001, 0.01), 'emnist': (0.01, 0.1),
-                'shakespeare': (0.01, 10.0), 'stackoverflow': (0.01, 10.0)},
-}
-_FEDSGD_SERVER_RATES = {
+from large_cohort import optimizers
+
+# FedSGD's server rates (Table 4), and FedAvg's for the package's own tasks.
+FEDSGD_SERVER_RATES = {
     'cifar100': 0.1, 'emnist': 0.1, 'shakespeare': 1.0, 'stackoverflow': 10.0,
+    **{task: 0.1 for task in (
+        'synthetic', 'emnist_l', 'cifar10', 'cifar100_partitioned',
+        'synthetic_partitioned', 'digits')},
 }
-# Tasks outside the paper: FedAvg rates found for them here (see README).
-_OTHER_TASK_RATES = {
-    'synthetic': (1.0, 0.1),
-}
-_FALLBACK_RATES = (1.0, 0.1)
-# Yogi is not in the paper's table; it is Adam with a different second moment,
-# so it takes Adam's rates.
-_OPTIMIZER_ROW_ALIASES = {'yogi': 'adam'}
+
+
+class MissingTunedRateError(ValueError):
+  """No tuned rate for a task and optimizer: the run must give one."""
 
 
 def learning_rates(
@@ -41,15 +31,23 @@ def learning_rates(
 
   Args:
     task: A task name (`tasks.TASK_NAMES`).
-    server_optimizer: The server optimizer's name (sgd, sgdm, adagrad, adam,
-      yogi, lars, lamb).
+    server_optimizer: The server optimizer's name
+      (`large_cohort.optimizers.OPTIMIZER_NAMES`).
     fedsgd: Whether the process is FedSGD (client rate 1, SPEC.md §1).
+
+  Raises:
+    MissingTunedRateError: If no rate is tuned for them.
   """
   if fedsgd:
-    return _FEDSGD_SERVER_RATES.get(task, _FALLBACK_RATES[1]), 1.0
-  row = _PAPER_RATES.get(_OPTIMIZER_ROW_ALIASES.get(server_optimizer,
-                                                   server_optimizer), {})
-  if task in row:
-    return row[task]
-  return _OTHER_TASK_RATES.get(task, _FALLBACK_RATES)
-
+    if task not in FEDSGD_SERVER_RATES:
+      raise MissingTunedRateError(
+          f'no tuned FedSGD server rate for --task={task}: give'
+          ' --server_learning_rate')
+    return FEDSGD_SERVER_RATES[task], 1.0
+  rates = optimizers.OPTIMIZERS[server_optimizer].tuned_rates
+  if task not in rates:
+    raise MissingTunedRateError(
+        f'no tuned rates for --server_optimizer={server_optimizer} on'
+        f' --task={task} (tuned: {", ".join(sorted(rates))}): give'
+        ' --server_learning_rate and --client_learning_rate')
+  return rates[task]

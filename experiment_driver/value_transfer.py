@@ -36,14 +36,14 @@ import weakref
 import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
-from tensorflow_federated.proto.v0 import executor_pb2
-from tensorflow_federated.python.common_libs import structure
-from tensorflow_federated.python.core.impl.compiler import array
-from tensorflow_federated.python.core.impl.executors import remote_executor
-from tensorflow_federated.python.core.impl.executors import value_serialization
-from tensorflow_federated.python.core.impl.types import array_shape
-from tensorflow_federated.python.core.impl.types import dtype_utils
-from tensorflow_federated.python.core.impl.types import type_serialization
+from fl_common.tff_private import executor_pb2
+from fl_common.tff_private import structure
+from fl_common.tff_private import array
+from fl_common.tff_private import remote_executor
+from fl_common.tff_private import value_serialization
+from fl_common.tff_private import array_shape
+from fl_common.tff_private import dtype_utils
+from fl_common.tff_private import type_serialization
 
 
 def _worker_dataset_options() -> tf.data.Options:

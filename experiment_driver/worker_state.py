@@ -43,14 +43,14 @@ from typing import Any, Optional
 
 import tensorflow_federated as tff
 import tree
-from tensorflow_federated.python.common_libs import async_utils
-from tensorflow_federated.python.common_libs import structure
-from tensorflow_federated.python.core.impl.execution_contexts import async_execution_context
-from tensorflow_federated.python.core.impl.executors import executor_base
-from tensorflow_federated.python.core.impl.executors import executor_value_base
-from tensorflow_federated.python.core.impl.executors import ingestable_base
-from tensorflow_federated.python.core.impl.executors import remote_executor
-from tensorflow_federated.python.core.impl.types import type_conversions
+from fl_common.tff_private import async_utils
+from fl_common.tff_private import structure
+from fl_common.tff_private import async_execution_context
+from fl_common.tff_private import executor_base
+from fl_common.tff_private import executor_value_base
+from fl_common.tff_private import ingestable_base
+from fl_common.tff_private import remote_executor
+from fl_common.tff_private import type_conversions
 
 
 class StateOnWorker(ingestable_base.Ingestable):

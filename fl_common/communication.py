@@ -26,7 +26,7 @@ from typing import NamedTuple
 
 import numpy as np
 import tensorflow_federated as tff
-from tensorflow_federated.python.core.impl.compiler import building_blocks
+from fl_common.tff_private import building_blocks
 
 
 class CommunicationCost(NamedTuple):

@@ -17,7 +17,7 @@ import gc
 import tensorflow_federated as tff
 # Below TFF's public API: the context that raises on use, as TFF installs
 # when no runtime is set; `tff.framework` exports no such context.
-from tensorflow_federated.python.core.impl.context_stack import runtime_error_context
+from fl_common.tff_private import runtime_error_context
 
 
 def refuse_unmanaged_default_context() -> None:

@@ -59,7 +59,7 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 from tensorflow.python.eager import tape as tape_lib
-from tensorflow_federated.python.core.environments.tensorflow_frontend import variable_utils
+from fl_common.tff_private import variable_utils
 
 from fl_common import fused
 from fl_common import resident

@@ -31,7 +31,7 @@ from typing import Any
 
 import tensorflow as tf
 import tensorflow_federated as tff
-from tensorflow_federated.python.learning.optimizers import nest_utils
+from fl_common.tff_private import nest_utils
 
 from large_cohort import trust_ratio_optimizer
 

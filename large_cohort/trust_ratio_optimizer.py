@@ -16,7 +16,7 @@ from typing import Any, Union
 
 import tensorflow as tf
 import tensorflow_federated as tff
-from tensorflow_federated.python.common_libs import structure
+from fl_common.tff_private import structure
 
 Float = Union[float, tf.Tensor]
 State = collections.OrderedDict[str, Any]

@@ -30,7 +30,7 @@ from typing import Optional
 
 import tensorflow as tf
 import tensorflow_federated as tff
-from tensorflow_federated.python.simulation.models import resnet_models
+from fl_common.tff_private import resnet_models
 
 from tasks import tff_tasks
 

@@ -35,7 +35,7 @@ Where this task differs from SPEC.md or the paper, and why:
 from typing import Optional
 
 import tensorflow_federated as tff
-from tensorflow_federated.python.simulation.baselines.stackoverflow import word_prediction_tasks
+from fl_common.tff_private import word_prediction_tasks
 
 from tasks import data_files
 from tasks import tff_tasks

@@ -5,7 +5,7 @@ import os
 import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
-from tensorflow_federated.python.simulation.models import resnet_models
+from fl_common.tff_private import resnet_models
 
 from tasks import cifar100
 from tests import task_checks

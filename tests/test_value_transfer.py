@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 import tensorflow_federated as tff
-from tensorflow_federated.proto.v0 import executor_pb2
-from tensorflow_federated.python.core.impl.executors import value_serialization
+from fl_common.tff_private import executor_pb2
+from fl_common.tff_private import value_serialization
 
 from experiment_driver import value_transfer
 from tests import tiny_models

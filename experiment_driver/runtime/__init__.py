@@ -23,9 +23,9 @@ each of their computations runs inside one of the context managers below.
 
 Modules: `in_process` (the in-process executor and devices), `workers`
 (processes), `stubs` (gRPC and health probes), `contexts` (execution
-contexts, cohort splitting). This package is the one place where the
-package goes below TFF's public API; `tests/test_runtime.py` imports every
-private symbol it uses.
+contexts, cohort splitting). This package holds most of the package's uses
+of TFF's private API, each imported through `fl_common.tff_private` (the
+one door to it, with the reasons).
 """
 
 import atexit
@@ -37,9 +37,9 @@ from typing import Any, Optional
 
 import tensorflow_federated as tff
 
-from tensorflow_federated.python.core.impl.context_stack import context_base
-from tensorflow_federated.python.core.impl.context_stack import context_stack_impl
-from tensorflow_federated.python.core.impl.executors import remote_executor_grpc_stub
+from fl_common.tff_private import context_base
+from fl_common.tff_private import context_stack_impl
+from fl_common.tff_private import remote_executor_grpc_stub
 
 
 from experiment_driver.runtime import contexts

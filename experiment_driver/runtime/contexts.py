@@ -4,7 +4,7 @@
 own; `_CohortSplittingContext` spreads each computation's cohort over workers
 (and over slices of a bounded size) and merges the partial aggregates.
 
-This is the one place where the package goes below TFF's public API (TFF 0.87
+It goes below TFF's public API (through `fl_common.tff_private`; TFF 0.87
 is pinned): TFF offers no public way to run a computation on executor
 services the caller started and owns, nor to split a cohort over them with
 results kept in client order.
@@ -19,21 +19,21 @@ from absl import logging
 import numpy as np
 import tensorflow_federated as tff
 import tree
-from tensorflow_federated.python.common_libs import async_utils
-from tensorflow_federated.python.common_libs import structure
-from tensorflow_federated.python.core.backends.native import compiler
-from tensorflow_federated.python.core.backends.native import mergeable_comp_compiler
-from tensorflow_federated.python.core.environments.tensorflow_frontend import tensorflow_computation
-from tensorflow_federated.python.core.impl.computation import computation_impl
-from tensorflow_federated.python.core.impl.context_stack import context_base
-from tensorflow_federated.python.core.impl.execution_contexts import async_execution_context
-from tensorflow_federated.python.core.impl.execution_contexts import compiler_pipeline
-from tensorflow_federated.python.core.impl.execution_contexts import mergeable_comp_execution_context
-from tensorflow_federated.python.core.impl.execution_contexts import sync_execution_context
-from tensorflow_federated.python.core.impl.executor_stacks import python_executor_stacks
-from tensorflow_federated.python.core.impl.executors import cardinalities_utils
-from tensorflow_federated.python.core.impl.types import type_analysis
-from tensorflow_federated.python.core.impl.types import type_conversions
+from fl_common.tff_private import async_utils
+from fl_common.tff_private import structure
+from fl_common.tff_private import compiler
+from fl_common.tff_private import mergeable_comp_compiler
+from fl_common.tff_private import tensorflow_computation
+from fl_common.tff_private import computation_impl
+from fl_common.tff_private import context_base
+from fl_common.tff_private import async_execution_context
+from fl_common.tff_private import compiler_pipeline
+from fl_common.tff_private import mergeable_comp_execution_context
+from fl_common.tff_private import sync_execution_context
+from fl_common.tff_private import python_executor_stacks
+from fl_common.tff_private import cardinalities_utils
+from fl_common.tff_private import type_analysis
+from fl_common.tff_private import type_conversions
 
 from experiment_driver import value_transfer
 from experiment_driver.runtime import in_process
@@ -168,8 +168,9 @@ class _InProcessContext(context_base.SyncContext):
   """One device's in-process context, run on the calling thread.
 
   TFF's `AsyncExecutionContext` over `in_process.context_settings(device)`
-  (the same argument transform, cardinalities, ingestion and result
-  conversion), without two costs of TFF's `SyncExecutionContext` that
+  (the same argument transform, cardinalities, ingestion and conversion of
+  results to the computation's Python containers), without two costs of
+  TFF's `SyncExecutionContext` that
   serve remote executors and were about a third of a small model's planned
   round (synthetic_lr, 20 clients): the hop to an event-loop thread at
   every call, and a compiled-computation cache keyed by `hash(comp)`, which
@@ -184,6 +185,10 @@ class _InProcessContext(context_base.SyncContext):
     self.device = device
     settings = in_process.context_settings(device)
     self._compiler_fn = settings.pop('compiler_fn')
+    # No result transform: TFF's turns eager tensors into NumPy, and every
+    # result here is NumPy already (fetched from a session, or an argument
+    # passed through, which `transform_args` made NumPy).
+    settings['transform_result'] = None
     self._context = async_execution_context.AsyncExecutionContext(
         compiler_fn=None, **settings)
     self._compiled = in_process.IdentityCache()

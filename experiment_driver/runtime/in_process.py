@@ -52,22 +52,22 @@ from typing import Any, Callable, Optional
 import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
-from tensorflow_federated.python.common_libs import structure
-from tensorflow_federated.proto.v0 import computation_pb2 as pb
-from tensorflow_federated.python.core.impl.compiler import array
-from tensorflow_federated.python.core.impl.compiler import intrinsic_defs
-from tensorflow_federated.python.core.backends.native import compiler
-from tensorflow_federated.python.core.environments.tensorflow_frontend import tensorflow_computation
-from tensorflow_federated.python.core.impl.executor_stacks import python_executor_stacks
-from tensorflow_federated.python.core.impl.executors import executor_base
-from tensorflow_federated.python.core.impl.executors import executor_factory as executor_factory_lib
-from tensorflow_federated.python.core.impl.executors import executor_value_base
-from tensorflow_federated.python.core.impl.types import placements
-from tensorflow_federated.python.core.impl.types import type_serialization
+from fl_common.tff_private import structure
+from fl_common.tff_private import computation_pb2 as pb
+from fl_common.tff_private import array
+from fl_common.tff_private import intrinsic_defs
+from fl_common.tff_private import compiler
+from fl_common.tff_private import tensorflow_computation
+from fl_common.tff_private import python_executor_stacks
+from fl_common.tff_private import executor_base
+from fl_common.tff_private import executor_factory as executor_factory_lib
+from fl_common.tff_private import executor_value_base
+from fl_common.tff_private import placements
+from fl_common.tff_private import type_serialization
 from tensorflow.python.eager import context as tf_context
-from tensorflow_federated.python.core.impl.utils import tensorflow_utils
-from tensorflow_federated.python.tensorflow_libs import graph_utils
-from tensorflow_federated.python.tensorflow_libs import serialization_utils
+from fl_common.tff_private import tensorflow_utils
+from fl_common.tff_private import graph_utils
+from fl_common.tff_private import serialization_utils
 
 from experiment_driver import value_transfer
 

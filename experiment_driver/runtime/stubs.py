@@ -11,9 +11,9 @@ from collections.abc import Sequence
 from typing import Any, Optional
 
 import grpc
-from tensorflow_federated.proto.v0 import executor_pb2
-from tensorflow_federated.python.core.impl.executors import executors_errors
-from tensorflow_federated.python.core.impl.executors import remote_executor_grpc_stub
+from fl_common.tff_private import executor_pb2
+from fl_common.tff_private import executors_errors
+from fl_common.tff_private import remote_executor_grpc_stub
 
 _GRPC_MAX_MESSAGE_BYTES = 2 * 1000 * 1000 * 1000
 _GRPC_OPTIONS = [
