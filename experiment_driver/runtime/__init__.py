@@ -147,6 +147,7 @@ def local_context(
   _check_max_clients_per_call(max_clients_per_call)
   planned = in_process.plan_devices(devices,
                                     record_placement=record_placement)
+  context = None
   try:
     if len(planned) == 1 and max_clients_per_call is None:
       context = _InProcessContext(planned[0])
@@ -156,6 +157,8 @@ def local_context(
           max_clients_per_slice=max_clients_per_call)
     yield context, planned
   finally:
+    if isinstance(context, _InProcessContext):
+      context.close()
     for device in planned:
       device.close()
 

@@ -193,8 +193,9 @@ class _InProcessContext(context_base.SyncContext):
         compiler_fn=None, **settings)
     self._compiled = in_process.IdentityCache()
     self._loops = threading.local()
+    self._all_loops = []  # Every thread's, to close with the context.
     self._thread = None
-    self._thread_lock = threading.Lock()
+    self._lock = threading.Lock()
 
   def _compile(self, comp: tff.Computation) -> tff.Computation:
     # With `comp`'s own type: its results' Python containers (attrs
@@ -211,11 +212,20 @@ class _InProcessContext(context_base.SyncContext):
       loop = getattr(self._loops, 'loop', None)
       if loop is None:
         loop = self._loops.loop = asyncio.new_event_loop()
+        with self._lock:
+          self._all_loops.append(loop)
       return loop.run_until_complete(coro)
-    with self._thread_lock:
+    with self._lock:
       if self._thread is None:
         self._thread = async_utils.AsyncThreadRunner()
     return self._thread.run_coro_and_return_result(coro)
+
+  def close(self) -> None:
+    """Closes the event loops the calls ran on."""
+    with self._lock:
+      loops, self._all_loops = self._all_loops, []
+    for loop in loops:
+      loop.close()
 
 
 class _CohortSplittingContext(context_base.SyncContext):
