@@ -210,3 +210,9 @@ ALGORITHMS = {
     'feddyn': _build_feddyn,
     'scaffold': _build_scaffold,
 }
+
+
+FAMILY = algorithm_setup.Family(
+    algorithms=ALGORITHMS, shared_flags=SHARED_FLAGS, why_not=WHY_NOT,
+    own_flags=OWN_FLAGS, unused_own_flags=unused_own_flags,
+    effective_hparams=effective_hparams)

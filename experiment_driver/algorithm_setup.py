@@ -1,8 +1,9 @@
 """What the driver hands an algorithm family, and what it gets back.
 
 Each algorithm family has one module `experiment_driver/<family>_setup.py`
-that defines its absl flags and a mapping `ALGORITHMS` from the name used with
-`--algorithm` to a function `BuildContext -> AlgorithmSetup`. The algorithm
+that defines its absl flags and a `Family` record (`FAMILY`), whose
+`algorithms` map the name used with `--algorithm` to a function
+`BuildContext -> AlgorithmSetup`. The algorithm
 itself (`build_<name>(model_fn, ...)`) lives in its paper's package and never
 sees flags.
 """
@@ -31,8 +32,8 @@ RoundMetricsFn = Callable[[int, Sequence[str], Mapping[str, Any]],
 class BuildContext:
   """Everything built from the shared flags, ready for an algorithm builder.
 
-  A family gets only what it honours (its `SHARED_FLAGS`): the others are
-  `None`.
+  A family gets only what it honours (its `Family.shared_flags`): the
+  others are `None`.
   """
 
   task_name: str
@@ -172,3 +173,43 @@ class AlgorithmSetup:
   # How the rounds run where the driver chose it (shards, lanes),
   # printed at the start; not what they compute. '': nothing to say.
   execution: str = ''
+
+
+@dataclasses.dataclass(frozen=True)
+class Family:
+  """One algorithm family, as the driver sees it (each
+  `experiment_driver/<family>_setup.py` declares one, `FAMILY`).
+
+  Attributes:
+    algorithms: `--algorithm` name -> `BuildContext -> AlgorithmSetup`.
+    shared_flags: Per algorithm, which of
+      `flag_groups.FAMILY_DEPENDENT_FLAGS` it honours.
+    why_not: Per algorithm, why it does not honour the rest (the refusal's
+      wording).
+    own_flags: Each flag the family defines (or shares with another family)
+      -> the algorithms that use it.
+    unused_own_flags: `(algorithm, flag values) -> {flag: why}` for own
+      flags that other flags' values make moot.
+    effective_hparams: `(algorithm, flag values) -> {flag: value}`, the
+      values in use that the flags left to the family's defaults (e.g. the
+      tuned learning rates).
+  """
+
+  algorithms: Mapping[str, Callable[[BuildContext], AlgorithmSetup]]
+  shared_flags: Mapping[str, frozenset[str]]
+  why_not: Mapping[str, str]
+  own_flags: Mapping[str, frozenset[str]]
+  unused_own_flags: Callable[[str, Mapping[str, Any]], dict[str, str]]
+  effective_hparams: Callable[[str, Mapping[str, Any]], dict[str, Any]]
+
+  def __post_init__(self):
+    for field in ('shared_flags', 'why_not'):
+      keys = set(getattr(self, field))
+      if keys != set(self.algorithms):
+        raise ValueError(f'{field} names {sorted(keys)}, the family has'
+                         f' {sorted(self.algorithms)}')
+    for flag, users in self.own_flags.items():
+      if not set(users) <= set(self.algorithms):
+        extra = sorted(set(users) - set(self.algorithms))
+        raise ValueError(f'own flag {flag} is used by {extra}, not of this'
+                         ' family')

@@ -48,7 +48,7 @@ def _effective() -> dict[str, Any]:
 
 def _honours(name: str) -> bool:
   algorithm = families.ALGORITHM.value
-  return name in families.FAMILY_OF[algorithm].SHARED_FLAGS[algorithm]
+  return name in families.FAMILY_OF[algorithm].shared_flags[algorithm]
 
 
 def experiment_name() -> str:

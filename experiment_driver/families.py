@@ -1,30 +1,25 @@
 """The algorithm families the driver knows, and `--algorithm`.
 
-Each family is one module `experiment_driver/<family>_setup.py` declaring:
-
-* `ALGORITHMS`: `--algorithm` name -> `BuildContext -> AlgorithmSetup`;
-* `SHARED_FLAGS`: per algorithm, which of `flag_groups.FAMILY_DEPENDENT_FLAGS`
-  it honours, and `WHY_NOT`: per algorithm, why it does not honour the rest;
-* `OWN_FLAGS`: each flag the module defines (or shares with another family,
-  e.g. `flag_groups.CLIENTS_PER_SHARD`) -> the algorithms that use it, and
-  `unused_own_flags(algorithm, values)` for the ones that other flags'
-  values make moot;
-* `effective_hparams(algorithm, values)`: the values in use that the flags
-  left to the family's defaults (e.g. the tuned learning rates).
+Each family is one module `experiment_driver/<family>_setup.py` declaring
+its flags and one `algorithm_setup.Family` record, `FAMILY`: its algorithms
+(`--algorithm` name -> `BuildContext -> AlgorithmSetup`), which shared flags
+each honours and why not the rest, its own flags and their users, and the
+values its defaults give unset flags (`effective_hparams`). A new family is
+one more module and one more entry in `FAMILIES`.
 """
-
-from types import ModuleType
 
 from absl import flags
 
 from experiment_driver import adabest_setup
+from experiment_driver import algorithm_setup
 from experiment_driver import fedopt_setup
 from experiment_driver import gel_setup
 
-FAMILIES: tuple[ModuleType, ...] = (fedopt_setup, adabest_setup, gel_setup)
-FAMILY_OF: dict[str, ModuleType] = {
-    name: family for family in FAMILIES for name in family.ALGORITHMS}
-ALGORITHMS = {name: family.ALGORITHMS[name]
+FAMILIES: tuple[algorithm_setup.Family, ...] = (
+    fedopt_setup.FAMILY, adabest_setup.FAMILY, gel_setup.FAMILY)
+FAMILY_OF: dict[str, algorithm_setup.Family] = {
+    name: family for family in FAMILIES for name in family.algorithms}
+ALGORITHMS = {name: family.algorithms[name]
               for name, family in FAMILY_OF.items()}
 ALGORITHM_NAMES = tuple(ALGORITHMS)
 

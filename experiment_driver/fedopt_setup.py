@@ -95,3 +95,9 @@ def _build_fedsgd(
 
 
 ALGORITHMS = {'fedopt': _build_fedopt, 'fedsgd': _build_fedsgd}
+
+
+FAMILY = algorithm_setup.Family(
+    algorithms=ALGORITHMS, shared_flags=SHARED_FLAGS, why_not=WHY_NOT,
+    own_flags=OWN_FLAGS, unused_own_flags=unused_own_flags,
+    effective_hparams=effective_hparams)

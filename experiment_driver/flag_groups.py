@@ -322,7 +322,7 @@ SEED = flags.DEFINE_integer(
     'seed', 0, 'Seed of client sampling, data splits and model init.')
 
 # Flags whose use depends on the algorithm family (each family's
-# `SHARED_FLAGS` says which it honours); every other shared flag is used by
+# `Family.shared_flags` says which it honours); every other shared flag is used by
 # every algorithm, subject to `flag_rules` (task, optimizer, runtime).
 flags.register_validator('dirichlet_alpha', lambda v: v is None or v > 0,
                          message='must be > 0')

@@ -50,13 +50,13 @@ def unused_flags(values: Mapping[str, Any]) -> dict[str, str]:
   task = tasks.TASKS[task_name]
   family = families.FAMILY_OF[algorithm]
 
-  honoured = family.SHARED_FLAGS[algorithm]
+  honoured = family.shared_flags[algorithm]
   for name in f.FAMILY_DEPENDENT_FLAGS - honoured:
     why[name] = (f'is not used by --algorithm={algorithm}:'
-                 f' {family.WHY_NOT[algorithm]}')
+                 f' {family.why_not[algorithm]}')
   users_of: dict[str, set[str]] = {}
   for other in families.FAMILIES:  # A flag may be used by several families.
-    for name, users in other.OWN_FLAGS.items():
+    for name, users in other.own_flags.items():
       users_of.setdefault(name, set()).update(users)
   for name, users in users_of.items():
     if algorithm not in users:
@@ -183,7 +183,7 @@ def effective_hparams(values: Mapping[str, Any]) -> dict[str, Any]:
   defaults), by flag name."""
   algorithm = values['algorithm']
   task = tasks.TASKS[values['task']]
-  honoured = families.FAMILY_OF[algorithm].SHARED_FLAGS[algorithm]
+  honoured = families.FAMILY_OF[algorithm].shared_flags[algorithm]
   effective = {}
   if 'train_batch_size' in honoured:
     effective['train_batch_size'] = (values['train_batch_size'] or

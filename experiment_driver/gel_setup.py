@@ -371,3 +371,9 @@ def write_run_summary(run_dir: str, task_name: str) -> dict[str, float]:
     json.dump(dict(summary, target_accuracy=target), f, indent=2,
               sort_keys=True)
   return summary
+
+
+FAMILY = algorithm_setup.Family(
+    algorithms=ALGORITHMS, shared_flags=SHARED_FLAGS, why_not=WHY_NOT,
+    own_flags=OWN_FLAGS, unused_own_flags=unused_own_flags,
+    effective_hparams=effective_hparams)

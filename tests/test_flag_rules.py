@@ -11,6 +11,7 @@ per-round metrics and run summary).
 """
 
 import contextlib
+import dataclasses
 import os
 
 from absl import flags
@@ -230,7 +231,7 @@ def test_each_flag_changes_the_run_or_is_refused(algorithm, small_task,
         return given
       except tuned_defaults.MissingTunedRateError:
         pass
-    honoured = families.FAMILY_OF[algorithm].SHARED_FLAGS[algorithm]
+    honoured = families.FAMILY_OF[algorithm].shared_flags[algorithm]
     return {**{name: '0.07' for name in ('server_learning_rate',
                                           'client_learning_rate')
                if name in honoured}, **given}
@@ -411,3 +412,13 @@ def test_a_learning_rate_without_a_tuned_value_is_refused_before_any_work():
   with _command_line(algorithm='fedsgd', task='cifar10',
                      server_optimizer='sgdm', server_learning_rate='0.01'):
     flag_rules.check_flags()
+
+
+def test_a_family_record_refuses_an_incomplete_declaration():
+  family = families.FAMILY_OF['fedopt']
+  with pytest.raises(ValueError, match='why_not names'):
+    dataclasses.replace(family, why_not={'fedopt': 'x'})
+  with pytest.raises(ValueError, match='own flag lanes is used by'):
+    dataclasses.replace(family, own_flags={'lanes': frozenset({'adabest'})})
+  assert {name for f in families.FAMILIES for name in f.algorithms} == set(
+      families.ALGORITHM_NAMES)
