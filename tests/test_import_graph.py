@@ -47,7 +47,8 @@ def _imported_packages(path):
     else:
       continue
     for name in names:
-      if name not in _ALWAYS_ALLOWED:
+      if not any(name == allowed or name.startswith(allowed + '.')
+                 for allowed in _ALWAYS_ALLOWED):
         yield name.split('.')[0]
 
 

@@ -1,8 +1,14 @@
-"""TFF execution contexts on the package's workers.
+"""TFF execution contexts on the package's workers and devices.
 
 `_WorkerContext` runs one worker's `AsyncExecutionContext` on a thread of its
-own; `_CohortSplittingContext` spreads each computation's cohort over workers
-(and over slices of a bounded size) and merges the partial aggregates.
+own, `_DeviceContext` one in-process device's; `_InProcessContext` runs one
+device's calls on the calling thread; `_CohortSplittingContext` spreads each
+computation's cohort over workers or devices (and over slices of a bounded
+size) and merges the partial aggregates.
+
+Why one module: the four are the same TFF context put to four uses (same
+compiler, argument transform and result conversion), and the splitting
+context drives the others; apart, each would import the rest.
 
 It goes below TFF's public API (through `fl_common.tff_private`; TFF 0.87
 is pinned): TFF offers no public way to run a computation on executor
