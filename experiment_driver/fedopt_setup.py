@@ -50,17 +50,15 @@ def effective_hparams(algorithm: str, values: Mapping[str, Any]
     tuned_defaults.MissingTunedRateError: If a rate is unset and none is
       tuned for the task and server optimizer.
   """
-  names = ['server_learning_rate']
-  if algorithm == 'fedopt':
-    names.append('client_learning_rate')
+  names = (('server_learning_rate', 'client_learning_rate')
+           if algorithm == 'fedopt' else ('server_learning_rate',))
   rates = {name: values[name] for name in names}
-  if any(rate is None for rate in rates.values()):
-    tuned = dict(zip(('server_learning_rate', 'client_learning_rate'),
-                     tuned_defaults.learning_rates(
-                         values['task'], values['server_optimizer'],
-                         fedsgd=algorithm == 'fedsgd')))
-    rates = {name: tuned[name] if rate is None else rate
-             for name, rate in rates.items()}
+  if None in rates.values():  # Only then is the table needed.
+    tuned = tuned_defaults.learning_rates(
+        values['task'], values['server_optimizer'],
+        fedsgd=algorithm == 'fedsgd')
+    rates = {name: tuned[i] if rate is None else rate
+             for i, (name, rate) in enumerate(rates.items())}
   return rates
 
 

@@ -176,9 +176,9 @@ class _InProcessContext(context_base.SyncContext):
   TFF's `AsyncExecutionContext` over `in_process.context_settings(device)`
   (the same argument transform, cardinalities, ingestion and conversion of
   results to the computation's Python containers), without two costs of
-  TFF's `SyncExecutionContext` that
-  serve remote executors and were about a third of a small model's planned
-  round (synthetic_lr, 20 clients): the hop to an event-loop thread at
+  TFF's `SyncExecutionContext` that serve remote executors and were about a
+  third of a small model's planned round (synthetic_lr, 20 clients): the
+  hop to an event-loop thread at
   every call, and a compiled-computation cache keyed by `hash(comp)`, which
   serializes the computation's whole proto at every call. Here each call
   runs on an event loop of the calling thread, and a computation is
