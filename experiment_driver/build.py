@@ -111,22 +111,10 @@ def create_task() -> tff.simulation.baselines.BaselineTask:
   if record.downloads:
     data_files.configure(offline=f.OFFLINE.value or None,
                          progress=f.PROGRESS.value)
-  extras = {}
-  if f.TASK.value == 'synthetic':
-    extras = dict(num_classes=effective['synthetic_num_classes'],
-                  alpha=effective['synthetic_alpha'],
-                  beta=effective['synthetic_beta'])
-    if f.SYNTHETIC_MISALIGNED_FRACTION.value:
-      extras.update(
-          misaligned_fraction=f.SYNTHETIC_MISALIGNED_FRACTION.value,
-          misaligned_scale=effective['synthetic_misaligned_scale'])
-  if record.partitioned:
-    extras = dict(model=('cnn' if effective.get('digits_model') == 'cnn'
-                         else None),
-                  num_clients=f.NUM_CLIENTS.value,
-                  dirichlet_alpha=f.DIRICHLET_ALPHA.value,
-                  unbalanced_sigma=f.UNBALANCED_SIGMA.value,
-                  partition_seed=f.PARTITION_SEED.value)
+  values = flag_rules.values_of()
+  extras = tasks.records.builder_arguments(
+      record, {**values, **effective},
+      set(flag_rules.unused_task_flags(f.TASK.value, values)))
   return tasks.create_task(
       f.TASK.value,
       **extras,

@@ -58,55 +58,30 @@ VALIDATION_FRACTION = flags.DEFINE_float(
     ' held out for validation (SPEC.md: 80/20).', lower_bound=0.0,
     upper_bound=0.9)
 
-# LEAF's Synthetic generator (--task=synthetic), as LEAF names its settings.
-SYNTHETIC_NUM_CLASSES = flags.DEFINE_integer(
-    'synthetic_num_classes', None,
-    'Synthetic: classes of LEAF\'s generator and the model; default LEAF\'s'
-    ' 5 (GeL\'s Table 1: 305 parameters; FedProx used 10).', lower_bound=2,
-    upper_bound=1000)
-SYNTHETIC_ALPHA = flags.DEFINE_float(
-    'synthetic_alpha', None,
-    'Synthetic: LEAF\'s alpha, model heterogeneity across clients; default'
-    ' LEAF\'s 0.1.', lower_bound=0.0)
-SYNTHETIC_BETA = flags.DEFINE_float(
-    'synthetic_beta', None,
-    'Synthetic: LEAF\'s beta, data heterogeneity across clients; default'
-    ' LEAF\'s 1.0.', lower_bound=0.0)
-SYNTHETIC_MISALIGNED_FRACTION = flags.DEFINE_float(
-    'synthetic_misaligned_fraction', None,
-    'Synthetic: fraction of clients made misaligned, a mechanism test of the'
-    ' large-cohort paper\'s Section 3.1 (labels opposite to their model\'s,'
-    ' features scaled by --synthetic_misaligned_scale; a fixed, seeded set);'
-    ' default none.', lower_bound=0.0, upper_bound=0.5)
-SYNTHETIC_MISALIGNED_SCALE = flags.DEFINE_float(
-    'synthetic_misaligned_scale', None,
-    'Synthetic: the misaligned clients\' feature scale; default 10.',
-    lower_bound=1e-6)
-SYNTHETIC_FLAGS = frozenset(
-    {'synthetic_num_classes', 'synthetic_alpha', 'synthetic_beta',
-     'synthetic_misaligned_fraction', 'synthetic_misaligned_scale'})
 
-DIGITS_MODEL = flags.DEFINE_enum(
-    'digits_model', None, ['mlp', 'cnn'],
-    'Digits: the model; default AdaBest\'s MLP 2x100 (as EMNIST-L), or a'
-    ' small CNN (two 3x3 conv + pool blocks).')
+def _define_task_flag(spec: tasks.TaskFlag) -> flags.FlagHolder:
+  """Defines one task's own flag from its `tasks.TaskFlag`."""
+  if spec.type is str:
+    holder = flags.DEFINE_enum(spec.name, spec.flag_default,
+                               list(spec.choices), spec.help)
+  else:
+    define = (flags.DEFINE_integer if spec.type is int else
+              flags.DEFINE_float)
+    holder = define(spec.name, spec.flag_default, spec.help,
+                    lower_bound=spec.lower_bound,
+                    upper_bound=spec.upper_bound)
+  if spec.greater_than is not None:
+    flags.register_validator(
+        spec.name, lambda v, bound=spec.greater_than: v is None or v > bound,
+        message=f'must be > {spec.greater_than:g}')
+  return holder
 
-# Partitioned tasks (AdaBest's protocol: emnist_l, cifar10,
-# cifar100_partitioned, synthetic_partitioned).
-NUM_CLIENTS = flags.DEFINE_integer(
-    'num_clients', 100,
-    'Training clients of a partitioned task (plus 10 % validation clients).',
-    lower_bound=2)
-DIRICHLET_ALPHA = flags.DEFINE_float(
-    'dirichlet_alpha', None,
-    'Dirichlet label-skew concentration of a partitioned task (AdaBest: 0.3,'
-    ' 0.03; > 0); unset: IID.')
-UNBALANCED_SIGMA = flags.DEFINE_float(
-    'unbalanced_sigma', 0.0,
-    'Sigma of log-normal client sizes of a partitioned task (AdaBest: 0.3);'
-    ' 0: balanced.', lower_bound=0.0)
-PARTITION_SEED = flags.DEFINE_integer(
-    'partition_seed', 0, 'Seed of the partition of a partitioned task.')
+
+# The tasks' own flags (LEAF Synthetic's generator, the partitioned tasks'
+# partition, digits' model, ...), derived from the task records
+# (`tasks.TASK_FLAGS`); `flag_rules` refuses them for the other tasks.
+TASK_FLAGS = {name: _define_task_flag(spec)
+              for name, spec in tasks.TASK_FLAGS.items()}
 
 # Process (`--algorithm` is defined in `experiment_driver.families`).
 UNIFORM_WEIGHTING = flags.DEFINE_bool(
@@ -324,8 +299,6 @@ SEED = flags.DEFINE_integer(
 # Flags whose use depends on the algorithm family (each family's
 # `Family.shared_flags` says which it honours); every other shared flag is used by
 # every algorithm, subject to `flag_rules` (task, optimizer, runtime).
-flags.register_validator('dirichlet_alpha', lambda v: v is None or v > 0,
-                         message='must be > 0')
 CLIENT_OPTIMIZER_FLAGS = optimizer_flag_names('client')
 SERVER_OPTIMIZER_FLAGS = optimizer_flag_names('server')
 SERVER_LR_SCALING_FLAGS = frozenset({
@@ -336,8 +309,6 @@ FAMILY_DEPENDENT_FLAGS = (
     CLIENT_OPTIMIZER_FLAGS | SERVER_OPTIMIZER_FLAGS | SERVER_LR_SCALING_FLAGS
     | AGGREGATOR_FLAGS
     | {'uniform_weighting', 'train_batch_size', 'client_epochs'})
-PARTITION_FLAGS = frozenset({
-    'num_clients', 'dirichlet_alpha', 'unbalanced_sigma', 'partition_seed'})
 # Flags that change where or how fast a run goes, not what it computes: they
 # are not recorded in hparams.json, and a run may be resumed with other
 # values of these.

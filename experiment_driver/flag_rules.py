@@ -17,7 +17,6 @@ from experiment_driver import families
 from experiment_driver import flag_groups as f
 from large_cohort import optimizers
 import tasks
-from tasks import synthetic
 
 _DRIVER_MODULE = 'experiment_driver'
 
@@ -79,19 +78,8 @@ def unused_flags(values: Mapping[str, Any]) -> dict[str, str]:
     for name in ('validation_fraction', 'max_elements_per_client'):
       why.setdefault(name, f'is not used by the partitioned --task={task_name}'
                      ' (10 % validation clients, whole client datasets)')
-  else:
-    for name in f.PARTITION_FLAGS:
-      why.setdefault(name, 'is only used by the partitioned tasks ('
-                     + ', '.join(tasks.PARTITIONED_TASKS) + ')')
-  if task_name != 'synthetic':
-    for name in f.SYNTHETIC_FLAGS:
-      why.setdefault(name, 'is only used by --task=synthetic (LEAF\'s'
-                     ' generator)')
-  elif not values['synthetic_misaligned_fraction']:
-    why.setdefault('synthetic_misaligned_scale', 'only scales misaligned'
-                   ' clients (--synthetic_misaligned_fraction > 0)')
-  if task_name != 'digits':
-    why.setdefault('digits_model', 'is only used by --task=digits')
+  for name, reason in unused_task_flags(task_name, values).items():
+    why.setdefault(name, reason)
   if not task.reads_files:
     for name in ('data_dir', 'use_synthetic_data'):
       why.setdefault(name, f'is not used by --task={task_name}, whose data'
@@ -127,6 +115,22 @@ def unused_flags(values: Mapping[str, Any]) -> dict[str, str]:
     if unused:
       for name in names:
         why.setdefault(name, reason)
+  return why
+
+
+def unused_task_flags(task_name: str,
+                      values: Mapping[str, Any]) -> dict[str, str]:
+  """The tasks' own flags (`tasks.TASK_FLAGS`) this task does not use: those
+  of other tasks, and those whose `needs` is unset."""
+  why = {}
+  own = {flag.name: flag for flag in tasks.TASKS[task_name].flags}
+  for name in tasks.TASK_FLAGS:
+    if name not in own:
+      users = [t for t, record in tasks.TASKS.items()
+               if any(flag.name == name for flag in record.flags)]
+      why[name] = 'is only used by --task=' + '/'.join(users)
+    elif own[name].needs and not values[own[name].needs[0]]:
+      why[name] = own[name].needs[1]
   return why
 
 
@@ -192,17 +196,11 @@ def effective_hparams(values: Mapping[str, Any]) -> dict[str, Any]:
     effective['client_epochs'] = values['client_epochs'] or task.client_epochs
   if 'clipping' in honoured and values['clipping'] is None:
     effective['clipping'] = f.clipping_default(algorithm)
-  if values['task'] == 'synthetic':
-    for name, default in (('synthetic_num_classes', synthetic.NUM_CLASSES),
-                          ('synthetic_alpha', synthetic.LEAF_ALPHA),
-                          ('synthetic_beta', synthetic.LEAF_BETA)):
-      effective[name] = default if values[name] is None else values[name]
-    if values['synthetic_misaligned_fraction']:
-      scale = values['synthetic_misaligned_scale']
-      effective['synthetic_misaligned_scale'] = (
-          synthetic.MISALIGNED_SCALE if scale is None else scale)
-  if values['task'] == 'digits':
-    effective['digits_model'] = values['digits_model'] or 'mlp'
+  unused = unused_task_flags(values['task'], values)
+  for spec in task.flags:
+    if spec.default is not None and spec.name not in unused:
+      effective[spec.name] = (spec.default if values[spec.name] is None
+                              else values[spec.name])
   effective.update(
       families.FAMILY_OF[algorithm].effective_hparams(algorithm, values))
   return effective

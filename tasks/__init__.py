@@ -1,17 +1,16 @@
 """The package's tasks, by name: each a `tff.simulation.baselines.BaselineTask`.
 
-`TASKS` maps a task name to its `TaskRecord`: its builder (every builder takes
-the same keyword arguments plus its own extras), batch size, epochs, accuracy
-metric and what kind of data it reads. Add a task by adding one record.
+`TASKS` maps a task name to its `TaskRecord` (`tasks.records`): its builder
+(every builder takes the same keyword arguments plus its own flags'), its own
+flags, batch size, epochs, accuracy metric and what kind of data it reads.
+Add a task by adding one record (docs/extending.md).
 Paper-specific settings per task (tuned learning rates, GeL's budgets) live
 with the algorithms that use them.
 """
 
 from fl_common import tf_environment  # Keras 2 for TFF, before TensorFlow  # pylint: disable=unused-import
 
-import dataclasses
 import functools
-from collections.abc import Callable
 from typing import Any, Optional
 
 import tensorflow_federated as tff
@@ -21,8 +20,11 @@ from tasks import emnist
 from tasks import partitioned_task
 from tasks import shakespeare
 from tasks import stackoverflow
+from tasks import records
 from tasks import synthetic
 from tasks.errors import MissingDataError
+from tasks.records import TaskFlag
+from tasks.records import TaskRecord
 
 
 def _create_partitioned(
@@ -61,61 +63,69 @@ def _create_partitioned(
       use_mock_data=use_synthetic_data, model=model)
 
 
-# AdaBest's data protocol (SPEC.md §2): centralized datasets partitioned over
-# --num_clients clients (IID or Dirichlet, balanced or log-normal sizes).
-PARTITIONED_TASKS = {
-    'emnist_l': 'emnist_l',
-    'cifar10': 'cifar10',
-    'cifar100_partitioned': 'cifar100',
-    'synthetic_partitioned': 'synthetic',
-    'digits': 'digits',
-}
+PARTITION_FLAGS = (
+    TaskFlag('num_clients', 'num_clients', int,
+             'Training clients of a partitioned task (plus 10 % validation'
+             ' clients).', example='50', flag_default=100, lower_bound=2),
+    TaskFlag('dirichlet_alpha', 'dirichlet_alpha', float,
+             'Dirichlet label-skew concentration of a partitioned task'
+             ' (AdaBest: 0.3, 0.03; > 0); unset: IID.', example='0.3',
+             greater_than=0.0),
+    TaskFlag('unbalanced_sigma', 'unbalanced_sigma', float,
+             'Sigma of log-normal client sizes of a partitioned task'
+             ' (AdaBest: 0.3); 0: balanced.', example='0.3',
+             flag_default=0.0, lower_bound=0.0),
+    TaskFlag('partition_seed', 'partition_seed', int,
+             'Seed of the partition of a partitioned task.', example='1',
+             flag_default=0),
+)
+# LEAF's Synthetic generator (--task=synthetic), as LEAF names its settings.
+SYNTHETIC_FLAGS = (
+    TaskFlag('synthetic_num_classes', 'num_classes', int,
+             'Synthetic: classes of LEAF\'s generator and the model; default'
+             ' LEAF\'s 5 (GeL\'s Table 1: 305 parameters; FedProx used 10).',
+             example='10', default=synthetic.NUM_CLASSES, lower_bound=2,
+             upper_bound=1000),
+    TaskFlag('synthetic_alpha', 'alpha', float,
+             'Synthetic: LEAF\'s alpha, model heterogeneity across clients;'
+             ' default LEAF\'s 0.1.', example='0.5',
+             default=synthetic.LEAF_ALPHA, lower_bound=0.0),
+    TaskFlag('synthetic_beta', 'beta', float,
+             'Synthetic: LEAF\'s beta, data heterogeneity across clients;'
+             ' default LEAF\'s 1.0.', example='0.5',
+             default=synthetic.LEAF_BETA, lower_bound=0.0),
+    TaskFlag('synthetic_misaligned_fraction', 'misaligned_fraction', float,
+             'Synthetic: fraction of clients made misaligned, a mechanism'
+             ' test of the large-cohort paper\'s Section 3.1 (labels opposite'
+             ' to their model\'s, features scaled by'
+             ' --synthetic_misaligned_scale; a fixed, seeded set); default'
+             ' none.', example='0.2', lower_bound=0.0, upper_bound=0.5),
+    TaskFlag('synthetic_misaligned_scale', 'misaligned_scale', float,
+             'Synthetic: the misaligned clients\' feature scale; default 10.',
+             example='3', default=synthetic.MISALIGNED_SCALE,
+             lower_bound=1e-6,
+             needs=('synthetic_misaligned_fraction',
+                    'only scales misaligned clients'
+                    ' (--synthetic_misaligned_fraction > 0)')),
+)
+DIGITS_FLAGS = (
+    TaskFlag('digits_model', 'model', str,
+             'Digits: the model; default AdaBest\'s MLP 2x100 (as EMNIST-L),'
+             ' or a small CNN (two 3x3 conv + pool blocks).', example='cnn',
+             default='mlp', choices=('mlp', 'cnn')),
+)
 
 
-@dataclasses.dataclass(frozen=True)
-class TaskRecord:
-  """Everything the package knows about one task, in one place.
-
-  Attributes:
-    builder: `(**kwargs) -> BaselineTask`, taking the common arguments
-      (`train_batch_size`, `eval_batch_size`, `num_epochs`,
-      `max_elements_per_client`, `data_dir`, `use_synthetic_data`,
-      `validation_fraction`, `seed`) plus, for partitioned tasks,
-      `num_clients`, `dirichlet_alpha`, `unbalanced_sigma`, `partition_seed`
-      and `model` (None: the paper's; 'digits' also has 'cnn').
-    train_batch_size: The papers' client batch size (SPEC.md §1-§3).
-    client_epochs: Local epochs per round: 1 in the large-cohort paper, 5 in
-      AdaBest.
-    accuracy_metric: The model metric the papers call "accuracy".
-    reads_files: Whether the data come from files (`data_dir`) that TFF's
-      small synthetic stand-in (`use_synthetic_data`) can replace; False for
-      data generated in memory.
-    downloads: Whether its files are fetched on first use (TFF's datasets:
-      `tasks.data_files`; TFDS's: `tasks.centralized_images`).
-    partitioned: Whether it is one of AdaBest's partitioned centralized
-      datasets (the partition arguments apply; the validation clients are
-      fixed at 10 %, so `validation_fraction` and `max_elements_per_client`
-      do not).
-  """
-
-  builder: Callable[..., tff.simulation.baselines.BaselineTask]
-  train_batch_size: int
-  client_epochs: int
-  accuracy_metric: str
-  reads_files: bool
-  downloads: bool = False
-  partitioned: bool = False
-
-
-def _partitioned_record(dataset: str) -> TaskRecord:
+def _partitioned_record(dataset: str,
+                        own_flags: tuple[TaskFlag, ...] = ()) -> TaskRecord:
+  in_memory = partitioned_task.DATASET_SETTINGS[dataset].load is not None
   return TaskRecord(
       builder=functools.partial(_create_partitioned, dataset),
       train_batch_size=partitioned_task.DEFAULT_BATCH_SIZE,
       client_epochs=partitioned_task.DEFAULT_NUM_EPOCHS,
       accuracy_metric=partitioned_task.ACCURACY_METRIC_NAME,
-      reads_files=dataset not in ('synthetic', 'digits'),
-      downloads=dataset not in ('synthetic', 'digits'),
-      partitioned=True)
+      reads_files=not in_memory, downloads=not in_memory, partitioned=True,
+      flags=PARTITION_FLAGS + own_flags)
 
 
 TASKS: dict[str, TaskRecord] = {
@@ -136,17 +146,32 @@ TASKS: dict[str, TaskRecord] = {
         downloads=True),
     'synthetic': TaskRecord(
         synthetic.create_synthetic_task, synthetic.DEFAULT_TRAIN_BATCH_SIZE, 1,
-        synthetic.ACCURACY_METRIC_NAME, reads_files=False),
-    **{name: _partitioned_record(dataset)
-       for name, dataset in PARTITIONED_TASKS.items()},
+        synthetic.ACCURACY_METRIC_NAME, reads_files=False,
+        flags=SYNTHETIC_FLAGS),
+    # AdaBest's data protocol (SPEC.md §2): centralized datasets partitioned
+    # over --num_clients clients (IID or Dirichlet, balanced or log-normal
+    # sizes), each a `partitioned_task.DATASET_SETTINGS` entry.
+    'emnist_l': _partitioned_record('emnist_l'),
+    'cifar10': _partitioned_record('cifar10'),
+    'cifar100_partitioned': _partitioned_record('cifar100'),
+    'synthetic_partitioned': _partitioned_record('synthetic'),
+    'digits': _partitioned_record('digits', DIGITS_FLAGS),
 }
+# The partitioned tasks' datasets, by task name (each builder is
+# `functools.partial(_create_partitioned, dataset)`).
+PARTITIONED_TASKS = {name: record.builder.args[0]
+                     for name, record in TASKS.items() if record.partitioned}
 TASK_NAMES = tuple(TASKS)
+# Every task's own flags by name (a flag several tasks take, once).
+TASK_FLAGS = records.flags_by_name(TASKS)
 
 __all__ = [
     'MissingDataError',
     'PARTITIONED_TASKS',
     'TASKS',
+    'TASK_FLAGS',
     'TASK_NAMES',
+    'TaskFlag',
     'TaskRecord',
     'create_task',
 ]

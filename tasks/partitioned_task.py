@@ -62,6 +62,28 @@ _MOMENTS_CHUNK_SIZE = 5_000
 Element = collections.OrderedDict[str, tf.Tensor]
 
 
+def _pooled_synthetic_data() -> tuple[
+    partition.CentralizedSplit, partition.CentralizedSplit, int
+]:
+  """LEAF Synthetic's training and test examples, each pooled over clients."""
+  clients = synthetic.generate_synthetic_clients(
+      num_clients=synthetic.NUM_CLIENTS, num_classes=_POOLED_SYNTHETIC_CLASSES
+  )
+  train_clients, test_clients = synthetic.split_client_examples(
+      clients, synthetic.LEAF_SEED
+  )
+
+  def pool(client_arrays: list[synthetic.ClientArrays]) -> (
+      partition.CentralizedSplit
+  ):
+    return partition.CentralizedSplit(
+        x=np.concatenate([x for x, _ in client_arrays]),
+        y=np.concatenate([y for _, y in client_arrays]),
+    )
+
+  return pool(train_clients), pool(test_clients), _POOLED_SYNTHETIC_CLASSES
+
+
 @dataclasses.dataclass(frozen=True)
 class DatasetSettings:
   """What differs between AdaBest's datasets (Section 4, supplementary D).
@@ -75,6 +97,9 @@ class DatasetSettings:
     augment_train_images: Whether training images get flips and crops.
     other_models: Further model choices by name (`model=` of
       `create_partitioned_task`), besides the default.
+    load: For data held in memory: `() -> (train, test, num_classes)`, the
+      centralized splits as `partition.CentralizedSplit`s; None: a TFDS image
+      dataset of `tasks.centralized_images` (downloaded on first use).
   """
 
   weight_decay: float
@@ -83,6 +108,8 @@ class DatasetSettings:
   augment_train_images: bool
   other_models: Mapping[str, Callable[..., tf.keras.Model]] = (
       dataclasses.field(default_factory=dict))
+  load: Optional[Callable[[], tuple[partition.CentralizedSplit,
+                                    partition.CentralizedSplit, int]]] = None
 
 
 DATASET_SETTINGS: dict[str, DatasetSettings] = {
@@ -110,7 +137,9 @@ DATASET_SETTINGS: dict[str, DatasetSettings] = {
         create_keras_model=adabest_models.create_mlp,
         standardize_inputs=True,
         augment_train_images=False,
-        other_models={'cnn': adabest_models.create_small_cnn},
+        other_models={'mlp': adabest_models.create_mlp,
+                      'cnn': adabest_models.create_small_cnn},
+        load=digits.load_splits,
     ),
     # FedDyn's synthetic experiments: weight decay 1e-5, raw features.
     'synthetic': DatasetSettings(
@@ -118,6 +147,7 @@ DATASET_SETTINGS: dict[str, DatasetSettings] = {
         create_keras_model=adabest_models.create_logistic_regression,
         standardize_inputs=False,
         augment_train_images=False,
+        load=_pooled_synthetic_data,
     ),
 }
 
@@ -184,10 +214,8 @@ def create_partitioned_task(
         f' {dataset!r}, got {model!r}.')
   create_keras_model = (settings.other_models[model] if model is not None
                         else settings.create_keras_model)
-  if dataset == 'synthetic':
-    train, test, num_classes = _pooled_synthetic_data()
-  elif dataset == 'digits':
-    train, test, num_classes = digits.load_splits()
+  if settings.load is not None:
+    train, test, num_classes = settings.load()
   else:
     num_classes = centralized_images.IMAGE_DATASETS[dataset].num_classes
     if use_mock_data:
@@ -414,25 +442,3 @@ def _channel_moments(images: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
   mean = total / count
   stddev = np.sqrt(np.maximum(total_of_squares / count - mean**2, 0.0))
   return mean.astype(np.float32), np.maximum(stddev, 1e-6).astype(np.float32)
-
-
-def _pooled_synthetic_data() -> tuple[
-    partition.CentralizedSplit, partition.CentralizedSplit, int
-]:
-  """LEAF Synthetic's training and test examples, each pooled over clients."""
-  clients = synthetic.generate_synthetic_clients(
-      num_clients=synthetic.NUM_CLIENTS, num_classes=_POOLED_SYNTHETIC_CLASSES
-  )
-  train_clients, test_clients = synthetic.split_client_examples(
-      clients, synthetic.LEAF_SEED
-  )
-
-  def pool(client_arrays: list[synthetic.ClientArrays]) -> (
-      partition.CentralizedSplit
-  ):
-    return partition.CentralizedSplit(
-        x=np.concatenate([x for x, _ in client_arrays]),
-        y=np.concatenate([y for _, y in client_arrays]),
-    )
-
-  return pool(train_clients), pool(test_clients), _POOLED_SYNTHETIC_CLASSES

@@ -17,43 +17,62 @@ import sys
 import pandas as pd
 
 _REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# `<!-- recipe: FILE after: ANCHOR -->` inserts the block after the line
+# ANCHOR of FILE; `<!-- recipe: FILE new -->` creates FILE.
 _RECIPE = re.compile(
-    r'<!-- recipe: (\S+) after: (.*?) -->\n```python\n(.*?)```', re.DOTALL)
+    r'<!-- recipe: (\S+) (?:after: (.*?)|(new)) -->\n```python\n(.*?)```',
+    re.DOTALL)
 _COMMAND = re.compile(r'<!-- recipe: run -->\n```sh\n(.*?)```', re.DOTALL)
 
 
-def _copy_with_recipes(document, destination):
-  """The repository copied to `destination`, with `document`'s insertions;
+def _section(title):
+  """The part of docs/extending.md under the heading starting `title`."""
+  with open(os.path.join(_REPO, 'docs', 'extending.md')) as f:
+    (section,) = [part for part in f.read().split('\n## ')
+                  if part.startswith(title)]
+  return section
+
+
+def _copy_with_recipes(section, destination):
+  """The repository copied to `destination`, with `section`'s insertions;
   the files they touched."""
   shutil.copytree(_REPO, destination, ignore=shutil.ignore_patterns(
       '.git', '.venv*', 'results', 'bazel-*', '__pycache__', '.ci'))
   touched = set()
-  for path, anchor, block in _RECIPE.findall(document):
+  for path, anchor, new, block in _RECIPE.findall(section):
     target = os.path.join(destination, path)
-    with open(target) as f:
-      text = f.read()
-    assert text.count(anchor) == 1, (path, anchor)
-    text = text.replace(anchor, anchor + '\n' + block.rstrip('\n'))
+    if new:
+      assert not os.path.exists(target), path
+      text = block
+    else:
+      with open(target) as f:
+        text = f.read()
+      assert text.count(anchor) == 1, (path, anchor)
+      text = text.replace(anchor, anchor + '\n' + block.rstrip('\n'))
     with open(target, 'w') as f:
       f.write(text)
     touched.add(path)
   return touched
 
 
-def test_the_optimizer_recipe_runs_as_written(tmp_path):
-  with open(os.path.join(_REPO, 'docs', 'extending.md')) as f:
-    document = f.read()
-  copy = tmp_path / 'package'
-  touched = _copy_with_recipes(document, copy)
-  assert touched == {'large_cohort/optimizers.py'}
-  (command,) = _COMMAND.findall(document)
+def _run_recipe(section, tmp_path, name, *extra):
+  """Runs the section's command in the copy (`tmp_path / 'package'`)."""
+  (command,) = _COMMAND.findall(section)
   argv = shlex.split(command.replace('\\\n', ' '))
   assert argv[:2] == ['python', 'run_experiment.py']
-  env = {**os.environ, 'PYTHONPATH': str(copy)}
-  run = subprocess.run(
-      [sys.executable, *argv[1:], f'--root_output_dir={tmp_path / "runs"}',
-       '--experiment_name=rmsprop'],
-      cwd=copy, env=env, capture_output=True, text=True, timeout=600)
+  env = {**os.environ, 'PYTHONPATH': str(tmp_path / 'package')}
+  return subprocess.run(
+      [sys.executable, *argv[1:], *extra,
+       f'--root_output_dir={tmp_path / "runs"}', f'--experiment_name={name}'],
+      cwd=tmp_path / 'package', env=env, capture_output=True, text=True,
+      timeout=600)
+
+
+def test_the_optimizer_recipe_runs_as_written(tmp_path):
+  section = _section('A new optimizer')
+  touched = _copy_with_recipes(section, tmp_path / 'package')
+  assert touched == {'large_cohort/optimizers.py'}
+  run = _run_recipe(section, tmp_path, 'rmsprop')
   assert run.returncode == 0, run.stderr[-2000:]
   run_dir = tmp_path / 'runs' / 'rmsprop'
   with open(run_dir / 'hparams.json') as f:
@@ -64,11 +83,36 @@ def test_the_optimizer_recipe_runs_as_written(tmp_path):
   metrics = pd.read_csv(run_dir / 'metrics.csv')
   assert list(metrics['round']) == [1, 2]
   # A hyperparameter it does not take is refused, as for every optimizer.
-  refused = subprocess.run(
-      [sys.executable, *argv[1:], '--server_momentum=0.5',
-       f'--root_output_dir={tmp_path / "runs"}', '--experiment_name=no'],
-      cwd=copy, env=env, capture_output=True, text=True, timeout=600)
+  refused = _run_recipe(section, tmp_path, 'no', '--server_momentum=0.5')
   assert refused.returncode == 2
   assert ('--server_momentum is not a hyperparameter of'
           ' --server_optimizer=rmsprop') in refused.stderr
+  assert not (tmp_path / 'runs' / 'no').exists()
+
+
+def test_the_task_recipe_runs_as_written(tmp_path):
+  section = _section('A new task')
+  touched = _copy_with_recipes(section, tmp_path / 'package')
+  assert touched == {'tasks/wine.py', 'tasks/partitioned_task.py',
+                     'tasks/__init__.py'}
+  run = _run_recipe(section, tmp_path, 'wine')
+  assert run.returncode == 0, run.stderr[-2000:]
+  run_dir = tmp_path / 'runs' / 'wine'
+  with open(run_dir / 'hparams.json') as f:
+    hparams = json.load(f)
+  assert hparams['task'] == 'wine' and hparams['wine_model'] == 'mlp'
+  assert hparams['dirichlet_alpha'] == 0.3 and hparams['num_clients'] == 10
+  metrics = pd.read_csv(run_dir / 'metrics.csv')
+  assert list(metrics['round']) == [1, 2]
+  assert metrics['test/accuracy'].notna().any()
+  # Its flag is refused for another task, as every task's own flag is.
+  refused = subprocess.run(
+      [sys.executable, 'run_experiment.py', '--task=synthetic',
+       '--wine_model=mlp', f'--root_output_dir={tmp_path / "runs"}',
+       '--experiment_name=no'],
+      cwd=tmp_path / 'package',
+      env={**os.environ, 'PYTHONPATH': str(tmp_path / 'package')},
+      capture_output=True, text=True, timeout=600)
+  assert refused.returncode == 2
+  assert '--wine_model is only used by --task=wine' in refused.stderr
   assert not (tmp_path / 'runs' / 'no').exists()

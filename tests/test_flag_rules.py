@@ -38,14 +38,11 @@ _BASELINE_DIR = '/tmp/fl_papers_flag_rules_baseline'
 # A value other than the default for every flag, as typed on a command line.
 NON_DEFAULT = {
     'data_dir': '/tmp/fl_papers_no_data', 'use_synthetic_data': 'true',
-    'offline': 'true', 'progress': 'false', 'synthetic_num_classes': '10',
+    'offline': 'true', 'progress': 'false',
     'clients_per_shard': '1', 'lanes': '2',
-    'synthetic_alpha': '0.5', 'synthetic_beta': '0.5', 'digits_model': 'cnn',
-    'synthetic_misaligned_fraction': '0.2', 'synthetic_misaligned_scale': '3',
     'train_batch_size': '7', 'eval_batch_size': '17', 'client_epochs': '2',
     'max_elements_per_client': '9', 'validation_fraction': '0.3',
-    'num_clients': '50', 'dirichlet_alpha': '0.3', 'unbalanced_sigma': '0.3',
-    'partition_seed': '1', 'uniform_weighting': 'true', 'clipping': 'false',
+    'uniform_weighting': 'true', 'clipping': 'false',
     'zeroing': 'true', 'clients_per_round': '4', 'total_rounds': '7',
     'server_lr_scaling': 'sqrt', 'reference_cohort_size': '3',
     'server_warmup_rounds': '0', 'rounds_to_double_cohort': '2',
@@ -68,6 +65,8 @@ NON_DEFAULT = {
            ('optimizer', 'adam'), ('learning_rate', '0.05'),
            *((name, '0.5' if spec.below_one else '0.1') for name, spec
              in optimizers.HYPERPARAMETERS_SPECS.items()))},
+    # The tasks' own flags, each with its record's example.
+    **{name: spec.example for name, spec in tasks.TASK_FLAGS.items()},
 }
 # Flags whose use depends on another: also tried with that one set.
 CONTEXT = {
@@ -83,7 +82,8 @@ CONTEXT = {
     'max_cohort_size': {'rounds_to_double_cohort': '2'},
     'straggler_alpha': {'straggler_lambda': '0.5'},
     'adabest_beta_decay_factor': {'adabest_beta_decay_patience': '1'},
-    'synthetic_misaligned_scale': {'synthetic_misaligned_fraction': '0.2'},
+    **{name: {spec.needs[0]: tasks.TASK_FLAGS[spec.needs[0]].example}
+       for name, spec in tasks.TASK_FLAGS.items() if spec.needs},
 }
 # One algorithm per distinct use of the flags (each GeL base builds its own).
 ALGORITHMS = ('fedopt', 'fedsgd', 'adabest', 'feddyn', 'scaffold',
@@ -278,11 +278,8 @@ def test_task_flags_reach_the_task_or_are_refused(task_name, monkeypatch):
   monkeypatch.setattr(tasks, 'create_task',
                       lambda name, **kwargs: recorded.append(kwargs))
   task_flags = ('data_dir', 'use_synthetic_data', 'max_elements_per_client',
-                'synthetic_num_classes', 'synthetic_alpha', 'synthetic_beta',
-                'synthetic_misaligned_fraction', 'synthetic_misaligned_scale',
-                'digits_model', 'validation_fraction', 'num_clients', 'dirichlet_alpha',
-                'unbalanced_sigma', 'partition_seed', 'train_batch_size',
-                'eval_batch_size', 'client_epochs')
+                'validation_fraction', 'train_batch_size', 'eval_batch_size',
+                'client_epochs', *tasks.TASK_FLAGS)
   for name in task_flags:
     context = ({'use_synthetic_data': 'false'} if name == 'data_dir' else
                CONTEXT.get(name, {}))

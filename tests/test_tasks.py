@@ -1,5 +1,6 @@
 """tasks (the registry): names, defaults, dispatch, and a uniform signature."""
 
+import dataclasses
 import inspect
 
 import pytest
@@ -46,7 +47,37 @@ def test_every_builder_takes_the_common_arguments_with_its_batch_size(name):
   assert parameters['train_batch_size'].default == record.train_batch_size
   if record.partitioned:
     assert {'num_clients', 'dirichlet_alpha', 'unbalanced_sigma',
-            'partition_seed'} <= set(parameters)
+            'partition_seed'} <= {flag.name for flag in record.flags}
+  for flag in record.flags:  # Each own flag names one of its arguments.
+    assert flag.argument in parameters, (name, flag.name)
+    if flag.default is not None and flag.type is not str:
+      assert isinstance(flag.default, flag.type), flag.name
+    if flag.needs:
+      assert flag.needs[0] in {other.name for other in record.flags}
+
+
+def test_a_flag_two_tasks_declare_differently_is_refused():
+  spec = tasks.TaskFlag('size', 'size', int, 'A size.', example='2')
+  record = tasks.TASKS['synthetic']
+  same = {'a': record, 'b': dataclasses.replace(record, flags=(spec,)),
+          'c': dataclasses.replace(record, flags=(spec,))}
+  assert set(tasks.records.flags_by_name(same)) == (
+      {flag.name for flag in record.flags} | {'size'})
+  other = dataclasses.replace(spec, help='Another size.')
+  with pytest.raises(ValueError, match="task 'c' declares --size"):
+    tasks.records.flags_by_name(
+        {**same, 'c': dataclasses.replace(record, flags=(other,))})
+
+
+def test_builder_arguments_pass_set_flags_and_defaults_only():
+  record = tasks.TASKS['synthetic']
+  values = {flag.name: None for flag in record.flags}
+  arguments = tasks.records.builder_arguments(
+      record, {**values, 'synthetic_alpha': 0.7},
+      unused={'synthetic_misaligned_scale'})
+  # Set: its value; unset with a default: the default; unset without one
+  # (the misaligned fraction) or unused: the builder's own default.
+  assert arguments == {'num_classes': 5, 'alpha': 0.7, 'beta': 1.0}
 
 
 def test_create_task_dispatches_by_name_with_keyword_arguments():
