@@ -3,19 +3,20 @@
 Each `build_<name>(model_fn, ...)` returns a `StatefulClientLearningProcess`,
 whose clients keep a state between rounds; `StatefulClientRunner` runs it
 round by round from client ids and datasets, with the states in a
-`ClientStateStore`. With `on_shards=True` a TFF client trains a shard of
-clients in one graph (`adabest_tff.fused`): the runner then takes shards
+`ClientStateStore` (the stateful-client template is the library's,
+`fl_common.stateful_process`, open to any family; re-exported here). With `on_shards=True` a TFF client trains a shard of
+clients in one graph (`fl_common.fused_stateful`): the runner then takes shards
 (`fl_common.shards`) in the order of the client ids.
 """
 
 from fl_common import tf_environment  # Keras 2 for TFF, before TensorFlow  # pylint: disable=unused-import
 
 from adabest_tff.adabest import build_adabest
-from adabest_tff.client_state_store import ClientStateStore
+from fl_common.client_state_store import ClientStateStore
 from adabest_tff.feddyn import build_feddyn
-from adabest_tff.runner import StatefulClientRunner
+from fl_common.stateful_runner import StatefulClientRunner
 from adabest_tff.scaffold import build_scaffold
-from adabest_tff.stateful_process import StatefulClientLearningProcess
+from fl_common.stateful_process import StatefulClientLearningProcess
 
 __all__ = [
     'ClientStateStore',

@@ -70,8 +70,8 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
-from adabest_tff import fused
-from adabest_tff import stateful_process
+from fl_common import fused_stateful
+from fl_common import stateful_process
 
 LOCAL_GRADIENT_ESTIMATE = 'local_gradient_estimate'  # h_i
 LAST_ROUND = 'last_round'  # t'_i
@@ -274,10 +274,10 @@ def build_adabest(
       size) or `NUM_EXAMPLES` (example-weighted mean, unscaled `μ`).
     model_aggregator: A weighted factory for the mean of the clients'
       pseudo-gradients; default `tff.aggregators.MeanFactory()`, on
-      shards the diagnosed mean (`adabest_tff.fused`).
+      shards the diagnosed mean (`fl_common.fused_stateful`).
     metrics_aggregator: Optional, as in `tff.learning.algorithms`.
     on_shards: Whether a TFF client stands for a shard of clients
-      (`fl_common.shards`) trained in one graph (`adabest_tff.fused`), each
+      (`fl_common.shards`) trained in one graph (`fl_common.fused_stateful`), each
       shard's client states stacked; the same rounds, fewer calls.
     resident_examples: With `on_shards`, the population's examples held on
       the worker (`fl_common.resident.ResidentExamples`, or NumPy arrays
@@ -368,7 +368,7 @@ def build_adabest(
       deployed_model_weights_fn=deployed_model_weights,
       with_deployed_model_weights_fn=with_deployed_model_weights,
   )
-  return fused.compose(
+  return fused_stateful.compose(
       model_fn, algorithm, on_shards=on_shards,
       client_learning_rate=client_learning_rate,
       client_learning_rate_decay=client_learning_rate_decay,

@@ -37,8 +37,8 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from adabest_tff import adabest
-from adabest_tff import fused
-from adabest_tff import stateful_process
+from fl_common import fused_stateful
+from fl_common import stateful_process
 
 
 def feddyn_server_update(oracle_gradient_estimate: Any, weights: Any,
@@ -155,7 +155,7 @@ def build_feddyn(
       size) or `NUM_EXAMPLES` (example-weighted mean, unscaled `μ`).
     model_aggregator: A weighted factory for the mean of the clients'
       pseudo-gradients; default `tff.aggregators.MeanFactory()`, on
-      shards the diagnosed mean (`adabest_tff.fused`).
+      shards the diagnosed mean (`fl_common.fused_stateful`).
     metrics_aggregator: Optional, as in `tff.learning.algorithms`.
     on_shards: As in `adabest.build_adabest`: a TFF client trains a shard.
     resident_examples: As in `adabest.build_adabest`.
@@ -225,7 +225,7 @@ def build_feddyn(
       deployed_model_weights_fn=adabest.deployed_model_weights,
       with_deployed_model_weights_fn=adabest.with_deployed_model_weights,
   )
-  return fused.compose(
+  return fused_stateful.compose(
       model_fn, algorithm, on_shards=on_shards,
       client_learning_rate=client_learning_rate,
       client_learning_rate_decay=client_learning_rate_decay,

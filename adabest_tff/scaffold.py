@@ -32,8 +32,8 @@ from typing import Any, Optional
 import tensorflow as tf
 import tensorflow_federated as tff
 
-from adabest_tff import fused
-from adabest_tff import stateful_process
+from fl_common import fused_stateful
+from fl_common import stateful_process
 
 CONTROL_VARIATE = 'control_variate'  # c_i on a client, c on the server
 CONTROL_VARIATE_DELTA = 'control_variate_delta'  # c_i⁺ − c_i
@@ -69,7 +69,7 @@ def build_scaffold(
     client_weighting: How the model updates are averaged.
     model_aggregator: A weighted factory for the mean of the model deltas;
       default `tff.aggregators.MeanFactory()`, on
-      shards the diagnosed mean (`adabest_tff.fused`).
+      shards the diagnosed mean (`fl_common.fused_stateful`).
     metrics_aggregator: Optional, as in `tff.learning.algorithms`.
     on_shards: As in `adabest.build_adabest`: a TFF client trains a shard.
     resident_examples: As in `adabest.build_adabest`.
@@ -147,7 +147,7 @@ def build_scaffold(
           tff.learning.optimizers.build_sgdm(server_learning_rate),
           model_weights_type),
   )
-  return fused.compose(
+  return fused_stateful.compose(
       model_fn, algorithm, on_shards=on_shards,
       client_learning_rate=client_learning_rate,
       client_learning_rate_decay=client_learning_rate_decay,

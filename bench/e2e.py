@@ -31,12 +31,12 @@ import time
 from typing import Any
 
 import numpy as np
-import pandas as pd
 import tensorflow as tf
 import tensorflow_federated as tff
 
 from bench import limit
 import tasks
+from fl_common import run_layout
 from fl_common import shards
 
 PROJECTED_ROUNDS = 1_500
@@ -71,7 +71,7 @@ def measure_e2e(clients_per_round: int = 800, rounds: int = 100,
         stderr.seek(0)
         raise RuntimeError(
             f'the driver run failed: {stderr.read()[-2000:]}')
-    metrics = pd.read_csv(os.path.join(root, 'e2e', 'metrics.csv'))
+    metrics = run_layout.read_metrics(os.path.join(root, 'e2e'))
   round_seconds = metrics['round_time_sec'].to_numpy()
   eval_seconds = metrics['eval_time_sec'].dropna().to_numpy()
   limit_seconds, setting = fastest_limit_round_seconds(clients_per_round,

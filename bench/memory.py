@@ -3,7 +3,7 @@
 `measure_peak_memory` runs `rounds` rounds of an algorithm through the
 package's training loop (`experiment_driver.training_loop.run_training`, the
 loop `run_experiment.py` uses, with its evaluation, checkpoints and, for
-stateful algorithms, the `adabest_tff.client_state_store` on disk), every
+stateful algorithms, the `fl_common.client_state_store` on disk), every
 client of a population of `num_clients` taking part in every round, and
 reports the peak resident set size (Linux `VmHWM`) of this process (the
 driver) and of its `worker_binary`. The driver's peak is reset after the

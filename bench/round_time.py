@@ -32,7 +32,7 @@ Sections, printed as tables in one run:
 * `memory` — peak resident memory of the driver and its worker for FedAvg
   (stateless, one call per client and fused) and AdaBest (stateful clients,
   states in
-  `adabest_tff.client_state_store`) through the package's training loop, at
+  `fl_common.client_state_store`) through the package's training loop, at
   each `--memory_clients` (`bench.memory`).
 
 The TFF rounds of the ratios section run on TFF's worker

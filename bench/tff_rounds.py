@@ -61,7 +61,7 @@ from fl_common import lanes
 from fl_common import shards
 from large_cohort import fedopt
 from large_cohort import fused
-from large_cohort import optimizers
+from fl_common import optimizers
 
 VARIANTS = ('tff_reduce', 'fedavg', 'package', 'fused', 'resident')
 FLOOR = 'floor'

@@ -2,9 +2,9 @@
 
 `ALGORITHMS` maps `adabest`, `feddyn` and `scaffold` to builders of
 `adabest_tff` processes. All three are `StatefulClientLearningProcess`es: the
-training loop runs them with `adabest_tff.stateful_process.run_round` and a
+training loop runs them with `fl_common.stateful_process.run_round` and a
 `ClientStateStore` in the run directory, committed with each checkpoint.
-A round runs on shards of clients (`on_shards=True`, `adabest_tff.fused`:
+A round runs on shards of clients (`on_shards=True`, `fl_common.fused_stateful`:
 one shard per core, `--clients_per_shard`), each shard's client states
 stacked, unless `--clients_per_shard=1`. `round_metrics_fn` reports the
 round's bytes up and down, one client's read off the process's TFF types

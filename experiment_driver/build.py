@@ -15,13 +15,13 @@ from experiment_driver import flag_rules
 from experiment_driver import outputs
 from experiment_driver import training_loop
 from experiment_driver import runtime as tff_runtime
-from large_cohort import cohort_schedule
+from fl_common import cohort_schedule
 from fl_common import diagnosed_mean
 from fl_common import diagnostics
-from large_cohort import lr_schedules
+from fl_common import lr_schedules
 from large_cohort import normalized_update
-from large_cohort import optimizers
-from large_cohort import straggler
+from fl_common import optimizers
+from fl_common import straggler
 import tasks
 from tasks import data_files
 

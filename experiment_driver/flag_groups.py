@@ -13,7 +13,7 @@ from typing import Any, NamedTuple, Optional
 
 from absl import flags
 
-from large_cohort import optimizers
+from fl_common import optimizers
 import tasks
 
 # Task and data.
@@ -107,7 +107,7 @@ ZEROING = flags.DEFINE_bool(
 
 
 # Optimizers: the client and the server have the same flags, derived from
-# the optimizer registry (`large_cohort.optimizers`): the optimizer, its
+# the optimizer registry (`fl_common.optimizers`): the optimizer, its
 # learning rate and one flag per hyperparameter any optimizer takes.
 class OptimizerFlags(NamedTuple):
   """The flags of one optimizer (client or server)."""

@@ -15,7 +15,7 @@ from absl import flags
 
 from experiment_driver import families
 from experiment_driver import flag_groups as f
-from large_cohort import optimizers
+from fl_common import optimizers
 import tasks
 
 _DRIVER_MODULE = 'experiment_driver'

@@ -37,6 +37,7 @@ import tensorflow_federated as tff
 
 from experiment_driver import algorithm_setup
 from experiment_driver import flag_groups
+from fl_common import run_layout
 from gel_tff import accounting
 from gel_tff import budgets as budgets_lib
 from gel_tff import client_work
@@ -80,9 +81,9 @@ BASELINE_RUN_DIR = flags.DEFINE_string(
 flags.register_validator(
     'baseline_run_dir',
     lambda path: path is None or os.path.isfile(
-        os.path.join(os.path.expanduser(path), accounting.METRICS_FILENAME)),
+        os.path.join(os.path.expanduser(path), run_layout.METRICS_FILE)),
     message='--baseline_run_dir must be a run directory holding'
-            f' {accounting.METRICS_FILENAME}')
+            f' {run_layout.METRICS_FILE}')
 
 
 def parse_guessed_steps(text: str) -> client_work.GuessedSteps:

@@ -1,6 +1,7 @@
 """A run directory: hyperparameters, per-round metrics, TensorBoard, checkpoints.
 
-Layout of `<root_output_dir>/<experiment_name>/`:
+Layout of `<root_output_dir>/<experiment_name>/` (its names:
+`fl_common.run_layout`):
 
     run.lock         the pid of the run holding the directory's lock
     hparams.json     the flags of the run (rerunning with other flags is refused)
@@ -53,8 +54,9 @@ import tensorflow_federated as tff
 
 from experiment_driver import release_managers
 from experiment_driver import run_files
+from fl_common import run_layout
 
-LOCK_NAME = 'run.lock'
+LOCK_NAME = run_layout.LOCK_FILE
 _TEMP_PREFIX = release_managers.TEMP_PREFIX
 # TFF's release and program-state managers write `<name>_temp<4 digits>`.
 _TFF_TEMP = re.compile(r'_temp\d{4}$')
@@ -131,10 +133,12 @@ class RunDirectory:
     self._lock_fd: Optional[int] = None
     self._created: Optional[str] = None
     self.hparams = dict(hparams)
-    self.metrics_csv = os.path.join(self.path, 'metrics.csv')
-    self.tensorboard_dir = os.path.join(self.path, 'tensorboard')
-    self.checkpoint_dir = os.path.join(self.path, 'checkpoints')
-    self.hparams_json = os.path.join(self.path, 'hparams.json')
+    self.metrics_csv = os.path.join(self.path, run_layout.METRICS_FILE)
+    self.tensorboard_dir = os.path.join(self.path, run_layout.TENSORBOARD_DIR)
+    self.checkpoint_dir = os.path.join(self.path, run_layout.CHECKPOINT_DIR)
+    self.hparams_json = os.path.join(self.path, run_layout.HPARAMS_FILE)
+    self.client_states_dir = os.path.join(self.path,
+                                          run_layout.CLIENT_STATES_DIR)
     self.manifest = run_files.Manifest(self.path)
     self._event_loop = None  # made on first use (see `_loop`)
     self._release_managers = []
@@ -210,8 +214,7 @@ class RunDirectory:
     for path, is_kind, kind in (
         (self.checkpoint_dir, os.path.isdir, 'a directory'),
         (self.tensorboard_dir, os.path.isdir, 'a directory'),
-        (os.path.join(self.path, 'client_states'), os.path.isdir,
-         'a directory'),
+        (self.client_states_dir, os.path.isdir, 'a directory'),
         (self.metrics_csv, os.path.isfile, 'a file'),
         (self.hparams_json, os.path.isfile, 'a file'),
         (self.manifest.path, os.path.isfile, 'a file')):
@@ -233,7 +236,7 @@ class RunDirectory:
     self._release_managers = []
     _remove_interrupted_writes(self.path)
     _remove_interrupted_writes(self.checkpoint_dir)
-    states = os.path.join(self.path, 'client_states')
+    states = self.client_states_dir
     if self._created and os.path.isdir(states) and not os.listdir(states):
       os.rmdir(states)  # opened by a stateful run that stopped before use
     if self._created and os.listdir(self.path) == [LOCK_NAME]:
@@ -339,7 +342,7 @@ class RunDirectory:
     if os.path.exists(self.metrics_csv):
       with open(self.metrics_csv, newline='') as f:
         rows = [row for row in csv.DictReader(f)
-                if row.get('round') and int(row['round']) <= resumed_round]
+                if row.get(run_layout.ROUND_COLUMN) and int(row[run_layout.ROUND_COLUMN]) <= resumed_round]
     shutil.rmtree(self.tensorboard_dir, ignore_errors=True)
     manager = release_managers.TensorBoardScalars(self.tensorboard_dir)
     for row in rows:
@@ -351,7 +354,7 @@ class RunDirectory:
           continue
       values.pop('round', None)
       self._loop.run_until_complete(
-          manager.release(values, key=int(row['round'])))
+          manager.release(values, key=int(row[run_layout.ROUND_COLUMN])))
     manager.close()
 
   def release_metrics(self, metrics: Mapping[str, float], round_num: int):

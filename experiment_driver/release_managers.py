@@ -18,6 +18,10 @@ import numpy as np
 from tensorboard import summary as tb_summary
 import tensorflow_federated as tff
 
+from fl_common import run_layout
+
+_ROUND = run_layout.ROUND_COLUMN
+
 # Temporary files' prefix: `outputs` removes those an interrupted write left.
 TEMP_PREFIX = '.tmp-'
 
@@ -95,13 +99,13 @@ class MetricsCsv(tff.program.ReleaseManager):
     with open(path, newline='') as f:
       reader = csv.DictReader(f)
       fieldnames = list(reader.fieldnames or [])
-      if fieldnames and 'round' not in fieldnames:
+      if fieldnames and _ROUND not in fieldnames:
         raise CsvWithoutRoundError(f'{path} has no round column')
       rows = list(reader)
     # A row a killed run was writing has missing fields: it goes too.
     kept = [row for row in rows
-            if None not in row.values() and row['round'] and
-            int(row['round']) <= resumed_round]
+            if None not in row.values() and row[_ROUND] and
+            int(row[_ROUND]) <= resumed_round]
     if len(kept) != len(rows) or not fieldnames:
       self._rewrite(fieldnames, kept)
     self._fieldnames = fieldnames
@@ -115,7 +119,7 @@ class MetricsCsv(tff.program.ReleaseManager):
     write_atomically(self._path, text.getvalue())
 
   async def release(self, value: Mapping[str, Any], key: int) -> None:
-    row = {'round': int(key)}
+    row = {_ROUND: int(key)}
     row.update((name, np.asarray(v).tolist()) for name, v in value.items())
     new = [name for name in row if name not in self._fieldnames]
     if new:

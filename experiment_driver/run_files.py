@@ -28,8 +28,9 @@ from collections.abc import Mapping
 from typing import Any, Optional
 
 from experiment_driver import release_managers
+from fl_common import run_layout
 
-MANIFEST_NAME = 'manifest.json'
+MANIFEST_NAME = run_layout.MANIFEST_FILE
 FORMAT = 1
 
 

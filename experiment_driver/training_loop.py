@@ -14,7 +14,6 @@ rounds (`worker_state`); it is fetched for each checkpoint.
 import collections
 import dataclasses
 import functools
-import os
 import time
 from collections.abc import Callable, Sequence
 from typing import Any, Optional
@@ -23,9 +22,9 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
-from adabest_tff import client_state_store
-from adabest_tff import runner as adabest_runner
-from adabest_tff import stateful_process
+from fl_common import client_state_store
+from fl_common import stateful_runner as adabest_runner
+from fl_common import stateful_process
 from experiment_driver import algorithm_setup
 from experiment_driver import outputs
 from experiment_driver import round_inputs
@@ -222,7 +221,7 @@ def _client_state_store(process, run_dir: outputs.RunDirectory
   """The store of a stateful-client process' client states, in
   `<run_dir>/client_states/` (only the cohort is held in memory)."""
   return client_state_store.ClientStateStore(
-      os.path.join(run_dir.path, 'client_states'),
+      run_dir.client_states_dir,
       process.initial_client_state(),
       # One more than the checkpoints: a checkpoint saved and committed but
       # not recorded (`RunDirectory.record_checkpoint`) is dropped on resume.

@@ -1,7 +1,7 @@
 """Tuned learning rates of SPEC.md §1 (the paper's Table 3/4, tuned at M = 10).
 
 `(server_lr, client_lr)` by task and server optimizer, from the optimizer
-registry (`large_cohort.optimizers.OPTIMIZERS`, each entry's
+registry (`fl_common.optimizers.OPTIMIZERS`, each entry's
 `tuned_rates`). The paper's algorithm names map to server optimizers:
 FedAvg = sgd, FedAvgM = sgdm, FedAdagrad = adagrad, FedAdam = adam, FedLARS
 = lars, FedLamb = lamb; FedSGD has only a server rate (its client rate is 1,
@@ -9,7 +9,7 @@ one full-batch step). A task and optimizer without tuned rates is an error
 (`MissingTunedRateError`): the run must give its rates.
 """
 
-from large_cohort import optimizers
+from fl_common import optimizers
 
 # FedSGD's server rates (Table 4), and FedAvg's for the package's own tasks.
 FEDSGD_SERVER_RATES = {
@@ -32,7 +32,7 @@ def learning_rates(
   Args:
     task: A task name (`tasks.TASK_NAMES`).
     server_optimizer: The server optimizer's name
-      (`large_cohort.optimizers.OPTIMIZER_NAMES`).
+      (`fl_common.optimizers.OPTIMIZER_NAMES`).
     fedsgd: Whether the process is FedSGD (client rate 1, SPEC.md §1).
 
   Raises:

@@ -8,8 +8,8 @@ points call `refuse_unmanaged_default_context()` first, before parsing
 their arguments, so that bad input exits with its one `error:` line and
 every computation runs inside `experiment_driver.runtime`'s
 `local_runtime()` or `remote_runtime()`. Here rather than in the driver's
-runtime so that the library's own command-line tools
-(`python -m large_cohort.sweep`) can call it; the runtime re-exports it.
+runtime so that command-line tools outside the driver
+(`python -m reproduce.sweep`) can call it; the runtime re-exports it.
 """
 
 import gc

@@ -93,7 +93,7 @@ class ClientProgram(NamedTuple):
 
 class StatefulClientProgram(NamedTuple):
   """A `ClientProgram` whose clients keep a state between rounds (AdaBest,
-  FedDyn, SCAFFOLD: `adabest_tff.fused`).
+  FedDyn, SCAFFOLD: `fl_common.fused_stateful`).
 
   Attributes:
     start: `(hparams, client_state, num_examples) -> state`: as

@@ -3,7 +3,7 @@
 A process killed with SIGKILL (a sweep's timeout, the OOM killer, a test of
 faults) runs no `atexit` handler, so its temporary directories stay: the
 examples a fused process holds (`fl_common.resident`) and a stateful
-runner's client states (`adabest_tff.runner`), hundreds of MB each. Each
+runner's client states (`fl_common.stateful_runner`), hundreds of MB each. Each
 directory made here holds a lock file that its process keeps locked
 (`fcntl.flock`) while it lives; the kernel drops the lock when the process
 ends, however it ends. Making a directory first removes its siblings of the

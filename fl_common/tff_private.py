@@ -72,7 +72,7 @@ from tensorflow_federated.python.core.impl.context_stack import runtime_error_co
 # stacked tensor, as TFF's functional models do with its `TensorVariable`.
 from tensorflow_federated.python.core.environments.tensorflow_frontend import variable_utils
 
-# --- FedLARS and FedLamb (`large_cohort.lars`, `large_cohort.lamb`) map
+# --- FedLARS and FedLamb (`fl_common.lars`, `fl_common.lamb`) map
 # their update over model weights with the helper TFF's own optimizers use.
 from tensorflow_federated.python.learning.optimizers import nest_utils
 

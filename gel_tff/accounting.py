@@ -12,12 +12,12 @@
   target (Tables 1-2); speedup = `(R_baseline - R) / R` (Table 1: FEMNIST
   57 -> 48 rounds is 18.8 %); network savings = the bytes of the rounds saved.
 
-Run directories are the driver's: `<run_dir>/metrics.csv` has one row per
-round, a `round` column and flat metric columns (`'test/accuracy'`, ...).
+Run directories are the driver's (`fl_common.run_layout`): `metrics.csv` has
+one row per round, a `round` column and flat metric columns
+(`'test/accuracy'`, ...).
 """
 
 import math
-import os
 from collections.abc import Sequence
 from typing import NamedTuple, Optional
 
@@ -25,12 +25,12 @@ import pandas as pd
 import tensorflow_federated as tff
 
 from fl_common import communication
+from fl_common import run_layout
 
-ROUND_COLUMN = 'round'
+ROUND_COLUMN = run_layout.ROUND_COLUMN
 GRADIENT_COMPUTATIONS = 'gradient_computations'
 BYTES_DOWN = 'bytes_down'
 BYTES_UP = 'bytes_up'
-METRICS_FILENAME = 'metrics.csv'
 
 
 class ClientBytes(NamedTuple):
@@ -49,18 +49,12 @@ def client_bytes(model_weights_type: tff.Type,
 
 
 def load_metrics(run_dir: str) -> pd.DataFrame:
-  """Reads a run's `metrics.csv`, sorted by round.
+  """Reads a run's `metrics.csv`, sorted by round (`run_layout.read_metrics`).
 
   Raises:
     ValueError: If the file is missing or has no `round` column.
   """
-  path = os.path.join(run_dir, METRICS_FILENAME)
-  if not os.path.exists(path):
-    raise ValueError(f'No {METRICS_FILENAME} in run directory {run_dir!r}.')
-  metrics = pd.read_csv(path)
-  if ROUND_COLUMN not in metrics.columns:
-    raise ValueError(f'{path} has no {ROUND_COLUMN!r} column.')
-  return metrics.sort_values(ROUND_COLUMN).reset_index(drop=True)
+  return run_layout.read_metrics(run_dir)
 
 
 def _require_column(metrics: pd.DataFrame, column: str) -> None:

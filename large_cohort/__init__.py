@@ -3,10 +3,11 @@
 `build_fedopt` (FedAvg, FedAvgM, FedAdagrad, FedAdam, FedYogi, FedLARS,
 FedLamb by its server optimizer), `build_fused_fedopt` (the same on shards
 of clients, `fl_common.shards`, for large cohorts of small models),
-`build_fedsgd` (and `build_fused_fedsgd`), `build_normalized_fed_avg`;
-the optimizers by name (`build_optimizer`) and LARS/LAMB as
-`tff.learning.optimizers`; `build_server_lr_schedule` (sqrt/linear scaling
-with warmup).
+`build_fedsgd` (and `build_fused_fedsgd`), `build_normalized_fed_avg`.
+The optimizers by name (`build_optimizer`), LARS/LAMB as
+`tff.learning.optimizers` and `build_server_lr_schedule` (sqrt/linear
+scaling with warmup) are the library's (`fl_common`), for every family;
+they are re-exported here, where the paper introduces them.
 """
 
 from fl_common import tf_environment  # Keras 2 for TFF, before TensorFlow  # pylint: disable=unused-import
@@ -15,12 +16,12 @@ from large_cohort.fedopt import build_fedopt
 from large_cohort.fedopt import build_fedsgd
 from large_cohort.fused import build_fused_fedopt
 from large_cohort.fused import build_fused_fedsgd
-from large_cohort.lamb import build_lamb
-from large_cohort.lars import build_lars
-from large_cohort.lr_schedules import build_server_lr_schedule
+from fl_common.lamb import build_lamb
+from fl_common.lars import build_lars
+from fl_common.lr_schedules import build_server_lr_schedule
 from large_cohort.normalized_update import build_normalized_fed_avg
-from large_cohort.optimizers import build_optimizer
-from large_cohort.optimizers import OPTIMIZER_NAMES
+from fl_common.optimizers import build_optimizer
+from fl_common.optimizers import OPTIMIZER_NAMES
 
 __all__ = [
     'OPTIMIZER_NAMES',

@@ -19,9 +19,9 @@ import os
 import numpy as np
 import pandas as pd
 
-from fl_common import analysis
-from fl_common import plots
-from large_cohort import sweep
+from reproduce import analysis
+from reproduce import plots
+from reproduce import sweep
 from reproduce import core
 from reproduce import verdicts
 

@@ -3,8 +3,8 @@
 An `Experiment` names the table or figure it reproduces (`source`), the grids
 of driver runs that reproduce it at each scale (`setting(scale)`), and how its
 numbers are read off the run directories (`analyze`, which uses
-`fl_common.analysis`). `run_experiment` runs the grids through
-`large_cohort.sweep` (ordinary run directories: resumable, finished points
+`reproduce.analysis`). `run_experiment` runs the grids through
+`reproduce.sweep` (ordinary run directories: resumable, finished points
 skipped, `parallel` at a time) and `write_report` puts the package's numbers
 beside the paper's (`paper_numbers.csv`, each with its source) in a markdown
 report with the experiment's figures.
@@ -48,8 +48,8 @@ import numpy as np
 import pandas as pd
 
 from experiment_driver import release_managers
-from fl_common import analysis
-from large_cohort import sweep
+from reproduce import analysis
+from reproduce import sweep
 from reproduce import verdicts
 
 SCALES = ('local', 'paper', 'smoke')
@@ -326,7 +326,7 @@ def run_experiment(experiment: Experiment, scale: str, root: str,
 
 
 def load_finished_runs(points: Sequence[sweep.SweepPoint]) -> pd.DataFrame:
-  """The tidy frame (`fl_common.analysis.load_runs`) of the finished points.
+  """The tidy frame (`reproduce.analysis.load_runs`) of the finished points.
 
   Rounds past a point's `total_rounds` (a directory reused by a longer grid)
   are cut, so every run of a grid is read alike.

@@ -23,10 +23,10 @@ import os
 import numpy as np
 import pandas as pd
 
-from fl_common import analysis
-from fl_common import plots
-from large_cohort import optimizers
-from large_cohort import sweep
+from reproduce import analysis
+from reproduce import plots
+from fl_common import optimizers
+from reproduce import sweep
 from reproduce import core
 from reproduce import verdicts
 
@@ -525,7 +525,7 @@ def analyze_update_norm(frame: pd.DataFrame, output_dir: str
   figures.append(name)
   notes = [f'Measured over the runs\' rounds after the first {warmup}'
            ' (their transient left out): ‖Δ‖ ∝ M^exponent, least squares'
-           ' on log-log over every run (`fl_common.analysis.'
+           ' on log-log over every run (`reproduce.analysis.'
            'fit_update_norm_scaling`). Norm ratios against the square-root'
            ' prediction 1/sqrt(M) and against the prediction corrected by'
            ' the measured mean pairwise cosine c,'

@@ -12,7 +12,7 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 import adabest_tff
-from adabest_tff import stateful_process
+from fl_common import stateful_process
 from fl_common import diagnosed_mean
 from fl_common import shards
 import gel_tff

@@ -6,8 +6,8 @@ from absl.testing import flagsaver
 import numpy as np
 import pytest
 
-from adabest_tff import runner as runner_lib
-from adabest_tff import stateful_process
+from fl_common import stateful_runner as runner_lib
+from fl_common import stateful_process
 from fl_common import communication
 from fl_common import shards
 from experiment_driver import adabest_setup

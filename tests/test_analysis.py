@@ -1,4 +1,4 @@
-"""Tests of fl_common.analysis on small hand-made run directories."""
+"""Tests of reproduce.analysis on small hand-made run directories."""
 
 import math
 import os
@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from fl_common import analysis
+from reproduce import analysis
 from tests import run_directories
 
 

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from adabest_tff import client_state_store
+from fl_common import client_state_store
 
 FRESH = collections.OrderedDict(
     estimate=[np.zeros((2, 3), np.float32), np.zeros((3,), np.float32)],

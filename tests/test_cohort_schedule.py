@@ -3,7 +3,7 @@
 import pytest
 import tensorflow as tf
 
-from large_cohort import cohort_schedule
+from fl_common import cohort_schedule
 
 
 def test_paper_defaults_double_every_300_rounds_up_to_800():

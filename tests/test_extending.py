@@ -71,7 +71,7 @@ def _run_recipe(section, tmp_path, name, *extra):
 def test_the_optimizer_recipe_runs_as_written(tmp_path):
   section = _section('A new optimizer')
   touched = _copy_with_recipes(section, tmp_path / 'package')
-  assert touched == {'large_cohort/optimizers.py'}
+  assert touched == {'fl_common/optimizers.py'}
   run = _run_recipe(section, tmp_path, 'rmsprop')
   assert run.returncode == 0, run.stderr[-2000:]
   run_dir = tmp_path / 'runs' / 'rmsprop'

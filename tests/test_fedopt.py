@@ -9,7 +9,7 @@ import tensorflow_federated as tff
 
 from fl_common import diagnostics
 from large_cohort import fedopt
-from large_cohort import optimizers
+from fl_common import optimizers
 
 _NUM_FEATURES = 3
 _CLIENT_LR = 0.05

@@ -8,8 +8,8 @@ import pytest
 
 from experiment_driver import build  # noqa: F401  (defines the flags)
 from experiment_driver import flag_rules
-from large_cohort import cohort_schedule
-from large_cohort import optimizers
+from fl_common import cohort_schedule
+from fl_common import optimizers
 
 FLAGS = flags.FLAGS
 

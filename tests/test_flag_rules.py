@@ -21,8 +21,8 @@ import pandas as pd
 import pytest
 import tensorflow as tf
 
-from adabest_tff import client_state_store
-from adabest_tff import stateful_process
+from fl_common import client_state_store
+from fl_common import stateful_process
 from experiment_driver import build
 from experiment_driver import families
 from experiment_driver import flag_groups as f
@@ -30,7 +30,7 @@ from experiment_driver import flag_rules
 from experiment_driver import outputs
 from experiment_driver import runtime
 from experiment_driver import tuned_defaults
-from large_cohort import optimizers
+from fl_common import optimizers
 import tasks
 
 FLAGS = flags.FLAGS

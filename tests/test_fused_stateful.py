@@ -1,4 +1,4 @@
-"""adabest_tff.fused: AdaBest, FedDyn and SCAFFOLD on shards equal the
+"""fl_common.fused_stateful: AdaBest, FedDyn and SCAFFOLD on shards equal the
 per-client processes (with the driver's diagnosed mean) on the same
 clients, one after the other or side by side (`lanes`): server state,
 metrics and every client's stored state, over rounds
@@ -12,9 +12,9 @@ import tensorflow_federated as tff
 
 from adabest_tff import adabest
 from adabest_tff import feddyn
-from adabest_tff import runner as runner_lib
+from fl_common import stateful_runner as runner_lib
 from adabest_tff import scaffold
-from adabest_tff import stateful_process
+from fl_common import stateful_process
 from experiment_driver import runtime
 from experiment_driver import worker_state
 from fl_common import communication

@@ -1,9 +1,14 @@
 """The architecture, checked on the source: who may import whom, and size.
 
-Paper packages (`large_cohort`, `adabest_tff`, `gel_tff`) import the shared
-`fl_common`, TFF and each other never; `fl_common` imports no paper package;
-nothing but the driver (and its callers) imports `experiment_driver`; tasks
-import no algorithm. A module over 400 lines says why in its docstring.
+Four layers, each importing only those below it: the library (`fl_common`:
+optimizers, schedules, the stateful-client template, aggregators,
+diagnostics, execution on shards, the run directory's layout) and, beside
+it, the tasks (`tasks`, which import no algorithm); the paper packages
+(`large_cohort`, `adabest_tff`, `gel_tff`), which import the library, TFF
+and never each other, so what two families need is in the library; the
+driver (`experiment_driver`); the experiments (`reproduce`: sweeps,
+analysis, figures, reports), which run the driver as subprocesses. A module
+over 400 lines says why in its docstring.
 """
 
 import ast

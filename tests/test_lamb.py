@@ -5,7 +5,7 @@ import pytest
 import tensorflow as tf
 import tensorflow_federated as tff
 
-from large_cohort import lamb
+from fl_common import lamb
 from tests import tiny_models
 
 

@@ -24,7 +24,7 @@ from fl_common import resident
 from fl_common import shards
 from large_cohort import fedopt
 from large_cohort import fused
-from large_cohort import optimizers
+from fl_common import optimizers
 from tests import fused_checks
 from tests import tiny_models
 

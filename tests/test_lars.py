@@ -5,7 +5,7 @@ import pytest
 import tensorflow as tf
 import tensorflow_federated as tff
 
-from large_cohort import lars
+from fl_common import lars
 from tests import tiny_models
 
 

@@ -7,8 +7,8 @@ import pytest
 import tensorflow as tf
 import tensorflow_federated as tff
 
-from large_cohort import cohort_schedule
-from large_cohort import lr_schedules
+from fl_common import cohort_schedule
+from fl_common import lr_schedules
 
 
 @pytest.mark.parametrize('scaling, factor', [

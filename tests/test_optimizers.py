@@ -8,7 +8,7 @@ import tensorflow_federated as tff
 from absl import flags
 
 from experiment_driver import flag_groups
-from large_cohort import optimizers
+from fl_common import optimizers
 
 FLAGS = flags.FLAGS
 

@@ -1,12 +1,12 @@
-"""Tests of fl_common.plots: every figure type becomes a non-empty PNG."""
+"""Tests of reproduce.plots: every figure type becomes a non-empty PNG."""
 
 import os
 
 import numpy as np
 import pytest
 
-from fl_common import analysis
-from fl_common import plots
+from reproduce import analysis
+from reproduce import plots
 from tests import run_directories
 
 _PNG_SIGNATURE = b'\x89PNG\r\n\x1a\n'

@@ -20,7 +20,7 @@ from absl import flags
 
 from adabest_tff import adabest
 from adabest_tff import feddyn
-from adabest_tff import runner as runner_lib
+from fl_common import stateful_runner as runner_lib
 from adabest_tff import scaffold
 from experiment_driver import adabest_setup
 from experiment_driver import algorithm_setup

@@ -1,5 +1,5 @@
 """Run files verified on resume (`experiment_driver.run_files`, `outputs`,
-`adabest_tff.client_state_store`): in process, on small files; the driver's
+`fl_common.client_state_store`): in process, on small files; the driver's
 own resumes are in `test_run_faults`."""
 
 import asyncio
@@ -10,7 +10,7 @@ import shutil
 import numpy as np
 import pytest
 
-from adabest_tff import client_state_store
+from fl_common import client_state_store
 from experiment_driver import outputs
 from experiment_driver import release_managers
 from experiment_driver import run_files

@@ -282,7 +282,7 @@ def test_clients_arrays_past_the_byte_cap_are_sent_in_slices(monkeypatch):
 
 
 @pytest.mark.parametrize('module, args, message', [
-    ('large_cohort.sweep', ['--total_rounds=1', '--bogus'],
+    ('reproduce.sweep', ['--total_rounds=1', '--bogus'],
      'error: unrecognized arguments: --bogus'),
     ('reproduce', ['--bogus'], 'error: unrecognized arguments: --bogus'),
     ('bench.round_time', ['--bogus'], "Unknown command line flag 'bogus'"),

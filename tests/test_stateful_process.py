@@ -9,9 +9,9 @@ import pytest
 import tensorflow as tf
 import tensorflow_federated as tff
 
-from adabest_tff import client_state_store
-from adabest_tff import runner as runner_lib
-from adabest_tff import stateful_process
+from fl_common import client_state_store
+from fl_common import stateful_runner as runner_lib
+from fl_common import stateful_process
 from tests import tiny_models
 
 CORRECTION = 0.5  # the probe subtracts this from every gradient entry

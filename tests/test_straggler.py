@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from large_cohort import straggler
+from fl_common import straggler
 
 
 def test_matches_numpy_draws_for_the_same_seed():

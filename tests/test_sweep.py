@@ -1,4 +1,4 @@
-"""Tests of large_cohort.sweep, with a fake driver for run_experiment.py."""
+"""Tests of reproduce.sweep, with a fake driver for run_experiment.py."""
 
 import json
 import os
@@ -9,7 +9,7 @@ import textwrap
 import pandas as pd
 import pytest
 
-from large_cohort import sweep
+from reproduce import sweep
 
 # Records each call, fails for --clients_per_round=13, else writes rounds
 # 1..total_rounds to metrics.csv as a finished driver run would.

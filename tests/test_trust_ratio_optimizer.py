@@ -1,4 +1,4 @@
-"""large_cohort.trust_ratio_optimizer: the trust ratio and the state plumbing.
+"""fl_common.trust_ratio_optimizer: the trust ratio and the state plumbing.
 
 LARS and LAMB themselves are checked against NumPy in test_lars.py and
 test_lamb.py; here a minimal subclass (trust-ratio SGD with a step counter)
@@ -12,7 +12,7 @@ import pytest
 import tensorflow as tf
 import tensorflow_federated as tff
 
-from large_cohort import trust_ratio_optimizer
+from fl_common import trust_ratio_optimizer
 
 
 class _TrustRatioSgd(trust_ratio_optimizer.TrustRatioOptimizer):

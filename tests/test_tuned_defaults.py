@@ -4,7 +4,7 @@ from the optimizer registry; a missing one is an error, never a default."""
 import pytest
 
 from experiment_driver import tuned_defaults
-from large_cohort import optimizers
+from fl_common import optimizers
 import tasks
 
 

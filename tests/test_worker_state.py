@@ -10,7 +10,7 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from adabest_tff import adabest
-from adabest_tff import stateful_process
+from fl_common import stateful_process
 from experiment_driver import runtime
 from experiment_driver import value_transfer
 from experiment_driver import worker_state

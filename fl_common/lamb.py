@@ -33,7 +33,7 @@ import tensorflow as tf
 import tensorflow_federated as tff
 from fl_common.tff_private import nest_utils
 
-from large_cohort import trust_ratio_optimizer
+from fl_common import trust_ratio_optimizer
 
 _LEARNING_RATE_KEY = tff.learning.optimizers.LEARNING_RATE_KEY
 _BETA_1_KEY = 'beta_1'

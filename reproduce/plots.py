@@ -1,6 +1,6 @@
 """Figures of run directories, as in Charles et al. (2021).
 
-    python -m fl_common.plots --run_dirs=/tmp/fl_papers/cohort_sweep \
+    python -m reproduce.plots --run_dirs=/tmp/fl_papers/cohort_sweep \
         --output_dir=/tmp/figures --thresholds=0.5,0.6,0.7
 
 `--run_dirs` takes run directories or roots holding them (comma-separated).
@@ -40,7 +40,7 @@ from matplotlib import pyplot as plt  # pylint: disable=g-import-not-at-top
 import numpy as np  # pylint: disable=g-import-not-at-top
 import pandas as pd  # pylint: disable=g-import-not-at-top
 
-from fl_common import analysis  # pylint: disable=g-import-not-at-top
+from reproduce import analysis  # pylint: disable=g-import-not-at-top
 
 _SHORT_NAMES = {
     analysis.COHORT_SIZE: 'M',
@@ -451,7 +451,7 @@ def _names(text: str) -> list[str]:
 
 def _parser() -> argparse.ArgumentParser:
   parser = argparse.ArgumentParser(
-      prog='python -m fl_common.plots',
+      prog='python -m reproduce.plots',
       description=__doc__.split('\n\n')[0])
   parser.add_argument('--run_dirs', type=_names, required=True,
                       help='Comma-separated run directories or roots of them.')

@@ -43,13 +43,13 @@ from typing import Any, Optional
 import numpy as np
 import pandas as pd
 
-HPARAMS_FILE = 'hparams.json'
-METRICS_FILE = 'metrics.csv'
+from fl_common import run_layout
+
 
 # Columns of the tidy frame.
 RUN = 'run'  # the normalized path of the run directory
 EXPERIMENT_NAME = 'experiment_name'  # its last component
-ROUND = 'round'
+ROUND = run_layout.ROUND_COLUMN
 COHORT_SIZE = 'clients_per_round'
 TEST_ACCURACY = 'test/accuracy'
 VALIDATION_ACCURACY = 'validation/accuracy'
@@ -84,16 +84,16 @@ def find_run_dirs(paths: Sequence[str]) -> list[str]:
   """
   run_dirs = []
   for path in paths:
-    if os.path.isfile(os.path.join(path, METRICS_FILE)):
+    if os.path.isfile(os.path.join(path, run_layout.METRICS_FILE)):
       run_dirs.append(path)
       continue
     if not os.path.isdir(path):
       raise ValueError(f'run directory {path!r} does not exist')
     children = sorted(
         os.path.join(path, name) for name in os.listdir(path)
-        if os.path.isfile(os.path.join(path, name, METRICS_FILE)))
+        if os.path.isfile(os.path.join(path, name, run_layout.METRICS_FILE)))
     if not children:
-      raise ValueError(f'{path!r} holds no {METRICS_FILE}, neither itself nor'
+      raise ValueError(f'{path!r} holds no {run_layout.METRICS_FILE}, neither itself nor'
                        ' in a subdirectory')
     run_dirs.extend(children)
   return run_dirs
@@ -118,24 +118,8 @@ def load_run(run_dir: str) -> pd.DataFrame:
     ValueError: If `hparams.json` or `metrics.csv` is missing or malformed.
   """
   path = os.path.normpath(run_dir)
-  hparams_path = os.path.join(path, HPARAMS_FILE)
-  metrics_path = os.path.join(path, METRICS_FILE)
-  for required in (hparams_path, metrics_path):
-    if not os.path.isfile(required):
-      raise ValueError(f'{required} does not exist; is {run_dir!r} a run'
-                       ' directory of run_experiment.py?')
-  with open(hparams_path) as f:
-    hparams = json.load(f)
-  if not isinstance(hparams, dict):
-    raise ValueError(f'{hparams_path} must hold a JSON object, got'
-                     f' {type(hparams).__name__}')
-  try:
-    metrics = pd.read_csv(metrics_path)
-  except pd.errors.EmptyDataError as e:
-    raise ValueError(f'{metrics_path} is empty') from e
-  if ROUND not in metrics.columns:
-    raise ValueError(f'{metrics_path} has no {ROUND!r} column')
-  metrics = metrics.sort_values(ROUND, ignore_index=True)
+  hparams = run_layout.read_hparams(path)
+  metrics = run_layout.read_metrics(path)
   flags = pd.DataFrame(
       {name: [_column_value(value)] * len(metrics)
        for name, value in sorted(hparams.items())

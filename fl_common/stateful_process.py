@@ -34,7 +34,7 @@ This module adds the missing piece and nothing else:
   between `prepare` and `conclude`) and `StatefulAlgorithm` (its client,
   server values and finalizer): what each of the three algorithms defines,
   composed per client by `compose_algorithm` or on shards of clients by
-  `adabest_tff.fused.compose_fused` (`on_shards=True` of the builders; a
+  `fl_common.fused_stateful.compose_fused` (`on_shards=True` of the builders; a
   TFF client then trains a shard, its clients' states stacked).
 * `run_round`, which a training loop calls each round to load the cohort's
   states from a `client_state_store.ClientStateStore`, run `next` and save the
@@ -55,7 +55,7 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
-from adabest_tff import client_state_store
+from fl_common import client_state_store
 from fl_common import fused
 from fl_common import shards
 
@@ -145,7 +145,7 @@ class StatefulClientLearningProcess(tff.learning.templates.LearningProcess):
       get_hparams_fn: Optional `(S -> H)`.
       set_hparams_fn: Optional `(<S, H> -> S)`.
       on_shards: Whether a TFF client is a shard of clients
-        (`adabest_tff.fused`): its data a shard (`fl_common.shards`), its
+        (`fl_common.fused_stateful`): its data a shard (`fl_common.shards`), its
         client state and new client state the shard's clients' states
         stacked (`C` with a leading dimension, `fl_common.fused.stacked_type`).
 
@@ -467,7 +467,7 @@ class StatefulClientSteps(NamedTuple):
 
   AdaBest, FedDyn and SCAFFOLD differ only in these three functions (Varno
   et al. 2022, Algorithm 1); one client update runs them on a client's
-  dataset (`client_update_from_steps`, per client) and `adabest_tff.fused`
+  dataset (`client_update_from_steps`, per client) and `fl_common.fused_stateful`
   on the clients of a shard, so both paths compute the same thing.
 
   Attributes:
@@ -717,7 +717,7 @@ def build_cohort_mean_aggregator(
 
 class StatefulAlgorithm(NamedTuple):
   """What AdaBest, FedDyn and SCAFFOLD each define, composed per client by
-  `compose_algorithm` or on shards by `adabest_tff.fused.compose_fused`.
+  `compose_algorithm` or on shards by `fl_common.fused_stateful.compose_fused`.
 
   Attributes:
     steps: The client (`StatefulClientSteps`).
@@ -871,7 +871,7 @@ def corrected_sgd(
   `step(loop_state, batch) -> loop_state` is one SGD step on the corrected
   gradient of `batch`; the loop state is `(num_examples, num_steps,
   optimizer_state)`. The per-client client work runs it over a dataset,
-  `adabest_tff.fused` over a shard's batches.
+  `fl_common.fused_stateful` over a shard's batches.
   """
   trainable = tf.nest.flatten(
       tff.learning.models.ModelWeights.from_model(model).trainable)

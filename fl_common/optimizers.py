@@ -22,8 +22,8 @@ from collections.abc import Callable, Mapping
 
 import tensorflow_federated as tff
 
-from large_cohort import lamb
-from large_cohort import lars
+from fl_common import lamb
+from fl_common import lars
 
 _FLOAT32_MAX = 3.4028234663852886e+38  # Rates and constants are float32.
 

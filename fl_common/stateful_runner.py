@@ -19,8 +19,8 @@ from typing import Any, Optional
 import tensorflow as tf
 import tensorflow_federated as tff
 
-from adabest_tff import client_state_store
-from adabest_tff import stateful_process
+from fl_common import client_state_store
+from fl_common import stateful_process
 from fl_common import scratch
 
 

@@ -34,7 +34,7 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
-from adabest_tff import stateful_process
+from fl_common import stateful_process
 from fl_common import communication
 from fl_common import diagnosed_mean
 from fl_common import fused

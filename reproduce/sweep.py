@@ -1,6 +1,6 @@
 """Runs grids of experiments as ordinary run directories.
 
-    python -m large_cohort.sweep --preset=cohort --total_rounds=1500 \
+    python -m reproduce.sweep --preset=cohort --total_rounds=1500 \
         --root_output_dir=/tmp/fl_papers --axis=seed:0,1,2,3,4 \
         -- --task=emnist --server_optimizer=adam
 
@@ -57,6 +57,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Optional
 
 from fl_common import default_context
+from fl_common import run_layout
 
 _REPO_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEFAULT_COMMAND = (sys.executable, os.path.join(_REPO_DIR, 'run_experiment.py'))
@@ -252,7 +253,7 @@ def conflicting_flags(point: SweepPoint) -> list[str]:
   """The flags of `point.command` that its run directory's `hparams.json`
   records with another value (none if it has no such file)."""
   try:
-    with open(os.path.join(point.run_dir, 'hparams.json')) as f:
+    with open(os.path.join(point.run_dir, run_layout.HPARAMS_FILE)) as f:
       recorded = json.load(f)
   except FileNotFoundError:
     return []
@@ -273,8 +274,8 @@ def is_finished(point: SweepPoint) -> bool:
   then ends in the driver's refusal to resume it, rather than its results
   standing for the point's."""
   try:
-    with open(os.path.join(point.run_dir, 'metrics.csv'), newline='') as f:
-      rounds = [float(row['round']) for row in csv.DictReader(f)]
+    with open(os.path.join(point.run_dir, run_layout.METRICS_FILE), newline='') as f:
+      rounds = [float(row[run_layout.ROUND_COLUMN]) for row in csv.DictReader(f)]
   except (FileNotFoundError, KeyError, ValueError):
     return False
   return (bool(rounds) and max(rounds) >= point.total_rounds and
@@ -385,7 +386,7 @@ def _axis_argument(text: str) -> Axis:
 
 def _parser() -> argparse.ArgumentParser:
   parser = argparse.ArgumentParser(
-      prog='python -m large_cohort.sweep',
+      prog='python -m reproduce.sweep',
       usage='%(prog)s [options] [-- driver flags]',
       description=__doc__.split('\n\n')[0])
   parser.add_argument('--preset', choices=sorted(PRESETS),

@@ -1,0 +1,71 @@
+"""A run directory's layout: its file names, the metrics' round column, and
+the two readers everyone uses.
+
+The driver writes `<root_output_dir>/<experiment_name>/` (the writer, with
+its lock, checkpoints and manifest, is `experiment_driver.outputs`); GeL's
+accounting, the experiments' sweeps and analysis (`reproduce`) and the
+benchmarks read it. All of them name its files and columns from here:
+
+    hparams.json     the run's flags and the values derived from them
+    manifest.json    what each checkpoint was saved with (`run_files`)
+    metrics.csv      one row per round, `round` first, flat metric columns
+                     ('test/accuracy', 'client_work/train/loss', ...)
+    tensorboard/     the same scalars per round
+    checkpoints/     program state, one directory per saved round
+    client_states/   stateful clients' states (`client_state_store`)
+    run.lock         the pid of the run holding the directory
+"""
+
+import json
+import os
+from typing import Any
+
+import pandas as pd
+
+HPARAMS_FILE = 'hparams.json'
+MANIFEST_FILE = 'manifest.json'
+METRICS_FILE = 'metrics.csv'
+TENSORBOARD_DIR = 'tensorboard'
+CHECKPOINT_DIR = 'checkpoints'
+CLIENT_STATES_DIR = 'client_states'
+LOCK_FILE = 'run.lock'
+ROUND_COLUMN = 'round'
+
+
+def _require(path: str, run_dir: str) -> None:
+  if not os.path.isfile(path):
+    raise ValueError(f'{path} does not exist; is {run_dir!r} a run directory'
+                     ' of run_experiment.py?')
+
+
+def read_metrics(run_dir: str) -> pd.DataFrame:
+  """A run's `metrics.csv`, one row per round, sorted by round.
+
+  Raises:
+    ValueError: The file is missing, empty or has no round column.
+  """
+  path = os.path.join(run_dir, METRICS_FILE)
+  _require(path, run_dir)
+  try:
+    metrics = pd.read_csv(path)
+  except pd.errors.EmptyDataError as e:
+    raise ValueError(f'{path} is empty') from e
+  if ROUND_COLUMN not in metrics.columns:
+    raise ValueError(f'{path} has no {ROUND_COLUMN!r} column')
+  return metrics.sort_values(ROUND_COLUMN, ignore_index=True)
+
+
+def read_hparams(run_dir: str) -> dict[str, Any]:
+  """A run's `hparams.json`.
+
+  Raises:
+    ValueError: The file is missing or is not a JSON object.
+  """
+  path = os.path.join(run_dir, HPARAMS_FILE)
+  _require(path, run_dir)
+  with open(path) as f:
+    hparams = json.load(f)
+  if not isinstance(hparams, dict):
+    raise ValueError(f'{path} must hold a JSON object, got'
+                     f' {type(hparams).__name__}')
+  return hparams
