@@ -10,10 +10,10 @@ setuptools.setup(
         ' TensorFlow Federated.'
     ),
     python_requires='>=3.11,<3.14',
-    packages=setuptools.find_packages(include=[
-        'experiment_driver*', 'tasks*', 'large_cohort*', 'adabest_tff*',
-        'gel_tff*', 'fl_common*', 'bench*', 'reproduce*',
-    ]),
+    # Every package of the repository (a new algorithm family's too), not
+    # the tests nor Bazel's output trees.
+    packages=setuptools.find_packages(
+        exclude=['tests', 'tests.*', 'bazel-*', 'third_party*']),
     py_modules=['run_experiment'],
     # The tested set is requirements/lock.txt, installed by `make install`
     # (requirements/install.sh): TFF 0.87.0 itself cannot be a requirement

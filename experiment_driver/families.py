@@ -16,7 +16,10 @@ from experiment_driver import fedopt_setup
 from experiment_driver import gel_setup
 
 FAMILIES: tuple[algorithm_setup.Family, ...] = (
-    fedopt_setup.FAMILY, adabest_setup.FAMILY, gel_setup.FAMILY)
+    fedopt_setup.FAMILY,
+    adabest_setup.FAMILY,
+    gel_setup.FAMILY,
+)
 FAMILY_OF: dict[str, algorithm_setup.Family] = {
     name: family for family in FAMILIES for name in family.algorithms}
 ALGORITHMS = {name: family.algorithms[name]

@@ -7,6 +7,7 @@ import pandas as pd
 import pytest
 import tensorflow_federated as tff
 
+from fl_common import run_layout
 from gel_tff import accounting
 
 
@@ -19,7 +20,7 @@ def write_run(directory, accuracies, gradient_computations, bytes_per_round):
       accounting.GRADIENT_COMPUTATIONS: gradient_computations,
       accounting.BYTES_DOWN: [bytes_per_round / 2] * len(accuracies),
       accounting.BYTES_UP: [bytes_per_round / 2] * len(accuracies),
-  }).to_csv(directory / accounting.METRICS_FILENAME, index=False)
+  }).to_csv(directory / run_layout.METRICS_FILE, index=False)
   return str(directory)
 
 
@@ -51,7 +52,7 @@ def test_rounds_to_target_skips_rounds_without_evaluation(tmp_path):
 def test_load_metrics_sorts_rounds(tmp_path):
   (tmp_path / 'run').mkdir()
   pd.DataFrame({'round': [3, 1, 2], 'x': [30, 10, 20]}).to_csv(
-      tmp_path / 'run' / accounting.METRICS_FILENAME, index=False)
+      tmp_path / 'run' / run_layout.METRICS_FILE, index=False)
   metrics = accounting.load_metrics(str(tmp_path / 'run'))
   assert metrics['x'].tolist() == [10, 20, 30]
   with pytest.raises(ValueError, match='missing'):

@@ -49,6 +49,7 @@ def _copy_with_recipes(section, destination):
         text = f.read()
       assert text.count(anchor) == 1, (path, anchor)
       text = text.replace(anchor, anchor + '\n' + block.rstrip('\n'))
+    os.makedirs(os.path.dirname(target), exist_ok=True)
     with open(target, 'w') as f:
       f.write(text)
     touched.add(path)
@@ -115,4 +116,39 @@ def test_the_task_recipe_runs_as_written(tmp_path):
       capture_output=True, text=True, timeout=600)
   assert refused.returncode == 2
   assert '--wine_model is only used by --task=wine' in refused.stderr
+  assert not (tmp_path / 'runs' / 'no').exists()
+
+
+def test_the_stateful_family_recipe_runs_as_written(tmp_path):
+  section = _section('A new stateful family')
+  copy = tmp_path / 'package'
+  touched = _copy_with_recipes(section, copy)
+  assert touched == {'ef_tff/__init__.py', 'ef_tff/BUILD',
+                     'tests/test_error_feedback.py',
+                     'experiment_driver/ef_setup.py',
+                     'experiment_driver/families.py',
+                     'experiment_driver/BUILD'}
+  env = {**os.environ, 'PYTHONPATH': str(copy)}
+  # Its NumPy test, and the import rules, which find the new package.
+  tests = subprocess.run(
+      [sys.executable, '-m', 'pytest', '-q', '-p', 'no:cacheprovider',
+       'tests/test_error_feedback.py', 'tests/test_import_graph.py'],
+      cwd=copy, env=env, capture_output=True, text=True, timeout=600)
+  assert tests.returncode == 0, tests.stdout[-2000:]
+  run = _run_recipe(section, tmp_path, 'ef')
+  assert run.returncode == 0, run.stderr[-2000:]
+  run_dir = tmp_path / 'runs' / 'ef'
+  with open(run_dir / 'hparams.json') as f:
+    hparams = json.load(f)
+  assert hparams['algorithm'] == 'error_feedback'
+  assert hparams['client_learning_rate'] == 0.05
+  assert hparams['server_learning_rate'] == 1.0
+  metrics = pd.read_csv(run_dir / 'metrics.csv')
+  assert list(metrics['round']) == [1, 2]
+  assert metrics['client_states/mean_norm'].iloc[-1] > 0  # errors kept
+  assert os.listdir(run_dir / 'client_states')
+  refused = _run_recipe(section, tmp_path, 'no', '--server_optimizer=adam')
+  assert refused.returncode == 2
+  assert ('--server_optimizer is not used by --algorithm=error_feedback'
+          in refused.stderr)
   assert not (tmp_path / 'runs' / 'no').exists()

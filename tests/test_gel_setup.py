@@ -13,6 +13,7 @@ from experiment_driver import algorithm_setup
 from experiment_driver import flag_rules
 from experiment_driver import gel_setup
 from fl_common import diagnosed_mean
+from fl_common import run_layout
 from gel_tff import accounting
 from tests import fused_checks
 from tests import tiny_models
@@ -167,7 +168,7 @@ def write_metrics(directory, accuracies):
       accounting.GRADIENT_COMPUTATIONS: [10.0] * len(accuracies),
       accounting.BYTES_DOWN: [50.0] * len(accuracies),
       accounting.BYTES_UP: [50.0] * len(accuracies),
-  }).to_csv(directory / accounting.METRICS_FILENAME, index=False)
+  }).to_csv(directory / run_layout.METRICS_FILE, index=False)
   return str(directory)
 
 

@@ -17,7 +17,14 @@ import os
 import pytest
 
 _REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-_PAPERS = ('large_cohort', 'adabest_tff', 'gel_tff')
+# The layers below and above the algorithms; every other package of the
+# repository is a paper's (or a new family's) algorithms.
+_LAYERS = ('fl_common', 'tasks', 'experiment_driver', 'reproduce', 'bench',
+           'tests')
+_PAPERS = tuple(sorted(
+    name for name in os.listdir(_REPO)
+    if os.path.isfile(os.path.join(_REPO, name, '__init__.py'))
+    and name not in _LAYERS and not name.startswith('bazel-')))
 _FORBIDDEN = {
     **{paper: set(_PAPERS) - {paper} | {'experiment_driver', 'reproduce'}
        for paper in _PAPERS},
@@ -59,6 +66,7 @@ def _imported_packages(path):
 
 @pytest.mark.parametrize('package', sorted(_FORBIDDEN))
 def test_packages_import_only_what_the_architecture_allows(package):
+  assert {'large_cohort', 'adabest_tff', 'gel_tff'} <= set(_PAPERS)
   violations = [
       (os.path.relpath(path, _REPO), imported)
       for path in _modules(package)
