@@ -19,10 +19,15 @@ from reproduce import core
 from reproduce import gel_experiments
 from reproduce import large_cohort_experiments
 
+# One module per paper, each declaring its `EXPERIMENTS`.
+_PAPER_MODULES = (
+    large_cohort_experiments,
+    adabest_experiments,
+    gel_experiments,
+)
 EXPERIMENTS: dict[tuple[str, str], core.Experiment] = {
     (e.paper, e.name): e
-    for module in (large_cohort_experiments, adabest_experiments,
-                   gel_experiments)
+    for module in _PAPER_MODULES
     for e in module.EXPERIMENTS
 }
 PAPERS = tuple(dict.fromkeys(paper for paper, _ in EXPERIMENTS))

@@ -152,3 +152,26 @@ def test_the_stateful_family_recipe_runs_as_written(tmp_path):
   assert ('--server_optimizer is not used by --algorithm=error_feedback'
           in refused.stderr)
   assert not (tmp_path / 'runs' / 'no').exists()
+
+
+def test_the_paper_recipe_runs_as_written(tmp_path):
+  section = _section('A new paper')
+  copy = tmp_path / 'package'
+  touched = _copy_with_recipes(section, copy)
+  assert touched == {'reproduce/fedprox_experiments.py',
+                     'reproduce/__init__.py', 'reproduce/core.py'}
+  (command,) = _COMMAND.findall(section)
+  argv = shlex.split(command.replace('\\\n', ' '))
+  assert argv[:3] == ['python', '-m', 'reproduce']
+  run = subprocess.run(
+      [sys.executable, *argv[1:], f'--root_output_dir={tmp_path / "runs"}'],
+      cwd=copy, env={**os.environ, 'PYTHONPATH': str(copy)},
+      capture_output=True, text=True, timeout=900)
+  assert run.returncode == 0, run.stderr[-2000:]
+  report = (tmp_path / 'runs' / 'reports' / 'smoke' / 'fedprox' / 'fig1'
+            / 'README.md').read_text()
+  assert report.startswith('# FedProx (Li et al. 2020): Figure 1')
+  assert '**Verdict:** NOT TESTABLE AT THIS SCALE' in report
+  # Both runs were read: each mu's final training loss is in the table.
+  assert re.search(r'\| mu=0\.0 \| final training loss \| — \| \d', report)
+  assert re.search(r'\| mu=1\.0 \| final training loss \| — \| \d', report)
