@@ -19,7 +19,7 @@ from fl_common import cohort_schedule
 from fl_common import diagnosed_mean
 from fl_common import diagnostics
 from fl_common import lr_schedules
-from large_cohort import normalized_update
+from fl_common import normalized_update
 from fl_common import optimizers
 from fl_common import straggler
 import tasks

@@ -256,7 +256,7 @@ class FusedAggregation:
     factory: A `diagnosed_mean.diagnosed_mean_factory` (weighted, or
       unweighted when `weighted=False`), possibly wrapped by server-side
       steps (`aggregator_wrappers.wrap_server_side`, e.g.
-      `large_cohort.normalized_update.normalized_update_factory`).
+      `fl_common.normalized_update.normalized_update_factory`).
     value_type: The model delta's TFF type.
     weighted: Whether clients' weights weight the mean.
     fednova: Whether uploads are `FedNovaClientUpdate`s averaged as

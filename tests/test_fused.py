@@ -16,7 +16,7 @@ from fl_common import fused as fl_fused
 from fl_common import shards
 from large_cohort import fedopt
 from large_cohort import fused
-from large_cohort import normalized_update
+from fl_common import normalized_update
 from tests import fused_checks
 from tests import tiny_models
 

@@ -13,7 +13,7 @@ import tensorflow_federated as tff
 from fl_common import diagnosed_mean
 from gel_tff import budgets
 from gel_tff import gel
-from large_cohort import normalized_update
+from fl_common import normalized_update
 from tests import fused_checks
 from tests import tiny_models
 
