@@ -69,20 +69,26 @@ def _run_recipe(section, tmp_path, name, *extra):
       timeout=600)
 
 
+def _finished_run(section, tmp_path, name):
+  """Runs the section's command; `(hparams, metrics)` of its two rounds."""
+  run = _run_recipe(section, tmp_path, name)
+  assert run.returncode == 0, run.stderr[-2000:]
+  run_dir = tmp_path / 'runs' / name
+  with open(run_dir / 'hparams.json') as f:
+    hparams = json.load(f)
+  metrics = pd.read_csv(run_dir / 'metrics.csv')
+  assert list(metrics['round']) == [1, 2]
+  return hparams, metrics
+
+
 def test_the_optimizer_recipe_runs_as_written(tmp_path):
   section = _section('A new optimizer')
   touched = _copy_with_recipes(section, tmp_path / 'package')
   assert touched == {'fl_common/optimizers.py'}
-  run = _run_recipe(section, tmp_path, 'rmsprop')
-  assert run.returncode == 0, run.stderr[-2000:]
-  run_dir = tmp_path / 'runs' / 'rmsprop'
-  with open(run_dir / 'hparams.json') as f:
-    hparams = json.load(f)
+  hparams, _ = _finished_run(section, tmp_path, 'rmsprop')
   assert hparams['server_optimizer'] == 'rmsprop'
   assert hparams['server_decay'] == 0.5
   assert 'server_momentum' not in hparams
-  metrics = pd.read_csv(run_dir / 'metrics.csv')
-  assert list(metrics['round']) == [1, 2]
   # A hyperparameter it does not take is refused, as for every optimizer.
   refused = _run_recipe(section, tmp_path, 'no', '--server_momentum=0.5')
   assert refused.returncode == 2
@@ -96,15 +102,9 @@ def test_the_task_recipe_runs_as_written(tmp_path):
   touched = _copy_with_recipes(section, tmp_path / 'package')
   assert touched == {'tasks/wine.py', 'tasks/partitioned_task.py',
                      'tasks/__init__.py'}
-  run = _run_recipe(section, tmp_path, 'wine')
-  assert run.returncode == 0, run.stderr[-2000:]
-  run_dir = tmp_path / 'runs' / 'wine'
-  with open(run_dir / 'hparams.json') as f:
-    hparams = json.load(f)
+  hparams, metrics = _finished_run(section, tmp_path, 'wine')
   assert hparams['task'] == 'wine' and hparams['wine_model'] == 'mlp'
   assert hparams['dirichlet_alpha'] == 0.3 and hparams['num_clients'] == 10
-  metrics = pd.read_csv(run_dir / 'metrics.csv')
-  assert list(metrics['round']) == [1, 2]
   assert metrics['test/accuracy'].notna().any()
   # Its flag is refused for another task, as every task's own flag is.
   refused = subprocess.run(
@@ -135,18 +135,12 @@ def test_the_stateful_family_recipe_runs_as_written(tmp_path):
        'tests/test_error_feedback.py', 'tests/test_import_graph.py'],
       cwd=copy, env=env, capture_output=True, text=True, timeout=600)
   assert tests.returncode == 0, tests.stdout[-2000:]
-  run = _run_recipe(section, tmp_path, 'ef')
-  assert run.returncode == 0, run.stderr[-2000:]
-  run_dir = tmp_path / 'runs' / 'ef'
-  with open(run_dir / 'hparams.json') as f:
-    hparams = json.load(f)
+  hparams, metrics = _finished_run(section, tmp_path, 'ef')
   assert hparams['algorithm'] == 'error_feedback'
   assert hparams['client_learning_rate'] == 0.05
   assert hparams['server_learning_rate'] == 1.0
-  metrics = pd.read_csv(run_dir / 'metrics.csv')
-  assert list(metrics['round']) == [1, 2]
   assert metrics['client_states/mean_norm'].iloc[-1] > 0  # errors kept
-  assert os.listdir(run_dir / 'client_states')
+  assert os.listdir(tmp_path / 'runs' / 'ef' / 'client_states')
   refused = _run_recipe(section, tmp_path, 'no', '--server_optimizer=adam')
   assert refused.returncode == 2
   assert ('--server_optimizer is not used by --algorithm=error_feedback'
