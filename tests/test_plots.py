@@ -1,6 +1,8 @@
 """Tests of reproduce.plots: every figure type becomes a non-empty PNG."""
 
 import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -129,3 +131,15 @@ def test_command_line(runs_root, tmp_path, capsys):
                      f'--output_dir={output_dir}'])
   assert code == 2
   assert 'missing' in capsys.readouterr().err
+
+
+@pytest.mark.parametrize('module', ['reproduce.plots', 'reproduce.sweep'])
+def test_the_experiment_tools_start_without_noise(module):
+  # `reproduce` imports its experiments lazily: imported eagerly, they
+  # imported these modules before `python -m` ran them (a RuntimeWarning).
+  result = subprocess.run([sys.executable, '-m', module, '--help'],
+                          capture_output=True, text=True, timeout=120,
+                          cwd=run_directories.REPO)
+  assert result.returncode == 0
+  assert result.stdout.startswith(f'usage: python -m {module}')
+  assert result.stderr == ''
