@@ -10,8 +10,10 @@ state (`stateful_process`), its runner (`stateful_runner`), the states on
 disk (`client_state_store`) and the same on shards (`fused_stateful`).
 Aggregation and measurement: `aggregator_wrappers`, `diagnostics` and
 `diagnosed_mean` (update norm, pairwise cosine and discarded updates, with
-adaptive clipping, around any family's mean), `per_client_evaluation`,
-`communication` (bytes per round, read off TFF types). Execution: `fused`,
+adaptive clipping, around any family's mean), `normalized_update` (the
+server step along Δ/‖Δ‖₂), `per_client_evaluation`, `communication` (bytes
+per round, read off TFF types). Run directories: `run_layout` (their file
+names and readers, for the driver, the algorithms and the experiments). Execution: `fused`,
 `shards`, `lanes` and `resident` (rounds on shards of clients, examples held
 on the worker), `scratch` (temporary directories a killed process does not
 leave behind), `default_context`, and `tff_private` (the one door to TFF's
