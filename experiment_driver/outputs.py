@@ -57,6 +57,7 @@ from experiment_driver import run_files
 from fl_common import run_layout
 
 LOCK_NAME = run_layout.LOCK_FILE
+_ROUND = run_layout.ROUND_COLUMN
 _TEMP_PREFIX = release_managers.TEMP_PREFIX
 # TFF's release and program-state managers write `<name>_temp<4 digits>`.
 _TFF_TEMP = re.compile(r'_temp\d{4}$')
@@ -342,7 +343,7 @@ class RunDirectory:
     if os.path.exists(self.metrics_csv):
       with open(self.metrics_csv, newline='') as f:
         rows = [row for row in csv.DictReader(f)
-                if row.get(run_layout.ROUND_COLUMN) and int(row[run_layout.ROUND_COLUMN]) <= resumed_round]
+                if row.get(_ROUND) and int(row[_ROUND]) <= resumed_round]
     shutil.rmtree(self.tensorboard_dir, ignore_errors=True)
     manager = release_managers.TensorBoardScalars(self.tensorboard_dir)
     for row in rows:
@@ -352,9 +353,9 @@ class RunDirectory:
           values[key] = float(text)
         except (TypeError, ValueError):
           continue
-      values.pop('round', None)
+      values.pop(_ROUND, None)
       self._loop.run_until_complete(
-          manager.release(values, key=int(row[run_layout.ROUND_COLUMN])))
+          manager.release(values, key=int(row[_ROUND])))
     manager.close()
 
   def release_metrics(self, metrics: Mapping[str, float], round_num: int):

@@ -23,7 +23,7 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from fl_common import client_state_store
-from fl_common import stateful_runner as adabest_runner
+from fl_common import stateful_runner
 from fl_common import stateful_process
 from experiment_driver import algorithm_setup
 from experiment_driver import outputs
@@ -239,7 +239,7 @@ def _stateful_clients(process, store: client_state_store.ClientStateStore,
   latest was deleted); the resume verified them first
   (`ClientStateStore.problem_as_of`).
   """
-  runner = adabest_runner.StatefulClientRunner(process, store)
+  runner = stateful_runner.StatefulClientRunner(process, store)
   runner.store.restore(start_round)
 
   def round_runner(process, state, round_num, client_ids, datasets):

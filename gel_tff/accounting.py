@@ -48,13 +48,9 @@ def client_bytes(model_weights_type: tff.Type,
       up=communication.type_size_bytes(client_update_type))
 
 
-def load_metrics(run_dir: str) -> pd.DataFrame:
-  """Reads a run's `metrics.csv`, sorted by round (`run_layout.read_metrics`).
-
-  Raises:
-    ValueError: If the file is missing or has no `round` column.
-  """
-  return run_layout.read_metrics(run_dir)
+# A run's `metrics.csv`, sorted by round; ValueError if it is missing or has
+# no `round` column.
+load_metrics = run_layout.read_metrics
 
 
 def _require_column(metrics: pd.DataFrame, column: str) -> None:

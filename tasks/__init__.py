@@ -124,7 +124,8 @@ def _partitioned_record(dataset: str,
       train_batch_size=partitioned_task.DEFAULT_BATCH_SIZE,
       client_epochs=partitioned_task.DEFAULT_NUM_EPOCHS,
       accuracy_metric=partitioned_task.ACCURACY_METRIC_NAME,
-      reads_files=not in_memory, downloads=not in_memory, partitioned=True,
+      reads_files=not in_memory, downloads=not in_memory,
+      partition_of=dataset,
       flags=PARTITION_FLAGS + own_flags)
 
 
@@ -157,9 +158,8 @@ TASKS: dict[str, TaskRecord] = {
     'synthetic_partitioned': _partitioned_record('synthetic'),
     'digits': _partitioned_record('digits', DIGITS_FLAGS),
 }
-# The partitioned tasks' datasets, by task name (each builder is
-# `functools.partial(_create_partitioned, dataset)`).
-PARTITIONED_TASKS = {name: record.builder.args[0]
+# The partitioned tasks' datasets, by task name.
+PARTITIONED_TASKS = {name: record.partition_of
                      for name, record in TASKS.items() if record.partitioned}
 TASK_NAMES = tuple(TASKS)
 # Every task's own flags by name (a flag several tasks take, once).

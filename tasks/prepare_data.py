@@ -62,7 +62,7 @@ def prepare(task_name: str, data_dir: Optional[str]) -> list[str]:
     return []
   if record.partitioned:
     return [centralized_images.prepare_image_dataset(
-        tasks.PARTITIONED_TASKS[task_name], data_dir=data_dir)]
+        record.partition_of, data_dir=data_dir)]
   dataset_name, _, loader_call = _FILES[task_name]
   paths = data_paths(task_name, data_dir)
   with data_files.require_cached_files(dataset_name, paths, loader_call):

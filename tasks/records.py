@@ -80,9 +80,10 @@ class TaskRecord:
       data generated in memory.
     downloads: Whether its files are fetched on first use (TFF's datasets:
       `tasks.data_files`; TFDS's: `tasks.centralized_images`).
-    partitioned: Whether it is one of AdaBest's partitioned centralized
-      datasets (the validation clients are fixed at 10 %, so
-      `validation_fraction` and `max_elements_per_client` do not apply).
+    partition_of: For AdaBest's partitioned tasks, the centralized dataset
+      partitioned (a `partitioned_task.DATASET_SETTINGS` name); the
+      validation clients are then fixed at 10 %, so `validation_fraction`
+      and `max_elements_per_client` do not apply. None: a federated dataset.
     flags: The task's own driver flags.
   """
 
@@ -92,8 +93,13 @@ class TaskRecord:
   accuracy_metric: str
   reads_files: bool
   downloads: bool = False
-  partitioned: bool = False
+  partition_of: Optional[str] = None
   flags: tuple[TaskFlag, ...] = ()
+
+  @property
+  def partitioned(self) -> bool:
+    """Whether it is one of AdaBest's partitioned tasks."""
+    return self.partition_of is not None
 
 
 def flags_by_name(records: dict[str, TaskRecord]) -> dict[str, TaskFlag]:
