@@ -37,10 +37,10 @@ def _numbers(value):
           if np.asarray(x).dtype.kind in 'biuf']
 
 
-def _two_rounds(name, tmp_path, tag):
+def _two_rounds(name, tmp_path, tag, cohorts=(('a', 'b'), ('b', 'c', 'a'))):
   run = conformance.Run(name, tmp_path / tag, seed=5)
-  metrics = [run.round(['a', 'b'], round_num=1),
-             run.round(['b', 'c', 'a'], round_num=2)]
+  metrics = [run.round(list(cohort), round_num=round_num)
+             for round_num, cohort in enumerate(cohorts, 1)]
   client_states = (None if run.runner is None else
                    run.runner.store.load(['a', 'b', 'c']))
   return run.state, metrics, client_states
@@ -68,17 +68,23 @@ def test_in_process_equals_the_worker(name, worker, tmp_path):
 @pytest.mark.parametrize('name', sorted(conformance.BUILDERS))
 def test_a_planned_call_equals_the_interpreted_call(name, tmp_path,
                                                     monkeypatch):
-  # Every call planned from its first, against every call interpreted.
+  # Every call planned from its first, against every call interpreted; the
+  # third round (a cohort of the second's size) replays the second's plan
+  # without TFF's context (`shortcuts`).
+  cohorts = (('a', 'b'), ('b', 'c', 'a'), ('c', 'a', 'b'))
   monkeypatch.setattr(in_process, 'PLAN_AFTER_CALLS', 0)
   with runtime.local_runtime() as devices:
-    planned = _two_rounds(name, tmp_path, 'planned')
+    planned = _two_rounds(name, tmp_path, 'planned', cohorts)
     calls = dict(devices[0].calls)
   monkeypatch.setattr(in_process, 'PLANS', False)
   with runtime.local_runtime() as devices:
-    interpreted = _two_rounds(name, tmp_path, 'interpreted')
-    assert dict(devices[0].calls) == {'interpreted': sum(calls.values())}
-  # The rounds (and whatever else the run calls) were planned.
-  assert calls.get('interpreted', 0) == 0 and calls['planned'] >= 2, calls
+    interpreted = _two_rounds(name, tmp_path, 'interpreted', cohorts)
+    assert dict(devices[0].calls) == {
+        'interpreted': calls['planned'] + calls.get('interpreted', 0)}
+  # The rounds (and whatever else the run calls) were planned, the third
+  # through its shortcut.
+  assert calls.get('interpreted', 0) == 0 and calls['planned'] >= 3, calls
+  assert calls.get('shortcut', 0) >= 1, calls
   for ours, theirs in zip(planned, interpreted):
     assert (ours is None) == (theirs is None)  # Client states, if kept.
     ours, theirs = _numbers(ours), _numbers(theirs)
@@ -160,6 +166,41 @@ def test_a_computation_is_compiled_once_and_runs_from_a_running_event_loop(
   assert (first['mean'], first['count']) == (1.5, 2)
   assert (second['mean'], second['count']) == (3.0, 3)
   assert (from_loop['mean'], from_loop['count']) == (4.0, 1)
+
+
+Summary = collections.namedtuple('Summary', ['total', 'scaled'])
+
+
+def test_a_shortcut_replays_only_an_argument_of_the_recorded_structure():
+
+  @tff.federated_computation(tff.FederatedType(np.float32, tff.CLIENTS),
+                             tff.FederatedType(np.float32, tff.SERVER))
+  def summarize(values, scale):
+    total = tff.federated_sum(values)
+    return Summary(total=total, scaled=tff.federated_map(
+        tff.tensorflow.computation(lambda x, y: x * y),
+        tff.federated_zip((tff.federated_broadcast(scale), values))))
+
+  def arrays(*xs):
+    return [np.float32(x) for x in xs]
+
+  with runtime.local_runtime() as devices:
+    results = [summarize(arrays(1, 2), np.float32(3)),  # interpreted
+               summarize(arrays(2, 4), np.float32(1)),  # planned, recorded
+               summarize(arrays(5, 6), np.float32(2))]  # replayed
+    calls = dict(devices[0].calls)
+    assert calls == {'interpreted': 1, 'planned': 2, 'shortcut': 1}, calls
+    # Another cohort size, Python numbers (converted by TFF's context), or
+    # a value of another dtype: through TFF's context, with its checks.
+    results.append(summarize(arrays(1, 2, 3), np.float32(1)))
+    results.append(summarize([1.0, 2.0], 2.0))
+    results.append(summarize([np.float64(1), np.float64(2)], np.float32(1)))
+    assert devices[0].calls['shortcut'] == 1
+  for result in results:
+    assert isinstance(result, Summary) and isinstance(result.scaled, list)
+  assert [(float(r.total), [float(x) for x in r.scaled]) for r in results] == [
+      (3.0, [3.0, 6.0]), (6.0, [2.0, 4.0]), (11.0, [10.0, 12.0]),
+      (6.0, [1.0, 2.0, 3.0]), (3.0, [2.0, 4.0]), (3.0, [1.0, 2.0])]
 
 
 def test_an_intrinsic_it_lacks_is_refused_by_name():

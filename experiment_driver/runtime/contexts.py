@@ -43,6 +43,7 @@ from fl_common.tff_private import type_conversions
 
 from experiment_driver import value_transfer
 from experiment_driver.runtime import in_process
+from experiment_driver.runtime import shortcuts
 from experiment_driver import worker_state
 from experiment_driver.runtime.stubs import _WorkerStub
 
@@ -198,6 +199,8 @@ class _InProcessContext(context_base.SyncContext):
     self._context = async_execution_context.AsyncExecutionContext(
         compiler_fn=None, **settings)
     self._compiled = in_process.IdentityCache()
+    # Computation -> {argument structure: its `shortcuts.Shortcut`}.
+    self._shortcuts = in_process.IdentityCache()
     self._loops = threading.local()
     self._all_loops = []  # Every thread's, to close with the context.
     self._thread = None
@@ -210,6 +213,18 @@ class _InProcessContext(context_base.SyncContext):
         self._compiler_fn(comp), comp.type_signature)
 
   def invoke(self, comp: Any, arg: Any) -> Any:
+    # A planned call replayed without TFF's per-call Python when the
+    # argument has the structure of one recorded (`shortcuts`).
+    arg_leaves = []
+    recorded = None
+    if shortcuts.SHORTCUTS and in_process.PLANS:
+      arg_structure = shortcuts.flatten(arg, arg_leaves)
+      recorded = self._shortcuts.get(comp, dict)
+      shortcut = recorded.get(arg_structure)
+      if shortcut is not None:
+        result = shortcut(arg_leaves)
+        if result is not shortcuts.MISS:
+          return result
     compiled = self._compiled.get(comp, lambda: self._compile(comp))
     coro = self._context.invoke(compiled, arg)
     try:
@@ -220,7 +235,15 @@ class _InProcessContext(context_base.SyncContext):
         loop = self._loops.loop = asyncio.new_event_loop()
         with self._lock:
           self._all_loops.append(loop)
-      return loop.run_until_complete(coro)
+      if recorded is None or arg_structure in recorded or len(
+          recorded) >= in_process.MAX_PLANS:
+        return loop.run_until_complete(coro)
+      with in_process.recording_plans() as calls:
+        result = loop.run_until_complete(coro)
+      if calls:  # Planned (None: a plan that cannot be replayed).
+        recorded[arg_structure] = shortcuts.record(self.device, arg_leaves,
+                                                   calls, result)
+      return result
     with self._lock:
       if self._thread is None:
         self._thread = async_utils.AsyncThreadRunner()

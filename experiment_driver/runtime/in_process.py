@@ -42,6 +42,7 @@ function (client work) each use `threads_per_lane` threads; the others
 
 import collections
 import concurrent.futures
+import contextlib
 import os
 import queue
 import threading
@@ -735,6 +736,21 @@ MAX_IMPORTS = 128  # A larger call (one client per call, big cohorts) is
 MAX_PLANS = 8  # Layouts planned per computation; others are interpreted.
 
 
+_recorded = threading.local()
+
+
+@contextlib.contextmanager
+def recording_plans():
+  """Within it, each plan run on this thread is recorded: yields the list
+  of `(plan, leaves, fetched values)` it appends to (`shortcuts`)."""
+  calls = []
+  _recorded.calls = calls
+  try:
+    yield calls
+  finally:
+    _recorded.calls = None
+
+
 class _TooLarge(Exception):
   """A plan would import more than `MAX_IMPORTS` TensorFlow computations."""
 
@@ -943,6 +959,36 @@ class _Plan:
 
   def __call__(self, leaves: list[Any]) -> Any:
     """The result for the argument whose `_layout` leaves are `leaves`."""
+    return _filled(self._template, self.run(leaves))
+
+  @property
+  def feeds(self) -> list[tuple[Any, str, Any]]:
+    """(placeholder, 'tensor' or 'sequence', NumPy dtype) per parameter
+    leaf, in `_layout`'s order."""
+    return list(self._feeds)
+
+  def literals(self) -> list[Any]:
+    """The result's leaves that are not fetched (constants of the plan)."""
+    found = []
+
+    def walk(template):
+      if isinstance(template, _Out):
+        return
+      if isinstance(template, _Federated):
+        for member in template.members:
+          walk(member)
+      elif isinstance(template, structure.Struct):
+        for _, element in structure.iter_elements(template):
+          walk(element)
+      else:
+        found.append(template)
+
+    walk(self._template)
+    return found
+
+  def run(self, leaves: list[Any]) -> list[Any]:
+    """The fetched tensors' values for the argument whose `_layout` leaves
+    are `leaves` (`__call__` puts them in the result's structure)."""
     if len(leaves) != len(self._feeds):
       raise TypeError(f'{len(leaves)} values for {len(self._feeds)} '
                       'parameters of a plan.')
@@ -951,7 +997,10 @@ class _Plan:
     placement = self._device.placement
     values = self._sessions.run(
         feeds, placement, None if placement is None else placement.add_scoped)
-    return _filled(self._template, values)
+    calls = getattr(_recorded, 'calls', None)
+    if calls is not None:
+      calls.append((self, leaves, values))
+    return values
 
   def close(self) -> None:
     self._sessions.close()
