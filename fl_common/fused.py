@@ -35,7 +35,7 @@ exactly as the per-client aggregator does
 and their structure are those of the per-client process, so checkpoints and
 metric names carry over, and a round on shards equals a round on the same
 clients one per TFF client, up to the order of float additions
-(`tests/test_fused.py`, `tests/test_fused_gel.py`).
+(`tests/large_cohort/test_fused.py`, `tests/gel_tff/test_fused.py`).
 
 Shards are ordinary TFF clients: the same process runs on the local worker
 and across `--worker_addresses`, each worker taking whole shards.

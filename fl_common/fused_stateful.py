@@ -20,7 +20,7 @@ its clients' contributions to the aggregator (`fl_common.diagnosed_mean`,
 the driver's mean with the paper's diagnostics), their summed values and
 their number (FedDyn's `|P^t|`). State, metrics and their structure are the
 per-client process's, so checkpoints and client-state stores carry over
-(`tests/test_fused_stateful.py`).
+(`tests/fl_common/test_fused_stateful.py`).
 
 The public entry point is `on_shards=True` of `build_adabest`,
 `build_feddyn` and `build_scaffold`.

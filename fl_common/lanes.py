@@ -21,7 +21,7 @@ per-client quantity is therefore per lane: the client optimizer's state
 FedProx's proximal term, the stateful algorithms' client states, and the
 aggregator's contribution (clipping, unit vectors, counts). Lanes do not
 interact: the round equals the one-after-the-other round up to float order
-(`tests/test_lanes.py`).
+(`tests/fl_common/test_lanes.py`).
 
 Clients differ in their number and sizes of batches. The shard's clients
 are ordered by their number of batches (so lanes of a group finish

@@ -3,7 +3,7 @@
 Every module of the package that needs what TFF does not export publicly
 (its `tensorflow_federated.python` tree, its protos) imports it from here,
 under the same name; nothing else imports TFF's private tree
-(`tests/test_tff_private.py` checks the source), so a TFF upgrade that
+(`tests/fl_common/test_tff_private.py` checks the source), so a TFF upgrade that
 moves or drops one breaks here, at import, and nowhere else. The test also
 checks that each private attribute (`module._name`) read anywhere in the
 package exists in the installed TFF.

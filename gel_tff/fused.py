@@ -11,7 +11,7 @@ FedNova normalizer and its gradient count are those of the per-client
 process; the shard sums its clients' contributions to the aggregator
 (`fl_common.diagnosed_mean`, the driver's: the mean, adaptive clipping and
 the paper's diagnostics; FedNova's normalized averaging around it). State
-and metrics are the per-client process's (`tests/test_fused_gel.py`).
+and metrics are the per-client process's (`tests/gel_tff/test_fused.py`).
 
 The public builders are `gel_tff.gel.build_fused_gel` and
 `build_fused_budgeted_baseline`.

@@ -10,7 +10,7 @@ from the broadcast model with a fresh client optimizer state and takes one
 local step per batch, as `build_fedopt`'s client work; its update is
 screened, weighted (examples, or uniform) and clipped as the per-client
 aggregator does. State, metrics and their structure are `build_fedopt`'s,
-so checkpoints and metric names carry over (`tests/test_fused.py`).
+so checkpoints and metric names carry over (`tests/large_cohort/test_fused.py`).
 `build_fused_fedsgd` is `build_fedsgd` (TFF's FedSGD) on shards in the same
 way: each client's gradient is the example-weighted mean of its batch
 gradients at the broadcast model.

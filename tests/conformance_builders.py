@@ -1,7 +1,7 @@
 """Every public builder of the three papers, and a run of it round by round.
 
 Not a test module: `test_builders_conformance` (one conformance suite over
-every builder) and `test_in_process` (each builder on both runtimes) import
+every builder) and `experiment_driver/runtime/test_in_process` (each builder on both runtimes) import
 it.
 """
 

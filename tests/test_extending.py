@@ -124,7 +124,7 @@ def test_the_stateful_family_recipe_runs_as_written(tmp_path):
   copy = tmp_path / 'package'
   touched = _copy_with_recipes(section, copy)
   assert touched == {'ef_tff/__init__.py', 'ef_tff/BUILD',
-                     'tests/test_error_feedback.py',
+                     'tests/ef_tff/test_ef_tff.py',
                      'experiment_driver/ef_setup.py',
                      'experiment_driver/families.py',
                      'experiment_driver/BUILD'}
@@ -132,7 +132,7 @@ def test_the_stateful_family_recipe_runs_as_written(tmp_path):
   # Its NumPy test, and the import rules, which find the new package.
   tests = subprocess.run(
       [sys.executable, '-m', 'pytest', '-q', '-p', 'no:cacheprovider',
-       'tests/test_error_feedback.py', 'tests/test_import_graph.py'],
+       'tests/ef_tff/test_ef_tff.py', 'tests/test_import_graph.py'],
       cwd=copy, env=env, capture_output=True, text=True, timeout=600)
   assert tests.returncode == 0, tests.stdout[-2000:]
   hparams, metrics = _finished_run(section, tmp_path, 'ef')

@@ -38,7 +38,7 @@ _MAX_LINES = 400
 # Every package imports `tf_environment` first: it sets what TensorFlow
 # reads at import (Keras 2 for TFF), so it must run before any of them
 # imports TF. `tff_private` is the one door to TFF's private tree
-# (`tests/test_tff_private.py`), open to every package.
+# (`tests/fl_common/test_tff_private.py`), open to every package.
 _ALWAYS_ALLOWED = ('fl_common.tf_environment', 'fl_common.tff_private')
 
 
@@ -88,3 +88,42 @@ def test_a_long_module_says_why_in_its_docstring():
         if 'Why one module:' not in docstring:
           unexplained.append(os.path.relpath(path, _REPO))
   assert not unexplained
+
+
+# Test modules named for no single module, with what they test.
+_ACROSS_MODULES = {
+    # The package as a user runs it.
+    'test_builders_conformance.py': 'every public builder, one suite',
+    'test_docs.py': 'the README and docs/ commands',
+    'test_extending.py': "docs/extending.md's recipes",
+    'test_import_graph.py': 'these rules',
+    'test_install.py': 'requirements/ and setup.py',
+    'test_pytest_main.py': 'the Bazel launcher, tests/pytest_main.py',
+    'test_run_faults.py': "run_experiment.py's faults and resumption",
+    'bench/test_bench.py': 'the benchmark package',
+    'experiment_driver/test_flag_checks.py': 'flag_groups and flag_rules',
+    'experiment_driver/runtime/test_remote_workers.py':
+        '--worker_addresses, through the driver',
+    'tasks/test_tfds_downloads.py': 'data_files and the TFDS image tasks',
+}
+
+
+def test_tests_mirror_the_packages():
+  # tests/<package>/test_<module>.py tests <package>/<module>.py, and
+  # tests/<package>/test_<package>.py the package's __init__.
+  strays = []
+  for directory, _, names in os.walk(os.path.join(_REPO, 'tests')):
+    package = os.path.relpath(directory, os.path.join(_REPO, 'tests'))
+    for name in names:
+      if not (name.startswith('test_') and name.endswith('.py')):
+        continue
+      path = os.path.normpath(os.path.join(package, name))
+      module = name[len('test_'):]
+      tested = (os.path.join(_REPO, module) if package == '.' else
+                os.path.join(_REPO, package, module))
+      is_init = module[:-len('.py')] == os.path.basename(package)
+      if not (os.path.isfile(tested) or is_init or path in _ACROSS_MODULES):
+        strays.append(path)
+  assert not strays
+  for path in _ACROSS_MODULES:
+    assert os.path.isfile(os.path.join(_REPO, 'tests', path)), path

@@ -17,7 +17,7 @@ a compatible shape (or a dataset of the recorded element spec); anything
 else goes through TFF's context as before, with its checks and errors.
 Results are the plan's own, in the containers TFF built the first time, so
 equality with the context's path holds by construction;
-`tests/test_in_process.py` checks it over the conformance suite.
+`tests/experiment_driver/runtime/test_in_process.py` checks it over the conformance suite.
 
 Recorded only when every leaf matches by identity: an argument TFF's
 context converted (Python numbers, eager tensors) or a result it converted

@@ -81,7 +81,7 @@ def test_the_default_rounds_on_shards_equal_rounds_per_client(name):
 @pytest.mark.parametrize('name', ['adabest', 'feddyn', 'scaffold'])
 def test_reports_the_diagnostics_of_the_other_families(name):
   # The mean is wrapped in fl_common.diagnostics (whose values are checked
-  # against NumPy in test_diagnostics.py).
+  # against NumPy in tests/fl_common/test_diagnostics.py).
   context = build_context()
   process = adabest_setup.ALGORITHMS[name](context).process
   datasets = context.task.datasets

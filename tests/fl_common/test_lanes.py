@@ -7,8 +7,8 @@ client, shards of uneven length, groups of lanes cut short, and a
 classifier whose accuracy metric and softmax go through the vectorized
 forward pass, and client optimizers with a step counter or a norm; lanes
 refuse models they cannot vectorize. (GeL's, FedSGD's and the stateful
-algorithms' rounds on lanes: `test_fused_gel`, `test_fused`,
-`test_fused_stateful`.)"""
+algorithms' rounds on lanes: `tests/gel_tff/test_fused.py`,
+`tests/large_cohort/test_fused.py`, `tests/fl_common/test_fused_stateful.py`.)"""
 
 import collections
 

@@ -9,8 +9,9 @@ import ast
 import os
 
 from fl_common import tff_private
+import tests
 
-_REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_REPO = tests.REPO
 _QUARANTINE = os.path.join(_REPO, 'fl_common', 'tff_private.py')
 _PRIVATE_TREES = ('tensorflow_federated.python', 'tensorflow_federated.proto')
 

@@ -87,7 +87,7 @@ def test_proximal_strength_acts_only_in_fedprox():
   # TFF 0.87's own FedProx client work adds mu (x^(t,0) - x) to the gradient
   # (the opposite sign of the gradient of mu/2 ||x - x^(t,0)||^2), so it is
   # no reference here; the proximal gradient is checked against NumPy in
-  # test_client_work.py.
+  # tests/gel_tff/test_client_work.py.
   fedavgcm_weights, _ = train(gel.build_budgeted_baseline(
       model_fn, base='fedavgcm', client_learning_rate=LEARNING_RATE))
   ignored_weights, _ = train(gel.build_budgeted_baseline(

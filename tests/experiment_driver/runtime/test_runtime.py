@@ -17,8 +17,9 @@ from experiment_driver import runtime
 from experiment_driver.runtime import stubs
 from experiment_driver.runtime import workers
 from tests import worker_process
+import tests
 
-_REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_REPO = tests.REPO
 
 
 def _worker_pids_of(parent_pid: int) -> list[int]:

@@ -23,8 +23,9 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from experiment_driver import runtime
+import tests
 
-_REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_REPO = tests.REPO
 # A cohort of 5 is split 3 + 2 over the two workers. At most 10 local steps
 # per client: long local training amplifies the rounding differences below
 # (with all of each client's examples, up to 200 SGD steps at the tuned rate

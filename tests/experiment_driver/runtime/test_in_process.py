@@ -27,8 +27,9 @@ import tensorflow_federated as tff
 from experiment_driver import runtime
 from experiment_driver.runtime import in_process
 from tests import conformance_builders as conformance
+import tests
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = tests.REPO
 
 
 def _numbers(value):

@@ -15,8 +15,9 @@ import tasks
 from experiment_driver import outputs
 from experiment_driver import training_loop
 from experiment_driver import value_transfer
+import tests
 
-_REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_REPO = tests.REPO
 
 
 # Run in a fresh interpreter: in the test process, memory freed by earlier

@@ -7,6 +7,7 @@ import sys
 import textwrap
 
 from fl_common import scratch
+import tests
 
 _PREFIX = 'scratch_test_'
 
@@ -23,7 +24,7 @@ def _owner_process(parent: str) -> tuple[subprocess.Popen, str]:
   """)
   process = subprocess.Popen(
       [sys.executable, '-c', code], stdout=subprocess.PIPE, text=True,
-      cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+      cwd=tests.REPO)
   return process, process.stdout.readline().strip()
 
 

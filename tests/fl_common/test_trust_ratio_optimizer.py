@@ -1,7 +1,7 @@
 """fl_common.trust_ratio_optimizer: the trust ratio and the state plumbing.
 
-LARS and LAMB themselves are checked against NumPy in test_lars.py and
-test_lamb.py; here a minimal subclass (trust-ratio SGD with a step counter)
+LARS and LAMB themselves are checked against NumPy in tests/fl_common/test_lars.py
+and test_lamb.py; here a minimal subclass (trust-ratio SGD with a step counter)
 checks what the base class does for any subclass.
 """
 

@@ -1,5 +1,5 @@
 """Tests for tasks/centralized_images.py: TFDS loaders, offline (downloads:
-tests/test_tfds_downloads.py)."""
+tests/tasks/test_tfds_downloads.py)."""
 
 import numpy as np
 import pytest

@@ -8,8 +8,9 @@ import pandas as pd
 import pytest
 
 from fl_common import run_layout
+import tests
 
-_REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_REPO = tests.REPO
 _NAMES = {run_layout.HPARAMS_FILE, run_layout.MANIFEST_FILE,
           run_layout.METRICS_FILE}
 
