@@ -68,6 +68,33 @@ BUILDERS = {
         model_aggregator=diagnosed_mean.diagnosed_mean_factory()),
 }
 
+def _unclipped_mean():
+  return diagnosed_mean.diagnosed_mean_factory(clipping=False)
+
+
+# Each fused builder's per-client twin: the same algorithm with the same
+# arguments, one TFF client per client (`test_builders_conformance`: their
+# rounds are equal).
+PER_CLIENT_TWINS = {
+    'fused_fedopt': lambda m: large_cohort.build_fedopt(
+        m, client_optimizer=_sgd(0.1), server_optimizer=_sgd(1.0),
+        model_aggregator=diagnosed_mean.diagnosed_mean_factory()),
+    # On shards, the stateful families' default aggregator is the
+    # diagnosed mean without clipping; per client, TFF's mean.
+    'fused_adabest': lambda m: adabest_tff.build_adabest(
+        m, model_aggregator=_unclipped_mean()),
+    'fused_feddyn': lambda m: adabest_tff.build_feddyn(
+        m, population_size=POPULATION, model_aggregator=_unclipped_mean()),
+    'fused_scaffold': lambda m: adabest_tff.build_scaffold(
+        m, population_size=POPULATION, model_aggregator=_unclipped_mean()),
+    'fused_fednova_gel': lambda m: gel_tff.build_gel(
+        m, base='fednova', client_learning_rate=0.05, expected_steps=6,
+        model_aggregator=diagnosed_mean.diagnosed_mean_factory()),
+    'fused_fedprox_budgeted': lambda m: gel_tff.build_budgeted_baseline(
+        m, base='fedprox', client_learning_rate=0.05,
+        model_aggregator=diagnosed_mean.diagnosed_mean_factory()),
+}
+
 
 def _dataset(client_id, nan=False):
   rng = np.random.default_rng(sorted(CLIENT_SIZES).index(client_id))
@@ -83,10 +110,12 @@ def _dataset(client_id, nan=False):
 class Run:
   """A process trained round by round, stateful clients included."""
 
-  def __init__(self, name, tmp_path, seed=0):
+  def __init__(self, name, tmp_path, seed=0, per_client_twin=False):
     tf.keras.utils.set_random_seed(seed)
     self.name = name
-    self.process = BUILDERS[name](tiny_models.linear_model_fn(NUM_FEATURES))
+    self.on_shards = name.startswith('fused_') and not per_client_twin
+    builder = PER_CLIENT_TWINS[name] if per_client_twin else BUILDERS[name]
+    self.process = builder(tiny_models.linear_model_fn(NUM_FEATURES))
     self.runner = None
     if isinstance(self.process, stateful_process.StatefulClientLearningProcess):
       self.runner = adabest_tff.StatefulClientRunner(
@@ -97,7 +126,7 @@ class Run:
 
   def round(self, client_ids, nan_client=None, round_num=None):
     datasets = [_dataset(c, nan=c == nan_client) for c in client_ids]
-    if self.name.startswith('fused_'):
+    if self.on_shards:
       datasets = shards.shards_from_datasets(datasets, 2)
     if self.runner is None:
       output = self.process.next(self.state, datasets)

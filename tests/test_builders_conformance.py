@@ -4,8 +4,10 @@ Each builder, on a tiny linear model and the same clients: builds and trains
 two rounds; a client whose data hold NaN never reaches the model (and a
 stateful client keeps its old state); the server state survives a checkpoint
 round trip through TFF's program state manager and training goes on exactly
-as without it; the same seed gives the same result. Each algorithm's math is
-checked against NumPy in its own test module.
+as without it; the same seed gives the same result; a builder on shards of
+clients trains as its per-client twin (`conformance_builders.
+PER_CLIENT_TWINS`). Each algorithm's math is checked against NumPy in its
+own test module.
 """
 
 import asyncio
@@ -81,3 +83,32 @@ def test_same_seed_same_result(name, tmp_path):
     run.round(['b', 'c'])
     results.append(run.weights())
   np.testing.assert_array_equal(results[0], results[1])
+
+
+def test_every_builder_on_shards_has_a_per_client_twin():
+  on_shards = {name for name in BUILDERS if name.startswith('fused_')}
+  assert on_shards == set(conformance_builders.PER_CLIENT_TWINS)
+
+
+@pytest.mark.parametrize('fused_name',
+                         sorted(conformance_builders.PER_CLIENT_TWINS))
+def test_a_round_on_shards_equals_the_per_client_round(fused_name, tmp_path):
+  # Uneven clients, two to a shard (the last shard holds one), two rounds.
+  runs = [_Run(fused_name, tmp_path, seed=3),
+          _Run(fused_name, tmp_path, seed=3, per_client_twin=True)]
+  for clients in (['a', 'b', 'c'], ['c', 'a']):
+    fused_metrics, metrics = [run.round(clients) for run in runs]
+    _assert_close(fused_metrics, metrics)
+  _assert_close(runs[0].state, runs[1].state)
+  if runs[0].runner is not None:
+    _assert_close(runs[0].runner.store.load(['a', 'b', 'c']),
+                  runs[1].runner.store.load(['a', 'b', 'c']))
+
+
+def _assert_close(a, b):
+  flat_a, flat_b = tf.nest.flatten(a), tf.nest.flatten(b)
+  assert len(flat_a) == len(flat_b)
+  for x, y in zip(flat_a, flat_b):
+    np.testing.assert_allclose(np.asarray(x, np.float64),
+                               np.asarray(y, np.float64), rtol=1e-5,
+                               atol=1e-6)
