@@ -18,6 +18,7 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from tests import conformance_builders
+from tests import fused_checks
 
 NUM_FEATURES = conformance_builders.NUM_FEATURES
 BUILDERS = conformance_builders.BUILDERS
@@ -98,17 +99,9 @@ def test_a_round_on_shards_equals_the_per_client_round(fused_name, tmp_path):
           _Run(fused_name, tmp_path, seed=3, per_client_twin=True)]
   for clients in (['a', 'b', 'c'], ['c', 'a']):
     fused_metrics, metrics = [run.round(clients) for run in runs]
-    _assert_close(fused_metrics, metrics)
-  _assert_close(runs[0].state, runs[1].state)
+    fused_checks.assert_close(fused_metrics, metrics)
+  fused_checks.assert_close(runs[0].state, runs[1].state)
   if runs[0].runner is not None:
-    _assert_close(runs[0].runner.store.load(['a', 'b', 'c']),
-                  runs[1].runner.store.load(['a', 'b', 'c']))
+    fused_checks.assert_close(runs[0].runner.store.load(['a', 'b', 'c']),
+                              runs[1].runner.store.load(['a', 'b', 'c']))
 
-
-def _assert_close(a, b):
-  flat_a, flat_b = tf.nest.flatten(a), tf.nest.flatten(b)
-  assert len(flat_a) == len(flat_b)
-  for x, y in zip(flat_a, flat_b):
-    np.testing.assert_allclose(np.asarray(x, np.float64),
-                               np.asarray(y, np.float64), rtol=1e-5,
-                               atol=1e-6)
