@@ -12,7 +12,6 @@ for GPUs (TensorFlow fixes its devices when it starts).
 import asyncio
 import collections
 import json
-import os
 import pathlib
 import subprocess
 import sys
