@@ -17,6 +17,7 @@ limit both ways, here and in a child process with the rewrites off
 (`LimitInChild`), and takes the faster as the limit.
 """
 
+import contextlib
 import multiprocessing
 import os
 from collections.abc import Callable, Mapping, Sequence
@@ -26,19 +27,15 @@ from unittest import mock
 import numpy as np
 import tensorflow as tf
 
+from bench import tff_rounds
 from bench import workloads
 from experiment_driver import runtime
+from fl_common import tf_environment
 
 # TensorFlow's switch for its oneDNN rewrites, read when it is imported.
-ONEDNN_VARIABLE = 'TF_ENABLE_ONEDNN_OPTS'
+ONEDNN_VARIABLE = tf_environment.ONEDNN
 ONEDNN_OFF = {ONEDNN_VARIABLE: '0'}
-
-
-def onednn_setting() -> str:
-  """This process's oneDNN setting as TensorFlow read it: `off` if
-  `TF_ENABLE_ONEDNN_OPTS=0`, `on` if `1`, else `default` (on, on x86)."""
-  return {'0': 'off', '1': 'on'}.get(os.environ.get(ONEDNN_VARIABLE, ''),
-                                     'default')
+onednn_setting = tf_environment.onednn_setting
 
 
 def environment(values: Mapping[str, str]):
@@ -168,33 +165,49 @@ class ShardLimitRound(LimitRound):
           variable.assign(start)
 
 
-def _serve_limit(connection, workload_name: str, num_clients: int,
+LIMIT = 'limit'
+LOCAL = 'local'
+
+
+def _serve_round(connection, kind: str, workload_name: str, num_clients: int,
                  seed: int) -> None:
-  """A child process's loop: builds the limit, runs a round per request."""
-  # No TFF context here: TFF's default one would start a worker at exit.
+  """A child process's loop: builds the `kind` round, runs one per request."""
+  # No TFF default context here: TFF's would start a worker at exit.
   runtime.refuse_unmanaged_default_context()
   workload = workloads.get_workload(workload_name)
-  round_fn = LimitRound(workload, workload.client_arrays(num_clients, seed))
-  while True:
-    request = connection.recv()
-    if isinstance(request, list):
-      round_fn.set_start_weights(request)
-      connection.send(None)
-    elif request == 'round':
-      round_fn()
-      connection.send(None)
-    elif request == 'weights':
-      connection.send(round_fn.mean_client_weights())
-    elif request == 'setting':
-      connection.send(onednn_setting())
+  arrays = workload.client_arrays(num_clients, seed)
+  with contextlib.ExitStack() as stack:
+    if kind == LIMIT:
+      round_fn = LimitRound(workload, arrays)
     else:
-      return
+      context, _ = stack.enter_context(runtime.local_context())
+      stack.enter_context(runtime.install(context))
+      round_fn = tff_rounds.round_for(
+          tff_rounds.build_process(workload, 'resident', arrays), workload,
+          arrays, 'resident')
+    while True:
+      request = connection.recv()
+      if isinstance(request, list):
+        round_fn.set_start_weights(request)
+        connection.send(None)
+      elif request == 'round':
+        round_fn()
+        connection.send(None)
+      elif request == 'weights':
+        connection.send(round_fn.mean_client_weights())
+      elif request == 'setting':
+        connection.send(onednn_setting())
+      else:
+        return
 
 
-class LimitInChild:
-  """`LimitRound` of a registered workload, run in a child process (spawned:
-  a fresh TensorFlow) started with `env` (default: oneDNN off); call it to
-  run a round there and wait for it.
+class RoundInChild:
+  """A round of a registered workload run in a child process (spawned: a
+  fresh TensorFlow) started with `env` (default: oneDNN off); call it to
+  run a round there and wait for it. `kind` is `LIMIT` (`LimitRound`) or
+  `LOCAL`: the `resident` TFF round of `bench.tff_rounds` on the in-process
+  runtime (`experiment_driver.runtime.local_context()`), the driver's
+  default.
 
   Its clients are `workloads.get_workload(workload_name).client_arrays(
   num_clients, seed)`, the same as this process's for the same arguments.
@@ -202,19 +215,22 @@ class LimitInChild:
   Close it (or use it as a context manager) to end the child.
 
   Raises:
-    ValueError: If `workload_name` is not registered.
+    ValueError: If `workload_name` is not registered or `kind` is unknown.
     RuntimeError: From a call, if the child process has ended.
   """
 
-  def __init__(self, workload_name: str, num_clients: int, seed: int = 0,
-               env: Mapping[str, str] = ONEDNN_OFF):
+  def __init__(self, kind: str, workload_name: str, num_clients: int,
+               seed: int = 0, env: Mapping[str, str] = ONEDNN_OFF):
+    if kind not in (LIMIT, LOCAL):
+      raise ValueError(f'kind must be {LIMIT!r} or {LOCAL!r}, got {kind!r}.')
     workloads.get_workload(workload_name)
+    self._kind = kind
     context = multiprocessing.get_context('spawn')
     self._connection, child_end = context.Pipe()
     with environment(env):
       self._process = context.Process(
-          target=_serve_limit, args=(child_end, workload_name, num_clients,
-                                     seed), daemon=True)
+          target=_serve_round, args=(child_end, kind, workload_name,
+                                     num_clients, seed), daemon=True)
       self._process.start()
     child_end.close()
 
@@ -224,19 +240,11 @@ class LimitInChild:
       return self._connection.recv()
     except (EOFError, OSError) as e:
       self._process.join(timeout=5)
-      raise RuntimeError('the limit\'s child process ended (exit code '
-                         f'{self._process.exitcode}).') from e
+      raise RuntimeError(f'the {self._kind} round\'s child process ended'
+                         f' (exit code {self._process.exitcode}).') from e
 
   def __call__(self) -> None:
     self._ask('round')
-
-  def set_start_weights(self, weights: Sequence[np.ndarray]) -> None:
-    """As `LimitRound.set_start_weights`, in the child."""
-    self._ask([np.asarray(w) for w in weights])
-
-  def mean_client_weights(self) -> list[np.ndarray]:
-    """As `LimitRound.mean_client_weights`, from the child."""
-    return self._ask('weights')
 
   def setting(self) -> str:
     """The child's `onednn_setting()`."""
@@ -254,8 +262,24 @@ class LimitInChild:
         self._process.join()
     self._connection.close()
 
-  def __enter__(self) -> 'LimitInChild':
+  def __enter__(self) -> 'RoundInChild':
     return self
 
   def __exit__(self, *exc_info) -> None:
     self.close()
+
+
+class LimitInChild(RoundInChild):
+  """`RoundInChild` of the limit: `LimitRound` in a child process."""
+
+  def __init__(self, workload_name: str, num_clients: int, seed: int = 0,
+               env: Mapping[str, str] = ONEDNN_OFF):
+    super().__init__(LIMIT, workload_name, num_clients, seed, env)
+
+  def set_start_weights(self, weights: Sequence[np.ndarray]) -> None:
+    """As `LimitRound.set_start_weights`, in the child."""
+    self._ask([np.asarray(w) for w in weights])
+
+  def mean_client_weights(self) -> list[np.ndarray]:
+    """As `LimitRound.mean_client_weights`, from the child."""
+    return self._ask('weights')

@@ -15,10 +15,14 @@ to the limit (`<kind>_ratio`, `<kind>_cpu_ratio`; NaN if the limit's time is
 0).
 
 With `local_context` (`experiment_driver.runtime.local_context()`), the
-`resident` round also runs in it, in this process's own TensorFlow (`local`):
-the same process on the same shards, the driver's default runtime; the
-other rounds run on the runtime installed around the call (the bench's:
-TFF's worker, `experiment_driver.runtime.worker_runtime()`).
+`resident` round also runs in it, in this process's own TensorFlow: the
+same process on the same shards, the driver's default runtime. Like the
+limit, it runs here (`local_here`) and with oneDNN off in a child process
+(`local_onednn_off`, `bench.limit.RoundInChild`); the faster is `local`
+(`local_onednn` says which), as the driver runs each task with the setting
+its model is faster with (`fl_common.tf_environment`). The other rounds run
+on the runtime installed around the call (the bench's: TFF's worker,
+`experiment_driver.runtime.worker_runtime()`).
 """
 
 import contextlib
@@ -36,6 +40,8 @@ LIMIT = 'limit'
 LIMIT_HERE = 'limit_here'
 LIMIT_ONEDNN_OFF = 'limit_onednn_off'
 LOCAL = 'local'
+LOCAL_HERE = 'local_here'
+LOCAL_ONEDNN_OFF = 'local_onednn_off'
 
 
 class _InContext:
@@ -109,7 +115,10 @@ def measure_ratios(workload: workloads.Workload, cohorts: Sequence[int],
           with runtime.install(local_context):
             local_round = tff_rounds.round_for(
                 rounds['resident'].process, workload, arrays, 'resident')
-          rounds[LOCAL] = _InContext(local_context, local_round)
+          rounds[LOCAL_HERE] = _InContext(local_context, local_round)
+          if in_child:
+            rounds[LOCAL_ONEDNN_OFF] = stack.enter_context(
+                limit.RoundInChild(limit.LOCAL, workload.name, num_clients))
       timings = timing.time_interleaved(rounds, repeats,
                                         budget_seconds=budget_seconds)
     limits = [k for k in (LIMIT_HERE, LIMIT_ONEDNN_OFF) if k in timings]
@@ -118,10 +127,15 @@ def measure_ratios(workload: workloads.Workload, cohorts: Sequence[int],
            'repeats': len(timings[fastest].wall_samples),
            'limit_onednn': here if fastest == LIMIT_HERE else 'off'}
     timings[LIMIT] = timings[fastest]
+    locals_ = [k for k in (LOCAL_HERE, LOCAL_ONEDNN_OFF) if k in timings]
+    if locals_:
+      fastest_local = min(locals_, key=lambda k: timings[k].wall_seconds)
+      timings[LOCAL] = timings[fastest_local]
+      row['local_onednn'] = here if fastest_local == LOCAL_HERE else 'off'
     for name, t in timings.items():
       row[f'{name}_s'] = t.wall_seconds
       row[f'{name}_cpu_s'] = t.cpu_seconds
-      if name not in (LIMIT, *limits):
+      if name not in (LIMIT, *limits, *locals_):
         row[f'{name}_ratio'] = _ratio(t.wall_seconds,
                                       timings[LIMIT].wall_seconds)
         row[f'{name}_cpu_ratio'] = _ratio(t.cpu_seconds,

@@ -128,6 +128,7 @@ for _kind in _TFF_KINDS:
   _RATIO_COLUMNS += [(f'{_kind}_s', f'{_kind} s', '.3f'),
                      (f'{_kind}_ratio', 'x limit', '.2f'),
                      (f'{_kind}_cpu_ratio', 'cpu x', '.2f')]
+_RATIO_COLUMNS.append(('local_onednn', 'local oneDNN', 's'))
 _SCALING_COLUMNS = [('workload', 'workload', 's'), ('clients', 'clients', 'd')]
 for _kind in (ratios.LIMIT, 'package'):
   _SCALING_COLUMNS += [(f'{_kind}_ms_per_client', f'{_kind} ms/client', '.1f'),

@@ -22,6 +22,7 @@ from fl_common import lr_schedules
 from fl_common import normalized_update
 from fl_common import optimizers
 from fl_common import straggler
+from fl_common import tf_environment
 import tasks
 from tasks import data_files
 
@@ -90,7 +91,7 @@ def describe_runtime(where: Any) -> str:
   if f.RUNTIME.value == 'in_process':
     return 'this process (--runtime=in_process), ' + ', '.join(
         f'{d.name} ({d.lanes} client call{"s" * (d.lanes > 1)} at a time)'
-        for d in where)
+        for d in where) + f', oneDNN {tf_environment.onednn_setting()}'
   return f'TFF\'s worker_binary at {where} (--runtime=worker, CPU)'
 
 

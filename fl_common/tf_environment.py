@@ -1,6 +1,6 @@
 """TensorFlow's environment, set before TensorFlow is imported.
 
-Two settings that TensorFlow reads once, when it is imported, so every
+Three settings that TensorFlow reads once, when it is imported, so every
 package of this project imports this module before anything imports
 TensorFlow (the packages' `__init__`s and the entry points do):
 
@@ -22,14 +22,23 @@ TensorFlow (the packages' `__init__`s and the entry points do):
   points, because `python -m tasks.prepare_data` imports the package (and
   so TensorFlow) before its module runs.
 
+* **oneDNN for the task's model.** TensorFlow's oneDNN graph rewrites
+  (`TF_ENABLE_ONEDNN_OPTS`, on by default on x86, read once at import) make
+  a convolution or an LSTM faster and a tiny model slower: a oneDNN
+  primitive per small op. For the tasks in `ONEDNN_OFF_TASKS`, named on the
+  command line (`--task=...`, as `run_experiment.py` and the reproductions'
+  runs take it), the variable is set to 0 unless the user set it. The rounds
+  run in this process (the in-process runtime), so this is where it is
+  decided; the driver's `runtime:` line says which (`onednn_setting()`).
+  Which tasks: those whose model ran markedly faster with the rewrites off
+  when measured (`docs/runtime.md`, "oneDNN"); LEAF Synthetic's softmax
+  regression does, the MLPs and CNNs do not. The setting shifts float32
+  results by ~1e-7, as any change of kernels does.
+
 And one at exit: if TFF was imported, its default context is dropped while
 Python can still run it (`atexit`), so that a process that never started a
 runtime (`python -m tasks.prepare_data --help`) ends without TFF's
 `ServiceManager.__del__` traceback (`fl_common.default_context` says why).
-
-`TF_ENABLE_ONEDNN_OPTS` is left alone: the CPU-only wheel's oneDNN line is
-an INFO line that the log level silences, and the variable would reach TFF's
-`worker_binary`, whose float32 results it shifts by ~1e-7.
 """
 
 import atexit
@@ -39,6 +48,10 @@ import tempfile
 
 LEGACY_KERAS = 'TF_USE_LEGACY_KERAS'
 VERBOSE = 'FL_PAPERS_VERBOSE'
+ONEDNN = 'TF_ENABLE_ONEDNN_OPTS'
+# Tasks whose model runs faster with oneDNN's rewrites off (module
+# docstring): a few small ops per step, a softmax among them.
+ONEDNN_OFF_TASKS = frozenset({'synthetic'})
 _TRUE = ('1', 'true', 'True')
 
 
@@ -69,6 +82,37 @@ def verbose(argv: list[str] | None = None) -> bool:
              for arg in argv[1:])
 
 
+def flag_value(argv: list[str], name: str) -> str | None:
+  """The value of `--name=value` or `--name value` in `argv[1:]` (the last
+  one given), or None: a flag read before absl parses the command line."""
+  value = None
+  args = argv[1:]
+  for i, arg in enumerate(args):
+    if arg == '--':
+      break
+    if arg.startswith(f'--{name}='):
+      value = arg.split('=', 1)[1]
+    elif arg == f'--{name}' and i + 1 < len(args):
+      value = args[i + 1]
+  return value
+
+
+def _choose_onednn(argv: list[str] | None = None) -> None:
+  """Turns oneDNN's rewrites off for a task in `ONEDNN_OFF_TASKS`, unless
+  the user set the variable or TensorFlow was imported already."""
+  argv = sys.argv if argv is None else argv
+  if ONEDNN in os.environ or 'tensorflow' in sys.modules:
+    return
+  if flag_value(argv, 'task') in ONEDNN_OFF_TASKS:
+    os.environ[ONEDNN] = '0'
+
+
+def onednn_setting() -> str:
+  """This process's oneDNN setting as TensorFlow read it: `off` if
+  `TF_ENABLE_ONEDNN_OPTS=0`, `on` if `1`, else `default` (on, on x86)."""
+  return {'0': 'off', '1': 'on'}.get(os.environ.get(ONEDNN, ''), 'default')
+
+
 def _quiet_import() -> None:
   """Imports TensorFlow with its start-up lines kept off the terminal."""
   level = os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '3')
@@ -97,5 +141,6 @@ def _drop_tff_default_context() -> None:
 
 
 _use_legacy_keras()
+_choose_onednn()
 _quiet_import()
 atexit.register(_drop_tff_default_context)

@@ -93,6 +93,7 @@ def test_tff_emnist_model_draws_its_seed_on_this_python():
 _NOISY_TENSORFLOW = '''
 import os
 os.write(2, b"C++ start-up noise\\n")
+ONEDNN_AT_IMPORT = os.environ.get("TF_ENABLE_ONEDNN_OPTS")
 {tail}
 '''
 
@@ -106,7 +107,7 @@ def _python_with_stand_in_tensorflow(tmp_path, *, fails=False, env=(),
       tail='raise ImportError("broken TensorFlow")' if fails else ''))
   environment = {k: v for k, v in os.environ.items()
                  if k not in ('TF_CPP_MIN_LOG_LEVEL', 'FL_PAPERS_VERBOSE',
-                              'TF_USE_LEGACY_KERAS')}
+                              'TF_USE_LEGACY_KERAS', 'TF_ENABLE_ONEDNN_OPTS')}
   environment.update(env)
   environment['PYTHONPATH'] = os.pathsep.join([str(tmp_path), _REPO])
   code = textwrap.dedent('''
@@ -115,6 +116,7 @@ def _python_with_stand_in_tensorflow(tmp_path, *, fails=False, env=(),
       print(os.environ['TF_USE_LEGACY_KERAS'],
             os.environ.get('TF_CPP_MIN_LOG_LEVEL'), 'tensorflow' in sys.modules)
       import tensorflow
+      print(tensorflow.ONEDNN_AT_IMPORT, tf_environment.onednn_setting())
   ''')
   return subprocess.run([sys.executable, '-c', code, *args],
                         capture_output=True, text=True, env=environment,
@@ -124,8 +126,24 @@ def _python_with_stand_in_tensorflow(tmp_path, *, fails=False, env=(),
 def test_tensorflow_start_up_lines_are_kept_off_stderr(tmp_path):
   result = _python_with_stand_in_tensorflow(tmp_path)
   assert result.returncode == 0, result.stderr
-  assert result.stdout.split() == ['1', '3', 'True']
+  assert result.stdout.split() == ['1', '3', 'True', 'None', 'default']
   assert result.stderr == ''
+
+
+@pytest.mark.parametrize('args, env, want', [
+    (('--task=synthetic',), {}, ['0', 'off']),
+    (('--task', 'synthetic', '--total_rounds=2'), {}, ['0', 'off']),
+    (('--task=synthetic', '--task=emnist'), {}, ['None', 'default']),
+    (('--task=emnist',), {}, ['None', 'default']),
+    (('--', '--task=synthetic'), {}, ['None', 'default']),
+    ((), {}, ['None', 'default']),
+    (('--task=synthetic',), {'TF_ENABLE_ONEDNN_OPTS': '1'}, ['1', 'on']),
+])
+def test_onednn_is_off_before_tensorflow_for_the_tasks_it_slows(
+    tmp_path, args, env, want):
+  result = _python_with_stand_in_tensorflow(tmp_path, env=env, args=args)
+  assert result.returncode == 0, result.stderr
+  assert result.stdout.split()[3:] == want
 
 
 @pytest.mark.parametrize('env, args', [

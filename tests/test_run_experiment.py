@@ -87,6 +87,12 @@ def test_run_writes_outputs_and_progress(full_run):
   assert os.path.exists(os.path.join(run_dir, 'hparams.json'))
   progress = [l for l in result.stdout.splitlines() if l.startswith('round ')]
   assert len(progress) == 4 and 'ETA' in progress[0]
+  # Synthetic's model is faster without oneDNN (`fl_common.tf_environment`).
+  [where] = [l for l in result.stdout.splitlines()
+             if l.startswith('runtime: ')]
+  assert where.startswith('runtime: this process')
+  if 'TF_ENABLE_ONEDNN_OPTS' not in _ENV:
+    assert where.endswith(', oneDNN off'), where
 
 
 def test_killed_run_resumes_to_the_same_metrics(full_run, tmp_path):

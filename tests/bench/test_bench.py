@@ -289,6 +289,33 @@ def test_the_local_round_is_the_resident_round_in_process():
   assert row['local_ratio'] == row['local_s'] / row['limit_s']
 
 
+def test_measure_ratios_takes_the_faster_local_setting():
+  """`local` is the faster of the local round here and in a child with
+  oneDNN off, as the driver picks the setting per task."""
+  with runtime.local_context() as (local_context, _), \
+      runtime.worker_runtime(keep_state_on_worker=True):
+    [row] = ratios.measure_ratios(workloads.get_workload('synthetic_lr'), [2],
+                                  repeats=1, variants=['resident'],
+                                  local_context=local_context)
+  here, off = row['local_here_s'], row['local_onednn_off_s']
+  assert row['local_s'] == min(here, off) > 0
+  assert row['local_onednn'] == (limit.onednn_setting() if here <= off
+                                 else 'off')
+  assert row['local_ratio'] == row['local_s'] / row['limit_s']
+  assert 'local_here_ratio' not in row
+
+
+def test_the_local_round_in_a_child_runs_without_onednn():
+  with limit.RoundInChild(limit.LOCAL, 'synthetic_lr', 3) as child:
+    assert child.setting() == 'off'
+    child()
+    child()
+  with pytest.raises(RuntimeError, match='local round.s child process ended'):
+    child()
+  with pytest.raises(ValueError, match='kind must be'):
+    limit.RoundInChild('remote', 'synthetic_lr', 3)
+
+
 def test_the_floor_round_takes_the_resident_shards_and_does_no_work():
   arrays = TINY.client_arrays(5, seed=3)
   resident = tff_rounds.build_process(TINY, 'resident', arrays)
