@@ -19,8 +19,8 @@ With `local_context` (`experiment_driver.runtime.local_context()`), the
 same process on the same shards, the driver's default runtime. Like the
 limit, it runs here (`local_here`) and with oneDNN off in a child process
 (`local_onednn_off`, `bench.limit.RoundInChild`); the faster is `local`
-(`local_onednn` says which), as the driver runs each task with the setting
-its model is faster with (`fl_common.tf_environment`). The other rounds run
+(`local_onednn` says which): the limit's choice, which the driver makes per
+task (`fl_common.tf_environment.ONEDNN_OFF_TASKS`). The other rounds run
 on the runtime installed around the call (the bench's: TFF's worker,
 `experiment_driver.runtime.worker_runtime()`).
 """
