@@ -11,7 +11,7 @@ import sys
 
 import pandas as pd
 
-_TIMING = ('round_time_sec', 'eval_time_sec')
+_TIMING = ('round_time_sec', 'eval_time_sec', 'cohort_eval_time_sec')
 
 
 def main(paths: list[str]) -> int:

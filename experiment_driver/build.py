@@ -251,6 +251,7 @@ def loop_config(task: tff.simulation.baselines.BaselineTask,
                          if m is not None],
       print_fn=print_fn,
       hold_examples=not f.WORKER_ADDRESSES.value,
+      cohort_accuracy=f.COHORT_ACCURACY.value,
   )
 
 

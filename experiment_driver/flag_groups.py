@@ -227,6 +227,14 @@ MAX_EVAL_CLIENTS = flags.DEFINE_integer(
     'max_eval_clients', 1000,
     'Evaluate on at most this many validation/test clients (a fixed, seeded'
     ' sample); 0 means all.', lower_bound=0)
+COHORT_ACCURACY = flags.DEFINE_bool(
+    'cohort_accuracy', False,
+    'Before each round, evaluate the server model on the round\'s cohort'
+    ' (their training data, read as evaluation data are): the cohort/'
+    ' columns, whose cohort/accuracy is the catastrophic-failure detector on'
+    ' the server model (large-cohort paper, Section 3.1), where'
+    ' train/accuracy averages over local training. A forward pass over the'
+    ' cohort\'s data per round, timed apart (cohort_eval_time_sec).')
 
 # Output.
 ROOT_OUTPUT_DIR = flags.DEFINE_string(
@@ -311,14 +319,15 @@ FAMILY_DEPENDENT_FLAGS = (
     | {'uniform_weighting', 'train_batch_size', 'client_epochs'})
 # Flags that change where or how fast a run goes, not what it computes: they
 # are not recorded in hparams.json, and a run may be resumed with other
-# values of these.
+# values of these. `cohort_accuracy` adds columns (from the rounds run with
+# it) and leaves the model's trajectory as it is.
 NOT_HPARAMS = frozenset({
     'root_output_dir', 'experiment_name', 'total_rounds',
     'rounds_per_checkpoint', 'checkpoints_to_keep', 'runtime', 'devices',
     'max_concurrent_clients',
     'max_clients_per_call', 'lanes',
     'worker_addresses', 'target_accuracy', 'target_metric', 'baseline_run_dir',
-    'offline', 'progress',
+    'offline', 'progress', 'cohort_accuracy',
 })
 
 

@@ -58,6 +58,9 @@ class LoopConfig:
   # Whether evaluation holds its splits' examples on the worker
   # (`Evaluator`): when the workers run on this machine.
   hold_examples: bool = True
+  # Whether each round first evaluates the server model on the round's
+  # cohort (`Evaluator.cohort_metrics`: the `cohort/` columns).
+  cohort_accuracy: bool = False
 
 
 def _preprocessed(client_data: tff.simulation.datasets.ClientData,
@@ -167,6 +170,7 @@ class Evaluator:
     # before round 1: tracing it takes about as long as a small model's
     # first rounds.
     self._model_fn = task.model_fn
+    self._train = (datasets.train_data, preprocess)
     self._examples = {}
     for name, split_shards in self._splits.items():
       held = (resident.resident_from_shards(split_shards) if hold_examples
@@ -188,15 +192,37 @@ class Evaluator:
         self._evaluate[name] = self._shared_evaluate
     return self._evaluate[name]
 
+  def cohort_shards(self, client_ids: Sequence[str]) -> list[Any]:
+    """The training clients `client_ids` in shards for `cohort_metrics`:
+    their whole training data, preprocessed as evaluation data are."""
+    data, preprocess = self._train
+    return shards.shards_for_round(
+        data, preprocess, list(client_ids),
+        shards.auto_clients_per_shard(len(client_ids)),
+        np.random.default_rng(0), max_shard_bytes=shards.MAX_AUTO_SHARD_BYTES)
+
+  def cohort_metrics(self, model_weights,
+                     cohort_shards: Sequence[Any]) -> dict[str, float]:
+    """The model's metrics on a round's cohort (`cohort_shards`), under
+    `cohort/`: with the server model before the round's local training, the
+    catastrophic-failure detector of the paper's Section 3.1 reads
+    `cohort/accuracy` (`fl_common.diagnostics.catastrophic_failure_rounds`),
+    where `train/accuracy` averages over the clients' local training."""
+    return self._split_metrics('cohort', model_weights, cohort_shards)[0]
+
+  def _split_metrics(self, name: str, model_weights, split_shards):
+    per_shard = self._evaluation(name)(model_weights, split_shards)
+    totals = self._finalize(per_client_evaluation.sum_over_shards(
+        [shard['unfinalized'] for shard in per_shard]))
+    metrics = {f'{name}/{key}': value for key, value in totals.items()}
+    metrics[f'{name}/accuracy'] = totals[self._accuracy_name]
+    return metrics, per_shard
+
   def __call__(self, model_weights) -> dict[str, float]:
     metrics = {}
     for name, split_shards in self._splits.items():
-      per_shard = self._evaluation(name)(model_weights, split_shards)
-      totals = self._finalize(per_client_evaluation.sum_over_shards(
-          [shard['unfinalized'] for shard in per_shard]))
-      for key, value in totals.items():
-        metrics[f'{name}/{key}'] = value
-      metrics[f'{name}/accuracy'] = totals[self._accuracy_name]
+      split, per_shard = self._split_metrics(name, model_weights, split_shards)
+      metrics.update(split)
       # Each shard's finalized metrics have a leading client dimension.
       accuracies = np.concatenate([
           np.asarray(shard['finalized'][self._accuracy_name]).reshape(-1)
@@ -332,30 +358,41 @@ def run_training(
   def build_round_inputs(round_num: int):
     seed_data_pipelines(config.seed, round_num)
     client_ids = sample_clients(round_num, config.cohort_size_fn(round_num))
-    return client_ids, client_datasets_fn(round_num, client_ids)
+    cohort = (evaluator.cohort_shards(client_ids) if config.cohort_accuracy
+              else None)
+    return client_ids, client_datasets_fn(round_num, client_ids), cohort
 
   def run_round(round_num: int, state, built):
-    client_ids, datasets = built
-    return client_ids, round_runner(process, state, round_num, client_ids,
-                                    datasets)
+    client_ids, datasets, cohort = built
+    before = {}
+    if cohort is not None:
+      started = time.perf_counter()
+      before = evaluator.cohort_metrics(process.get_model_weights(state),
+                                        cohort)
+      before['cohort_eval_time_sec'] = time.perf_counter() - started
+    return client_ids, before, round_runner(process, state, round_num,
+                                            client_ids, datasets)
 
   metrics: dict[str, float] = {}
   round_times = []
   with round_inputs.OverlappedRoundInputs(build_round_inputs) as inputs:
     for round_num in range(start_round + 1, config.total_rounds + 1):
       started = time.perf_counter()
-      client_ids, output = inputs.run(
+      client_ids, before, output = inputs.run(
           round_num,
           round_num + 1 if round_num < config.total_rounds else None,
           functools.partial(run_round, round_num, state))
       state = output.state
-      round_seconds = time.perf_counter() - started
+      # The cohort's evaluation is timed apart (`cohort_eval_time_sec`).
+      round_seconds = (time.perf_counter() - started -
+                       before.get('cohort_eval_time_sec', 0.0))
       round_times.append(round_seconds)
 
       flat = outputs.flatten_metrics(output.metrics)
       metrics = {'round_time_sec': round_seconds,
                  'clients_per_round': float(len(client_ids))}
       metrics.update(flat)
+      metrics.update(before)
       metrics.update(summarize_training_metrics(flat, config.accuracy_name))
       for metrics_fn in (setup.round_metrics_fn, *config.extra_metrics_fns):
         if metrics_fn is not None:

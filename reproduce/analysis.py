@@ -15,7 +15,10 @@ columns. On that frame:
 * `mean_update_norms`, `fit_update_norm_scaling`, `update_norm_ratios`,
   `predicted_update_norms`: the inverse-square-root law of the pseudo-gradient
   norm, `‖Δ_1‖/‖Δ_2‖ ≈ sqrt(M_2/M_1)` (Section 4, Figure 8, appendix B.6).
-* `catastrophic_failures`: failures per run (Section 3.1).
+* `catastrophic_failures`: failures per run (Section 3.1), read in the train
+  accuracy averaged over local training (`catastrophic_failure`) or, in runs
+  with `--cohort_accuracy`, in the server model's accuracy on each round's
+  cohort before local training (`cohort/accuracy`, `SERVER_DETECTOR`).
 * `accuracy_by_run`, `final_percentiles`: accuracy versus cohort size
   (Figures 5, 21, 22) and its per-client percentiles (Figure 6, Tables 6-9).
 * `learning_rate_grid`, `best_learning_rates`: the tuning grid over client
@@ -43,6 +46,7 @@ from typing import Any, Optional
 import numpy as np
 import pandas as pd
 
+from fl_common import diagnostics
 from fl_common import run_layout
 
 
@@ -55,6 +59,10 @@ TEST_ACCURACY = 'test/accuracy'
 VALIDATION_ACCURACY = 'validation/accuracy'
 UPDATE_NORM = 'update_norm'
 CATASTROPHIC_FAILURE = 'catastrophic_failure'
+# The server model's accuracy on the round's cohort (`--cohort_accuracy`).
+COHORT_ACCURACY = 'cohort/accuracy'
+TRAIN_DETECTOR = 'train'
+SERVER_DETECTOR = 'server'
 CUMULATIVE_EXAMPLES = 'cumulative_examples_processed'
 CUMULATIVE_SIMULATED_TIME = 'cumulative_simulated_round_time'
 STRAGGLER_LAMBDA = 'straggler_lambda'
@@ -443,25 +451,54 @@ def predicted_update_norms(frame: pd.DataFrame,
   return result.drop(columns='reference_norm')
 
 
+def server_failure_rounds(run_frame: pd.DataFrame) -> list[int]:
+  """The rounds before which the server model's accuracy on the cohort
+  (`cohort/accuracy`) fell by at least half from the round before's: the
+  paper's failure (Section 3.1) read on the server model
+  (`fl_common.diagnostics.catastrophic_failure_rounds`). A failure found in
+  the accuracy before round r happened in round r - 1's update; the round
+  named is r, as the column's."""
+  series = run_frame.sort_values(ROUND)[[ROUND, COHORT_ACCURACY]].dropna()
+  rounds = series[ROUND].astype(int).tolist()
+  accuracies = series[COHORT_ACCURACY].astype(float).tolist()
+  return [rounds[i] for i in range(1, len(rounds))
+          if diagnostics.is_catastrophic_failure(accuracies[i - 1],
+                                                 accuracies[i])]
+
+
 def catastrophic_failures(frame: pd.DataFrame,
-                          by: Sequence[str] = (COHORT_SIZE,)) -> pd.DataFrame:
+                          by: Sequence[str] = (COHORT_SIZE,),
+                          detector: str = TRAIN_DETECTOR) -> pd.DataFrame:
   """Catastrophic training failures of each run (Section 3.1).
 
-  Counts the rounds the driver flagged in `catastrophic_failure` (train
-  accuracy fell by at least half in one round).
+  With `TRAIN_DETECTOR`, counts the rounds the driver flagged in
+  `catastrophic_failure` (train accuracy, averaged over local training,
+  fell by at least half in one round); with `SERVER_DETECTOR`, the rounds
+  of `server_failure_rounds` (runs with `--cohort_accuracy`).
 
   Returns:
     One row per run: `run`, the `by` columns, `failures` (count) and
     `first_failure_round` (NaN if none).
+
+  Raises:
+    ValueError: If `detector` is neither, or its column is missing.
   """
-  _require_columns(frame, [CATASTROPHIC_FAILURE, *by])
+  if detector not in (TRAIN_DETECTOR, SERVER_DETECTOR):
+    raise ValueError(f'detector must be {TRAIN_DETECTOR!r} or'
+                     f' {SERVER_DETECTOR!r}, got {detector!r}.')
+  column = (CATASTROPHIC_FAILURE if detector == TRAIN_DETECTOR else
+            COHORT_ACCURACY)
+  _require_columns(frame, [column, *by])
   rows = []
   for run, run_frame in _runs(frame):
-    failed = run_frame[run_frame[CATASTROPHIC_FAILURE] > 0]
+    if detector == TRAIN_DETECTOR:
+      failed = run_frame[run_frame[CATASTROPHIC_FAILURE] > 0][ROUND].tolist()
+    else:
+      failed = server_failure_rounds(run_frame)
     rows.append({RUN: run, **_labels(run_frame, by),
                  'failures': len(failed),
-                 'first_failure_round': (float(failed[ROUND].iloc[0])
-                                         if len(failed) else np.nan)})
+                 'first_failure_round': (float(failed[0]) if failed
+                                         else np.nan)})
   return pd.DataFrame(rows)
 
 

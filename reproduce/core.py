@@ -459,7 +459,8 @@ def command_line(experiment: Experiment, scale: str,
 
 
 def _training_seconds(frame: pd.DataFrame) -> float:
-  columns = [c for c in ('round_time_sec', 'eval_time_sec')
+  columns = [c for c in ('round_time_sec', 'eval_time_sec',
+                           'cohort_eval_time_sec')
              if c in frame.columns]
   return float(frame[columns].sum().sum()) if columns else 0.0
 

@@ -37,7 +37,7 @@ def write_run(root: str, name: str, hparams: dict[str, Any],
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # Columns that measure the machine, not the computation.
-TIMING_COLUMNS = ('round_time_sec', 'eval_time_sec')
+TIMING_COLUMNS = ('round_time_sec', 'eval_time_sec', 'cohort_eval_time_sec')
 
 
 def driver_command(*args: str) -> list[str]:

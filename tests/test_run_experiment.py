@@ -7,6 +7,7 @@ import subprocess
 import time
 import uuid
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -125,6 +126,33 @@ def test_cohort_in_slices_gives_the_same_metrics(full_run, tmp_path):
   pd.testing.assert_frame_equal(_metrics(os.path.join(tmp_path, 'sliced')),
                                 _metrics(run_dir), check_exact=False,
                                 rtol=1e-5)
+
+
+def test_cohort_accuracy_scores_the_server_model_before_the_round(
+    full_run, tmp_path):
+  run_dir, _ = full_run
+  _run(*_SMALL_RUN, '--cohort_accuracy', f'--root_output_dir={tmp_path}',
+       '--experiment_name=cohort')
+  metrics = _metrics(os.path.join(tmp_path, 'cohort'))
+  cohort = [c for c in metrics if c.startswith('cohort/')]
+  assert 'cohort/accuracy' in cohort and metrics['cohort/accuracy'].notna().all()
+  # The model's trajectory is the run's without the flag.
+  pd.testing.assert_frame_equal(metrics.drop(columns=cohort),
+                                _metrics(run_dir))
+  # Round 1 scores the initial model, Synthetic's zeros: every class ties,
+  # so the prediction is class 0, on the round's cohort (the driver's
+  # sampling) over their whole training data.
+  import tasks  # pylint: disable=g-import-not-at-top
+  import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
+  # The driver's --seed also draws the task's validation clients.
+  train = tasks.create_task('synthetic', seed=3).datasets.train_data
+  ids = tff.simulation.build_uniform_sampling_fn(
+      train.client_ids, replace=False, random_seed=3)(1, 3)
+  labels = np.concatenate([np.asarray(train.arrays['y'])[train.client_rows(i)]
+                           for i in ids]).reshape(-1)
+  assert metrics['cohort/num_examples'][0] == len(labels)
+  assert metrics['cohort/accuracy'][0] == pytest.approx(np.mean(labels == 0))
+  assert metrics['cohort/accuracy'][0] < metrics['train/accuracy'][0]
 
 
 def test_relative_paths_are_from_where_bazel_run_was_typed(tmp_path):

@@ -174,3 +174,31 @@ def test_mean_state_norm_is_the_cohorts_mean_over_float_leaves():
   ]
   assert training_loop.mean_state_norm(states) == pytest.approx(2.5)
   assert np.isnan(training_loop.mean_state_norm([]))
+
+
+def test_cohort_metrics_score_the_model_on_the_cohorts_training_data():
+  task = tasks.create_task('synthetic')
+  evaluator = training_loop.Evaluator(
+      task, tasks.TASKS['synthetic'].accuracy_metric, max_clients=20,
+      sample_seed=1)
+  rng = np.random.default_rng(3)
+  weights = tf.nest.map_structure(
+      lambda v: rng.normal(size=v.shape).astype(np.float32),
+      tff.learning.models.ModelWeights.from_model(task.model_fn()))
+  ids = task.datasets.train_data.client_ids[5:12]
+  metrics = evaluator.cohort_metrics(weights, evaluator.cohort_shards(ids))
+  # Synthetic's model is a softmax regression: its prediction, in NumPy, on
+  # the clients' training data batched for evaluation.
+  kernel, bias = weights.trainable
+  correct = examples = 0
+  for client_id in ids:
+    for batch in task.datasets.eval_preprocess_fn(
+        task.datasets.train_data.create_tf_dataset_for_client(client_id)):
+      predicted = np.argmax(batch['x'].numpy() @ kernel + bias, axis=-1)
+      correct += int(np.sum(predicted == np.reshape(batch['y'].numpy(), -1)))
+      examples += len(predicted)
+  assert metrics['cohort/num_examples'] == examples
+  assert metrics['cohort/accuracy'] == pytest.approx(correct / examples)
+  assert metrics['cohort/accuracy'] == metrics[
+      'cohort/' + tasks.TASKS['synthetic'].accuracy_metric]
+  assert 0.0 < metrics['cohort/accuracy'] < 1.0

@@ -272,6 +272,34 @@ def test_catastrophic_failures_counts_flagged_rounds(tmp_path):
   assert math.isnan(failures.loc[10, 'first_failure_round'])
 
 
+def test_the_server_detector_reads_the_cohort_accuracy_before_each_round(
+    tmp_path):
+  # The averaged train accuracy never halves; the server model does, before
+  # round 3 (0.6 -> 0.25) and again before round 5 (0.5 -> 0.2), its rows
+  # out of order and one unevaluated round between.
+  run_directories.write_run(tmp_path, 'failing', {'clients_per_round': 800}, {
+      'round': [5, 1, 2, 3, 4, 6], 'clients_per_round': [800.0] * 6,
+      'catastrophic_failure': [0.0] * 6,
+      'cohort/accuracy': [0.2, 0.1, 0.6, 0.25, np.nan, 0.3]})
+  run_directories.write_run(tmp_path, 'fine', {'clients_per_round': 10}, {
+      'round': [1, 2, 3], 'clients_per_round': [10.0] * 3,
+      'catastrophic_failure': [0.0, 1.0, 0.0],
+      'cohort/accuracy': [0.0, 0.4, 0.21]})
+  frame = analysis.load_runs([str(tmp_path)])
+  server = analysis.catastrophic_failures(
+      frame, detector=analysis.SERVER_DETECTOR).set_index('clients_per_round')
+  assert server.loc[800, 'failures'] == 1  # 0.25 -> 0.2 is not a halving
+  assert server.loc[800, 'first_failure_round'] == 3
+  assert server.loc[10, 'failures'] == 0  # from 0 nothing can be lost
+  train = analysis.catastrophic_failures(frame).set_index('clients_per_round')
+  assert train.loc[800, 'failures'] == 0 and train.loc[10, 'failures'] == 1
+  with pytest.raises(ValueError, match='detector must be'):
+    analysis.catastrophic_failures(frame, detector='test')
+  with pytest.raises(ValueError, match='cohort/accuracy'):
+    analysis.catastrophic_failures(frame.drop(columns='cohort/accuracy'),
+                                   detector=analysis.SERVER_DETECTOR)
+
+
 def test_accuracy_by_run_final_and_best(tmp_path):
   run_directories.write_run(tmp_path, 'run', {'clients_per_round': 10}, {
       'round': [1, 2, 3, 4], 'clients_per_round': [10.0] * 4,

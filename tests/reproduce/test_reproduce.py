@@ -319,6 +319,8 @@ def test_catastrophic_failure_rate_per_cohort_and_clipping(tmp_path):
               'catastrophic_failure': [0, failure, 0],
               'update_norm': [1.0, 50.0 if failure else 1.0, 1.0],
               'train/accuracy': [0.5, 0.2 if failure else 0.6, 0.6],
+              # The server model fails where the train accuracy does not.
+              'cohort/accuracy': [0.1, 0.5, 0.2 if m == 800 else 0.6],
               'test/accuracy': [np.nan, np.nan, 0.6]})
       points.append(core.sweep.SweepPoint(name, {}, (),
                                           os.path.join(root, name), 3))
@@ -328,6 +330,10 @@ def test_catastrophic_failure_rate_per_cohort_and_clipping(tmp_path):
       core.ROW)[core.VALUE].to_dict()
   assert rates == {'clipping=False M=10': 0, 'clipping=False M=800': 50,
                    'clipping=True M=800': 0}
+  server = table[table[core.QUANTITY] == 'server_failure_percent'].set_index(
+      core.ROW)[core.VALUE].to_dict()
+  assert server == {'clipping=False M=10': 0, 'clipping=False M=800': 100,
+                    'clipping=True M=800': 100}
   peaks = table[table[core.QUANTITY] == 'peak_update_norm'].set_index(
       core.ROW)[core.VALUE]
   assert peaks['clipping=False M=800'] == pytest.approx(25.5)
