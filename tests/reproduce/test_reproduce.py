@@ -157,6 +157,43 @@ def test_gel_table1_reads_rounds_speedup_savings_from_runs(tmp_path):
   assert os.path.isfile(os.path.join(root, 'accuracy_vs_rounds.png'))
 
 
+def _fig9_frame(root, baseline_rounds):
+  """Budgeted-baseline runs of fig9's three budget ranges; `baseline_rounds`
+  maps a range to the round each seed reaches the target (0.85)."""
+  names = []
+  for (a, b), by_seed in baseline_rounds.items():
+    for seed, reached in enumerate(by_seed):
+      name = f'b{a}_{b}_s{seed}'
+      _gel_run(root, name, 'fedavgcm_budgeted', 0.01, seed,
+               {2: 0.5, reached: 0.86, 20: 0.87}, budget_min=a,
+               budget_max=b, guessed_steps=None)
+      names.append(name)
+  return core.load_finished_runs([
+      core.sweep.SweepPoint(n, {}, (), os.path.join(root, n), 20)
+      for n in names])
+
+
+def test_gel_fig9_reads_whether_more_local_work_still_helps(tmp_path):
+  # [1, 5] -> [4, 13] saves 8 rounds every seed; [4, 13] -> [10, 20]
+  # saves -1, 0, +1: local work has saturated.
+  frame = _fig9_frame(str(tmp_path), {(1, 5): (18, 19, 20),
+                                      (4, 13): (10, 11, 12),
+                                      (10, 20): (11, 11, 11)})
+  [reading] = gel_experiments.analyze_fig9(frame, str(tmp_path)).notes[-1:]
+  assert '[1, 5] to [4, 13]: -8 rounds' in reading
+  assert '[4, 13] to [10, 20]: +0 rounds' in reading
+  assert '3 paired seeds' in reading
+  assert 'no longer measurably shortens' in reading and 'past [4, 13]' in reading
+  # Local work that keeps helping: no such reading.
+  frame = _fig9_frame(str(tmp_path / 'helps'), {(1, 5): (18, 19, 20),
+                                                (4, 13): (10, 11, 12),
+                                                (10, 20): (5, 6, 7)})
+  [reading] = gel_experiments.analyze_fig9(
+      frame, str(tmp_path / 'helps')).notes[-1:]
+  assert '[4, 13] to [10, 20]: -5 rounds' in reading
+  assert 'no longer' not in reading
+
+
 def test_gel_speedup_is_withheld_when_a_seed_misses_the_target(tmp_path):
   root = str(tmp_path)
   _gel_run(root, 'b0', 'fedavgcm_budgeted', 0.01, 0, {10: 0.9})
