@@ -902,3 +902,37 @@ def test_adabest_seeds_vary_the_partition_the_initialization_and_sampling(
     assert flags['seed'] == flags['partition_seed']
     seeds.add(flags['seed'])
   assert seeds == {'0', '1'}
+
+
+def test_lr_scaling_reads_the_servers_step_after_the_warmup(tmp_path):
+  root = str(tmp_path)
+  points = []
+  # After 2 warmup rounds ‖Δ‖ = 1 at M = 10 and 0.1 at M = 800; rate 1
+  # tuned at M = 50: linear scaling at M = 800 steps at 16 x 0.1 = 1.6.
+  for scaling, m, norm in (('none', 10, 1.0), ('none', 800, 0.1),
+                           ('linear', 800, 0.1)):
+    for seed in range(2):
+      name = f'{scaling}_m{m}_s{seed}'
+      flags = {'server_lr_scaling': scaling, 'seed': seed,
+               'server_learning_rate': 1.0}
+      if scaling != 'none':
+        flags.update(reference_cohort_size=50, server_warmup_rounds=2)
+      run_directories.write_run(root, name, flags, {
+          'round': [1, 2, 3, 4], 'clients_per_round': [m] * 4,
+          'catastrophic_failure': [0] * 4,
+          # Warmup rounds' norms are left out of the mean.
+          'update_norm': [100.0, 100.0, norm, norm],
+          'train/accuracy': [0.5] * 4,
+          'test/accuracy': [np.nan, np.nan, np.nan, 0.6]})
+      points.append(core.sweep.SweepPoint(name, {}, (),
+                                          os.path.join(root, name), 4))
+  frame = core.load_finished_runs(points)
+  result = large_cohort_experiments.analyze_lr_scaling(frame, root)
+  steps = result.table[result.table[core.QUANTITY] == 'mean_server_step'
+                       ].set_index(core.ROW)[core.VALUE]
+  assert steps['server_lr_scaling=linear M=800'] == pytest.approx(1.6)
+  # The unscaled runs are read over the same rounds, after the warmup.
+  assert steps['server_lr_scaling=none M=10'] == pytest.approx(1.0)
+  assert steps['server_lr_scaling=none M=800'] == pytest.approx(0.1)
+  assert 'linear 1.6' in result.notes[-1]
+  assert 'steps 1.6x as far as the unscaled rate at M=10' in result.notes[-1]
