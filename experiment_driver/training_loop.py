@@ -8,7 +8,13 @@ progress line with ETA, and stateful clients (AdaBest, FedDyn, SCAFFOLD),
 whose states are loaded and saved around each round and committed with the
 checkpoint. Each round's client datasets are built while the previous round
 computes (`round_inputs`). The server state may stay on the worker between
-rounds (`worker_state`); it is fetched for each checkpoint.
+rounds (`worker_state`); it is fetched for each checkpoint. With
+`cohort_accuracy`, each round first scores the server model on its cohort
+(`Evaluator.cohort_metrics`), the catastrophic-failure detector.
+
+Why one module: the loop and its `Evaluator` share one round's inputs (the
+cohort's shards are built with its datasets) and one metrics row; apart,
+the evaluator would take the loop's round structure as arguments.
 """
 
 import collections

@@ -255,7 +255,25 @@ def analyze_catastrophic(frame: pd.DataFrame, output_dir: str
   notes = []
   if len(total) and (total['failure_percent'] == 0).all():
     notes.append(_no_failure_reading(peaks))
+  if 'cohort/num_examples' in frame:
+    notes.append(_cohort_size_reading(frame))
   return core.Analysis(table, figures, notes)
+
+
+def _cohort_size_reading(frame: pd.DataFrame) -> str:
+  """How many examples the server detector reads per cohort size: a small
+  cohort's accuracy halves by sampling alone (binomial standard error
+  1/(2 sqrt(n)) at accuracy 1/2)."""
+  sizes = frame.groupby(M)['cohort/num_examples'].median()
+  return (
+      'The server detector reads each round\'s cohort: median examples per'
+      ' round ' + ', '.join(
+          f'{n:.0f} at M={int(m)} (standard error up to'
+          f' {0.5 / np.sqrt(max(n, 1.0)):.2f})' for m, n in sizes.items()) +
+      '. A cohort of few examples halves its accuracy from one round to the'
+      ' next by sampling alone, so failures at the smallest cohort count'
+      ' the noise of its sample as well as the model; the paper\'s EMNIST'
+      ' clients hold ~200 examples each.')
 
 
 def _no_failure_reading(peaks: pd.DataFrame) -> str:

@@ -358,6 +358,7 @@ def test_catastrophic_failure_rate_per_cohort_and_clipping(tmp_path):
               'train/accuracy': [0.5, 0.2 if failure else 0.6, 0.6],
               # The server model fails where the train accuracy does not.
               'cohort/accuracy': [0.1, 0.5, 0.2 if m == 800 else 0.6],
+              'cohort/num_examples': [m * 1.5] * 3,
               'test/accuracy': [np.nan, np.nan, 0.6]})
       points.append(core.sweep.SweepPoint(name, {}, (),
                                           os.path.join(root, name), 3))
@@ -371,6 +372,10 @@ def test_catastrophic_failure_rate_per_cohort_and_clipping(tmp_path):
       core.ROW)[core.VALUE].to_dict()
   assert server == {'clipping=False M=10': 0, 'clipping=False M=800': 100,
                     'clipping=True M=800': 100}
+  [reading] = large_cohort_experiments.analyze_catastrophic(
+      frame, root).notes[-1:]
+  assert ('median examples per round 15 at M=10 (standard error up to'
+          ' 0.13), 1200 at M=800 (standard error up to 0.01)') in reading
   peaks = table[table[core.QUANTITY] == 'peak_update_norm'].set_index(
       core.ROW)[core.VALUE]
   assert peaks['clipping=False M=800'] == pytest.approx(25.5)
