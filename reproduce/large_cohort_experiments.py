@@ -703,6 +703,8 @@ def _server_steps(frame: pd.DataFrame, by) -> pd.DataFrame:
     step = np.mean([schedule(int(r) - 1) * float(norm) for r, norm in zip(
         after[analysis.ROUND], after[analysis.UPDATE_NORM])])
     rows.append({**{c: first[c] for c in by}, 'step': step})
+  if not rows:
+    return pd.DataFrame(columns=[*by, 'value', 'std', 'n'])
   return pd.DataFrame(rows).groupby(list(by), sort=True).agg(
       value=('step', 'mean'), std=('step', 'std'),
       n=('step', 'size')).reset_index()
@@ -711,6 +713,8 @@ def _server_steps(frame: pd.DataFrame, by) -> pd.DataFrame:
 def _server_step_reading(steps: pd.DataFrame) -> str:
   """How far the scaled rates move the server model at the largest cohort,
   against the unscaled rate at each cohort (`_server_steps`)."""
+  if not len(steps):
+    return 'No run has rounds after the warmup to read the server\'s step.'
   largest = steps[M].max()
   none = steps[steps['server_lr_scaling'] == 'none'].set_index(M)['value']
   at_largest = steps[steps[M] == largest].set_index('server_lr_scaling')[

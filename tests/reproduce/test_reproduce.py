@@ -928,7 +928,7 @@ def test_lr_scaling_reads_the_servers_step_after_the_warmup(tmp_path):
           # Warmup rounds' norms are left out of the mean.
           'update_norm': [100.0, 100.0, norm, norm],
           'train/accuracy': [0.5] * 4,
-          'test/accuracy': [np.nan, np.nan, np.nan, 0.6]})
+          'test/accuracy': [np.nan, 0.6, np.nan, 0.6]})
       points.append(core.sweep.SweepPoint(name, {}, (),
                                           os.path.join(root, name), 4))
   frame = core.load_finished_runs(points)
@@ -941,3 +941,9 @@ def test_lr_scaling_reads_the_servers_step_after_the_warmup(tmp_path):
   assert steps['server_lr_scaling=none M=800'] == pytest.approx(0.1)
   assert 'linear 1.6' in result.notes[-1]
   assert 'steps 1.6x as far as the unscaled rate at M=10' in result.notes[-1]
+  # Runs that stop within the warmup (the smoke scale's) leave nothing to
+  # read, and say so.
+  short = frame[frame['round'] <= 2]
+  result = large_cohort_experiments.analyze_lr_scaling(short, root)
+  assert 'mean_server_step' not in set(result.table[core.QUANTITY])
+  assert result.notes[-1].startswith('No run has rounds after the warmup')
