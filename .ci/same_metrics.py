@@ -11,6 +11,8 @@ import sys
 
 import pandas as pd
 
+# fl_common.run_layout.TIMING_COLUMNS, spelled here: this script imports
+# only pandas (the package would import TensorFlow).
 _TIMING = ('round_time_sec', 'eval_time_sec', 'cohort_eval_time_sec')
 
 

@@ -30,6 +30,8 @@ CHECKPOINT_DIR = 'checkpoints'
 CLIENT_STATES_DIR = 'client_states'
 LOCK_FILE = 'run.lock'
 ROUND_COLUMN = 'round'
+# metrics.csv's wall-clock columns: they differ between identical runs.
+TIMING_COLUMNS = ('round_time_sec', 'eval_time_sec', 'cohort_eval_time_sec')
 
 
 def _require(path: str, run_dir: str) -> None:

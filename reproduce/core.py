@@ -48,6 +48,7 @@ import numpy as np
 import pandas as pd
 
 from experiment_driver import release_managers
+from fl_common import run_layout
 from reproduce import analysis
 from reproduce import sweep
 from reproduce import verdicts
@@ -459,9 +460,7 @@ def command_line(experiment: Experiment, scale: str,
 
 
 def _training_seconds(frame: pd.DataFrame) -> float:
-  columns = [c for c in ('round_time_sec', 'eval_time_sec',
-                           'cohort_eval_time_sec')
-             if c in frame.columns]
+  columns = [c for c in run_layout.TIMING_COLUMNS if c in frame.columns]
   return float(frame[columns].sum().sum()) if columns else 0.0
 
 

@@ -13,6 +13,8 @@ from typing import Any, Optional
 
 import pandas as pd
 
+from fl_common import run_layout
+
 
 def write_run(root: str, name: str, hparams: dict[str, Any],
               metrics: dict[str, Any]) -> str:
@@ -37,7 +39,7 @@ def write_run(root: str, name: str, hparams: dict[str, Any],
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # Columns that measure the machine, not the computation.
-TIMING_COLUMNS = ('round_time_sec', 'eval_time_sec', 'cohort_eval_time_sec')
+TIMING_COLUMNS = run_layout.TIMING_COLUMNS
 
 
 def driver_command(*args: str) -> list[str]:
