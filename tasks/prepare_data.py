@@ -60,6 +60,8 @@ def prepare(task_name: str, data_dir: Optional[str]) -> list[str]:
   record = tasks.TASKS[task_name]
   if not record.reads_files:
     return []
+  if record.prepare is not None:
+    return record.prepare(data_dir)
   if record.partitioned:
     return [centralized_images.prepare_image_dataset(
         record.partition_of, data_dir=data_dir)]

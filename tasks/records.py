@@ -85,6 +85,10 @@ class TaskRecord:
       validation clients are then fixed at 10 %, so `validation_fraction`
       and `max_elements_per_client` do not apply. None: a federated dataset.
     flags: The task's own driver flags.
+    prepare: For a task that fetches its files itself (not TFF's or TFDS's
+      loaders), `(data_dir) -> paths`: fetches and checks them
+      (`tasks.prepare_data`); None: the loaders' files are known to
+      `tasks.prepare_data`.
   """
 
   builder: Callable[..., tff.simulation.baselines.BaselineTask]
@@ -95,6 +99,7 @@ class TaskRecord:
   downloads: bool = False
   partition_of: Optional[str] = None
   flags: tuple[TaskFlag, ...] = ()
+  prepare: Optional[Callable[[Optional[str]], list[str]]] = None
 
   @property
   def partitioned(self) -> bool:

@@ -69,13 +69,13 @@ share LEAF's constants and random stream.
 """
 
 import collections
-from collections.abc import Callable
 from typing import Optional
 
 import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
+from tasks import array_client_data
 from tasks import tff_tasks
 from tasks import validation_split
 
@@ -242,117 +242,12 @@ def split_client_examples(
   return train, test
 
 
-class _ArrayClientData(tff.simulation.datasets.ClientData):
-  """Clients whose examples are consecutive rows of two shared arrays.
-
-  Client `f'{i:04d}'` owns rows `offsets[i]:offsets[i + 1]` of `x` and `y`.
-  `tff.simulation.datasets.TestClientData` would bake every client into its
-  serializable dataset function (one graph branch per client, retraced per
-  client id), which makes centralized data and dataset computations slow at
-  1,000 clients; here that function slices one array instead.
-  """
-
-  def __init__(
-      self,
-      x: np.ndarray,
-      y: np.ndarray,
-      offsets: np.ndarray,
-      client_ids: list[str],
-  ):
-    self._x = x
-    self._y = y
-    self._offsets = offsets
-    self._client_ids = list(client_ids)
-    self._client_id_set = frozenset(client_ids)
-    self._element_type_structure = collections.OrderedDict(
-        x=tf.TensorSpec([x.shape[1]], tf.float32),
-        y=tf.TensorSpec([], tf.int32),
-    )
-
-  @property
-  def client_ids(self) -> list[str]:
-    return self._client_ids
-
-  @property
-  def element_type_structure(self) -> collections.OrderedDict:
-    return self._element_type_structure
-
-  @property
-  def arrays(self) -> collections.OrderedDict:
-    """Every client's examples: client `c` owns rows `client_rows(c)`."""
-    return collections.OrderedDict(x=self._x, y=self._y)
-
-  def client_rows(self, client_id: str) -> np.ndarray:
-    """The rows of `arrays` that client `client_id` owns."""
-    if client_id not in self._client_id_set:
-      raise ValueError(f'no client {client_id!r} in this ClientData')
-    index = int(client_id)
-    return np.arange(self._offsets[index], self._offsets[index + 1])
-
-  def create_tf_dataset_for_client(self, client_id: str) -> tf.data.Dataset:
-    if client_id not in self._client_id_set:
-      raise ValueError(f'no client {client_id!r} in this ClientData')
-    index = int(client_id)
-    start, end = self._offsets[index], self._offsets[index + 1]
-    return tf.data.Dataset.from_tensor_slices(
-        collections.OrderedDict(x=self._x[start:end], y=self._y[start:end])
-    )
-
-  @property
-  def serializable_dataset_fn(self) -> Callable[[str], tf.data.Dataset]:
-    # Tensors made once, outside the function: a function traced in a
-    # tf.data pipeline (e.g. `fl_common.shards.shards_from_client_data`)
-    # captures them by reference, where constants made inside it would copy
-    # every client's examples each time it runs.
-    x, y = tf.constant(self._x), tf.constant(self._y)
-    offsets = tf.constant(self._offsets)
-
-    def dataset_fn(client_id: str) -> tf.data.Dataset:
-      index = tf.strings.to_number(client_id, out_type=tf.int32)
-      start = tf.gather(offsets, index)
-      end = tf.gather(offsets, index + 1)
-      return tf.data.Dataset.from_tensor_slices(
-          collections.OrderedDict(x=x[start:end], y=y[start:end]))
-
-    return dataset_fn
-
-
 def _stack_clients(
     clients: list[ClientArrays],
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-  """Returns all clients' `x` and `y` stacked, and each client's row offset."""
-  offsets = np.cumsum([0] + [len(y) for _, y in clients])
-  return (
-      np.concatenate([x for x, _ in clients]),
-      np.concatenate([y for _, y in clients]),
-      offsets,
-  )
-
-
-def _create_preprocess_fn(
-    client_spec: tff.simulation.baselines.ClientSpec,
-) -> Callable[[tf.data.Dataset], tf.data.Dataset]:
-  """Shuffles, repeats, takes and batches, in the order TFF's tasks do."""
-  shuffle_buffer_size = client_spec.shuffle_buffer_size or MAX_CLIENT_EXAMPLES
-
-  def preprocess_fn(dataset: tf.data.Dataset) -> tf.data.Dataset:
-    if shuffle_buffer_size > 1:
-      dataset = dataset.shuffle(shuffle_buffer_size)
-    if client_spec.num_epochs > 1:
-      dataset = dataset.repeat(client_spec.num_epochs)
-    if client_spec.max_elements is not None:
-      dataset = dataset.take(client_spec.max_elements)
-    return dataset.batch(client_spec.batch_size)
-
-  if shuffle_buffer_size <= 1 or shuffle_buffer_size >= MAX_CLIENT_EXAMPLES:
-    # The same pipeline, described for NumPy (the fields of
-    # `fl_common.shards.BatchRecipe`): a buffer as large as any client is a
-    # uniform permutation per pass.
-    preprocess_fn.batch_recipe = dict(
-        batch_size=client_spec.batch_size, num_epochs=client_spec.num_epochs,
-        shuffle=shuffle_buffer_size > 1,
-        max_elements=client_spec.max_elements)
-  return preprocess_fn
+) -> tuple[collections.OrderedDict, np.ndarray]:
+  """All clients' `x` and `y` stacked, and each client's first row."""
+  return array_client_data.stack_clients(
+      [collections.OrderedDict(x=x, y=y) for x, y in clients])
 
 
 def create_logistic_regression(
@@ -436,15 +331,19 @@ def create_synthetic_task(
     train_ids, validation_ids = validation_split.split_client_ids(
         client_ids, validation_fraction, seed
     )
-    validation_data = _ArrayClientData(*train_arrays, validation_ids)
+    validation_data = array_client_data.ArrayClientData(
+        *train_arrays, validation_ids)
   else:
     train_ids, validation_data = client_ids, None
   datasets = tff.simulation.baselines.BaselineTaskDatasets(
-      train_data=_ArrayClientData(*train_arrays, train_ids),
-      test_data=_ArrayClientData(*_stack_clients(test_clients), client_ids),
+      train_data=array_client_data.ArrayClientData(*train_arrays, train_ids),
+      test_data=array_client_data.ArrayClientData(
+          *_stack_clients(test_clients), client_ids),
       validation_data=validation_data,
-      train_preprocess_fn=_create_preprocess_fn(train_client_spec),
-      eval_preprocess_fn=_create_preprocess_fn(eval_client_spec),
+      train_preprocess_fn=array_client_data.create_preprocess_fn(
+          train_client_spec, MAX_CLIENT_EXAMPLES),
+      eval_preprocess_fn=array_client_data.create_preprocess_fn(
+          eval_client_spec, MAX_CLIENT_EXAMPLES),
   )
 
   def model_fn() -> tff.learning.models.VariableModel:

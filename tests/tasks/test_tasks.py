@@ -21,12 +21,13 @@ _COMMON_ARGUMENTS = (
 
 def test_default_batch_sizes_are_the_papers():
   # SPEC.md §1 (large-cohort Table 2), §2 (AdaBest: 45), §3 (GeL: 5 for
-  # Synthetic).
+  # Synthetic, 20 for Shakespeare).
   assert {name: record.train_batch_size
           for name, record in tasks.TASKS.items()} == {
       'cifar100': 20,
       'emnist': 20,
       'shakespeare': 4,
+      'leaf_shakespeare': 20,
       'stackoverflow': 32,
       'synthetic': 5,
       'emnist_l': 45,
