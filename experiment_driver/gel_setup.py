@@ -9,7 +9,8 @@ as `client_datasets_fn`; `round_metrics_fn` adds each round's gradient
 computations and bytes down and up.
 
 Defaults of the paper per task (`TASK_DEFAULTS`): budgets [4, 20] (FEMNIST,
-here `emnist`), [10, 30] (Shakespeare), [4, 13] (Synthetic); `tau = b + 5`;
+here `emnist`), [10, 30] (Shakespeare: `leaf_shakespeare`, LEAF's, and
+TFF's `shakespeare`), [4, 13] (Synthetic); `tau = b + 5`;
 batch 20 / 20 / 5; 20 clients per round; target accuracy 76 / 54 / 85 %;
 client rates of Table 5 (FedAvgCM's for every GeL combination, Section 4.1),
 FedYogi's of Table 6; server rate 1 (SGD) or 10^-2 (Yogi). Learning-rate flags
@@ -47,12 +48,13 @@ import tasks
 BUDGET_MIN = flags.DEFINE_integer(
     'budget_min', None,
     'GeL: smallest client step budget a (tau_i ~ U{a..b}, drawn every round);'
-    ' default: the task\'s (emnist 4, shakespeare 10, synthetic 4).',
+    ' default: the task\'s (emnist 4, leaf_shakespeare and shakespeare 10,'
+    ' synthetic 4).',
     lower_bound=1)
 BUDGET_MAX = flags.DEFINE_integer(
     'budget_max', None,
     'GeL: largest client step budget b; default: the task\'s (emnist 20,'
-    ' shakespeare 30, synthetic 13).', lower_bound=1)
+    ' leaf_shakespeare and shakespeare 30, synthetic 13).', lower_bound=1)
 EXPECTED_STEPS = flags.DEFINE_integer(
     'expected_steps', None,
     'GeL: local steps tau the server asks for; default budget_max + 5.',
@@ -68,7 +70,8 @@ PROXIMAL_STRENGTH = flags.DEFINE_float(
 TARGET_ACCURACY = flags.DEFINE_float(
     'target_accuracy', None,
     'GeL: accuracy whose first round is reported as rounds to target; default:'
-    ' the task\'s (emnist 0.76, shakespeare 0.54, synthetic 0.85).',
+    ' the task\'s (emnist 0.76, leaf_shakespeare and shakespeare 0.54,'
+    ' synthetic 0.85).',
     lower_bound=0.0, upper_bound=1.0)
 TARGET_METRIC = flags.DEFINE_enum(
     'target_metric', 'test/accuracy',
@@ -135,10 +138,12 @@ TASK_DEFAULTS: Mapping[str, GelTaskDefaults] = {
         budget_min=4, budget_max=20, batch_size=20, target_accuracy=0.76,
         client_learning_rate=0.02, sgd_client_learning_rate=0.06,
         yogi_client_learning_rate=10**-1.5),
-    'shakespeare': GelTaskDefaults(
+    # GeL's Shakespeare is LEAF's (`leaf_shakespeare`); TFF's takes the same.
+    **{name: GelTaskDefaults(
         budget_min=10, budget_max=30, batch_size=20, target_accuracy=0.54,
         client_learning_rate=0.3, sgd_client_learning_rate=0.8,
-        yogi_client_learning_rate=0.3),
+        yogi_client_learning_rate=0.3)
+       for name in ('leaf_shakespeare', 'shakespeare')},
     'synthetic': GelTaskDefaults(
         budget_min=4, budget_max=13, batch_size=5, target_accuracy=0.85,
         client_learning_rate=0.01, sgd_client_learning_rate=0.1,

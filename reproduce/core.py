@@ -104,6 +104,13 @@ class Grid:
   # `partition_seed` is the seed axis, and `seed` then varies the
   # initialization and the client sampling with it).
   tied_seed_flags: tuple[str, ...] = ()
+  # At most this many of the experiment's seeds (a costly grid beside cheap
+  # ones); None: all of them.
+  max_seeds: Optional[int] = None
+  # Flags a smoke run adds (e.g. a downloading task's small stand-in, so
+  # that the smoke scale needs no network).
+  smoke_flags: Mapping[str, Optional[str]] = dataclasses.field(
+      default_factory=dict)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -200,7 +207,7 @@ def _smoke_grid(grid: Grid) -> Grid:
   """The grid cut to 2 values of its first axis, 1 of the others."""
   axes = tuple(dataclasses.replace(axis, values=axis.values[:2 if i == 0 else 1])
                for i, axis in enumerate(grid.axes))
-  flags = dict(grid.flags)
+  flags = {**grid.flags, **grid.smoke_flags}
   for flag in _PER_ROUNDS_FLAGS:
     if flag in flags:
       flags[flag] = '1'
@@ -245,7 +252,7 @@ def build_points(experiment: Experiment, scale: str, root: str,
                                    name_prefix=grid.name, flags=grid.flags,
                                    command=command)
       continue
-    for seed in seed_values(seeds):
+    for seed in seed_values(min(seeds, grid.max_seeds or seeds)):
       points += sweep.build_points(
           (*grid.axes, sweep.Axis(grid.seed_flag, (seed,))), directory,
           grid.total_rounds, name_prefix=grid.name,

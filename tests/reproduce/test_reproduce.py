@@ -73,8 +73,23 @@ def test_paper_scale_runs_the_papers_tasks(tmp_path):
                         for p in core.build_points(e, s, str(tmp_path))}
   table1 = reproduce.EXPERIMENTS[('gel', 'table1')]
   assert tasks(table1, 'paper') == {'--task=emnist', '--task=synthetic',
-                                    '--task=shakespeare'}
-  assert tasks(table1, 'local') == {'--task=synthetic'}
+                                    '--task=leaf_shakespeare'}
+  # Table 1 adds LEAF's Shakespeare at a local size; the other experiments
+  # stay on Synthetic.
+  assert tasks(table1, 'local') == {'--task=synthetic',
+                                    '--task=leaf_shakespeare'}
+  assert tasks(reproduce.EXPERIMENTS[('gel', 'table2')], 'local') == {
+      '--task=synthetic'}
+  shakespeare = [p for p in core.build_points(table1, 'local', str(tmp_path))
+                 if '--task=leaf_shakespeare' in p.command]
+  # The tuned rate only, 5 of the 10 seeds, both algorithms.
+  assert len(shakespeare) == 2 * 5
+  assert all('--leaf_shakespeare_lstm_units=64' in p.command
+             for p in shakespeare)
+  # The smoke scale runs it on the task's small stand-in: no download.
+  smoke = [p for p in core.build_points(table1, 'smoke', str(tmp_path))
+           if '--task=leaf_shakespeare' in p.command]
+  assert smoke and all('--use_synthetic_data' in p.command for p in smoke)
   catastrophic = reproduce.EXPERIMENTS[('large_cohort', 'fig_catastrophic')]
   assert tasks(catastrophic, 'paper') == {'--task=emnist'}
   assert tasks(catastrophic, 'local') == {'--task=digits'}
@@ -550,7 +565,8 @@ def test_dry_run_lists_commands_and_writes_nothing(tmp_path, capsys):
   assert cli.main(['gel', 'table1', '--scale=smoke', '--dry_run',
                    f'--root_output_dir={tmp_path}']) == 0
   out = capsys.readouterr().out.splitlines()
-  assert len(out) == 2 and all('to run' in line for line in out)
+  # Synthetic's two runs and Shakespeare's two.
+  assert len(out) == 4 and all('to run' in line for line in out)
   assert os.listdir(tmp_path) == []
 
 
