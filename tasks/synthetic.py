@@ -52,8 +52,15 @@ AdaBest's pooled `synthetic_partitioned` task keeps FedDyn's and FedProx's
 `create_synthetic_task` splits each client 90/10 into train/test examples as
 LEAF does (`num_train = floor(0.9 n_k)`, a seeded random subset), holds out
 `validation_fraction` of the training clients for validation, and pairs the
-data with a logistic regression: Dense(num_classes, softmax) on 60 features,
-zero initialized, sparse categorical cross-entropy, accuracy metric.
+data with a logistic regression: Dense(num_classes) logits on 60 features,
+zero initialized, sparse categorical cross-entropy computed from the logits,
+accuracy metric. From the logits, not from a softmax output: Keras'
+cross-entropy on probabilities clips them at 1e-7, which zeroes the gradient
+of every example whose label the model rules out, so a misaligned client (a
+label the model ranks last, large features) sent an update of exactly zero
+(at `misaligned_scale` 100, ‖Δ‖ = 0 after an epoch, against 236 from the
+logits) and the mechanism it tests never reached the server. Elsewhere the
+two are the same function.
 
 Client learning rate (`CLIENT_LEARNING_RATE`), tuned on the 10-class variant:
 FedAvg with server SGD lr 1,
@@ -253,12 +260,11 @@ def _stack_clients(
 def create_logistic_regression(
     num_features: int = NUM_FEATURES, num_classes: int = NUM_CLASSES
 ) -> tf.keras.Model:
-  """A zero-initialized multinomial logistic regression."""
+  """A zero-initialized multinomial logistic regression (its logits)."""
   return tf.keras.Sequential([
       tf.keras.layers.InputLayer(input_shape=(num_features,)),
       tf.keras.layers.Dense(
           num_classes,
-          activation='softmax',
           kernel_initializer='zeros',
           bias_initializer='zeros',
       ),
@@ -349,7 +355,7 @@ def create_synthetic_task(
   def model_fn() -> tff.learning.models.VariableModel:
     return tff.learning.models.from_keras_model(
         keras_model=create_logistic_regression(num_classes=num_classes),
-        loss=tf.keras.losses.SparseCategoricalCrossentropy(),
+        loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True),
         input_spec=datasets.element_type_structure,
         metrics=[tf.keras.metrics.SparseCategoricalAccuracy()],
     )

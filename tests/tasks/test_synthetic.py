@@ -257,6 +257,42 @@ def test_one_fedavg_step_matches_numpy_softmax_regression():
   assert synthetic.ACCURACY_METRIC_NAME in train_metrics
 
 
+def test_a_misaligned_client_sends_its_gradient_where_the_model_rules_it_out():
+  # The mechanism of `misaligned_fraction`: at a server model sure of one
+  # class, a client whose labels are the others must send its (large)
+  # gradient. A softmax output with Keras' clipped cross-entropy sent exactly
+  # zero here (the probabilities of its labels are below 1e-7).
+  task = synthetic.create_synthetic_task(
+      num_clients=200, train_batch_size=1000, validation_fraction=0.0,
+      misaligned_fraction=0.02, misaligned_scale=100.0)
+  client_id = f'{min(synthetic.misaligned_clients(200, 0.02)):04d}'
+  client_dataset = _client_datasets(task, [client_id])
+  batch = next(iter(client_dataset[0]))
+  x, y = batch['x'].numpy().astype(np.float64), batch['y'].numpy()
+  c = synthetic.NUM_CLASSES
+  certain = next(k for k in range(c) if not np.any(y == k))
+  learning_rate = 0.1
+  process = _fed_avg(task, learning_rate)
+  state = process.initialize()
+  bias = np.zeros(c, np.float32)
+  bias[certain] = 50.0  # p(label) ~ e^-50 for every example
+  state = process.set_model_weights(state, tff.learning.models.ModelWeights(
+      trainable=[np.zeros((synthetic.NUM_FEATURES, c), np.float32), bias],
+      non_trainable=[]))
+  output = process.next(state, client_dataset)
+  kernel, new_bias = process.get_model_weights(output.state).trainable
+  logits = np.zeros((len(y), c))
+  logits[:, certain] = 50.0
+  p = np.exp(logits - logits.max(axis=1, keepdims=True))
+  residual = p / p.sum(axis=1, keepdims=True) - np.eye(c)[y]
+  expected = -learning_rate * x.T @ residual / len(y)
+  np.testing.assert_allclose(kernel, expected, rtol=1e-4, atol=1e-4)
+  np.testing.assert_allclose(new_bias - bias,
+                             -learning_rate * residual.mean(axis=0),
+                             rtol=1e-4, atol=1e-5)
+  assert np.linalg.norm(kernel) > 10.0
+
+
 def test_fedavg_trains_two_rounds_on_two_clients_with_max_elements():
   task = synthetic.create_synthetic_task(
       num_clients=10, max_elements_per_client=4, validation_fraction=0.0
