@@ -14,6 +14,8 @@ from fl_common import optimizers
 # FedSGD's server rates (Table 4), and FedAvg's for the package's own tasks.
 FEDSGD_SERVER_RATES = {
     'cifar100': 0.1, 'emnist': 0.1, 'shakespeare': 1.0, 'stackoverflow': 10.0,
+    # The paper's Shakespeare rate for LEAF's version of the same plays.
+    'leaf_shakespeare': 1.0,
     **{task: 0.1 for task in (
         'synthetic', 'emnist_l', 'cifar10', 'cifar100_partitioned',
         'synthetic_partitioned', 'digits')},

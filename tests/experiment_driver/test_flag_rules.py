@@ -280,16 +280,9 @@ def test_task_flags_reach_the_task_or_are_refused(task_name, monkeypatch):
   task_flags = ('data_dir', 'use_synthetic_data', 'max_elements_per_client',
                 'validation_fraction', 'train_batch_size', 'eval_batch_size',
                 'client_epochs', *tasks.TASK_FLAGS)
-  # A task without tuned rates (for the default FedAvg) is given some.
-  try:
-    tuned_defaults.learning_rates(task_name, 'sgd')
-    rates = {}
-  except tuned_defaults.MissingTunedRateError:
-    rates = {'server_learning_rate': '1', 'client_learning_rate': '0.1'}
   for name in task_flags:
     context = ({'use_synthetic_data': 'false'} if name == 'data_dir' else
                CONTEXT.get(name, {}))
-    context = {**rates, **context}
     with _command_line(task=task_name, **context):
       build.create_task()
     for given in ({name: NON_DEFAULT[name]},):

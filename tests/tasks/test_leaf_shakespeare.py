@@ -246,8 +246,6 @@ def test_the_driver_trains_it(tmp_path):
       '--task=leaf_shakespeare', '--use_synthetic_data',
       '--leaf_shakespeare_lstm_units=8', '--leaf_shakespeare_lstm_layers=1',
       '--validation_fraction=0', '--clients_per_round=2',
-      # No tuned rates for this task: the driver asks for them.
-      '--server_learning_rate=1', '--client_learning_rate=0.3',
       '--total_rounds=2', '--rounds_per_eval=1',
       f'--root_output_dir={tmp_path}', '--experiment_name=s')
   metrics = run_directories.read_metrics(str(tmp_path / 's'))
