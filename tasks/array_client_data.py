@@ -24,6 +24,8 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
+from tasks import validation_split
+
 
 def client_index(client_id: str) -> int:
   """The block index a client id starts with (module docstring)."""
@@ -138,3 +140,36 @@ def create_preprocess_fn(
         shuffle=shuffle_buffer_size > 1,
         max_elements=client_spec.max_elements)
   return preprocess_fn
+
+
+def baseline_datasets(
+    train: Sequence[Mapping[str, np.ndarray]],
+    test: Sequence[Mapping[str, np.ndarray]],
+    client_ids: Sequence[str],
+    *,
+    validation_fraction: float,
+    seed: int,
+    train_client_spec: tff.simulation.baselines.ClientSpec,
+    eval_client_spec: tff.simulation.baselines.ClientSpec,
+    largest_client: int,
+) -> tff.simulation.baselines.BaselineTaskDatasets:
+  """A task's datasets over shared arrays: client `client_ids[i]` holds
+  `train[i]` and `test[i]`; `validation_fraction` of the training clients
+  (seeded by `seed`, `tasks.validation_split`) are validation clients, on
+  the same arrays; the pipelines are `create_preprocess_fn`'s."""
+  train_arrays = stack_clients(train)
+  if validation_fraction > 0.0:
+    train_ids, validation_ids = validation_split.split_client_ids(
+        list(client_ids), validation_fraction, seed)
+    validation_data = ArrayClientData(*train_arrays, validation_ids)
+  else:
+    train_ids, validation_data = list(client_ids), None
+  return tff.simulation.baselines.BaselineTaskDatasets(
+      train_data=ArrayClientData(*train_arrays, train_ids),
+      test_data=ArrayClientData(*stack_clients(test), client_ids),
+      validation_data=validation_data,
+      train_preprocess_fn=create_preprocess_fn(train_client_spec,
+                                               largest_client),
+      eval_preprocess_fn=create_preprocess_fn(eval_client_spec,
+                                              largest_client),
+  )

@@ -326,26 +326,11 @@ def create_leaf_shakespeare_task(
       train_batch_size, eval_batch_size, num_epochs, max_elements_per_client)
   names, train, test = _clients(
       None if use_synthetic_data else fetch_archive(data_dir))
-  client_ids = [f'{i:04d}_{name}' for i, name in enumerate(names)]
-  train_arrays = array_client_data.stack_clients(train)
-  test_arrays = array_client_data.stack_clients(test)
-  if validation_fraction > 0.0:
-    train_ids, validation_ids = validation_split.split_client_ids(
-        client_ids, validation_fraction, seed)
-    validation_data = array_client_data.ArrayClientData(
-        *train_arrays, validation_ids)
-  else:
-    train_ids, validation_data = client_ids, None
-  largest = max(len(c['y']) for c in train)
-  datasets = tff.simulation.baselines.BaselineTaskDatasets(
-      train_data=array_client_data.ArrayClientData(*train_arrays, train_ids),
-      test_data=array_client_data.ArrayClientData(*test_arrays, client_ids),
-      validation_data=validation_data,
-      train_preprocess_fn=array_client_data.create_preprocess_fn(
-          train_client_spec, largest),
-      eval_preprocess_fn=array_client_data.create_preprocess_fn(
-          eval_client_spec, largest),
-  )
+  datasets = array_client_data.baseline_datasets(
+      train, test, [f'{i:04d}_{name}' for i, name in enumerate(names)],
+      validation_fraction=validation_fraction, seed=seed,
+      train_client_spec=train_client_spec, eval_client_spec=eval_client_spec,
+      largest_client=max(len(c['y']) for c in train))
 
   def model_fn() -> tff.learning.models.VariableModel:
     return tff.learning.models.from_keras_model(

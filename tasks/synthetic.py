@@ -249,14 +249,6 @@ def split_client_examples(
   return train, test
 
 
-def _stack_clients(
-    clients: list[ClientArrays],
-) -> tuple[collections.OrderedDict, np.ndarray]:
-  """All clients' `x` and `y` stacked, and each client's first row."""
-  return array_client_data.stack_clients(
-      [collections.OrderedDict(x=x, y=y) for x, y in clients])
-
-
 def create_logistic_regression(
     num_features: int = NUM_FEATURES, num_classes: int = NUM_CLASSES
 ) -> tf.keras.Model:
@@ -331,26 +323,13 @@ def create_synthetic_task(
       misaligned_scale=misaligned_scale,
   )
   train_clients, test_clients = split_client_examples(clients, data_seed)
-  client_ids = [f'{i:04d}' for i in range(num_clients)]
-  train_arrays = _stack_clients(train_clients)
-  if validation_fraction > 0.0:
-    train_ids, validation_ids = validation_split.split_client_ids(
-        client_ids, validation_fraction, seed
-    )
-    validation_data = array_client_data.ArrayClientData(
-        *train_arrays, validation_ids)
-  else:
-    train_ids, validation_data = client_ids, None
-  datasets = tff.simulation.baselines.BaselineTaskDatasets(
-      train_data=array_client_data.ArrayClientData(*train_arrays, train_ids),
-      test_data=array_client_data.ArrayClientData(
-          *_stack_clients(test_clients), client_ids),
-      validation_data=validation_data,
-      train_preprocess_fn=array_client_data.create_preprocess_fn(
-          train_client_spec, MAX_CLIENT_EXAMPLES),
-      eval_preprocess_fn=array_client_data.create_preprocess_fn(
-          eval_client_spec, MAX_CLIENT_EXAMPLES),
-  )
+  datasets = array_client_data.baseline_datasets(
+      [collections.OrderedDict(x=x, y=y) for x, y in train_clients],
+      [collections.OrderedDict(x=x, y=y) for x, y in test_clients],
+      [f'{i:04d}' for i in range(num_clients)],
+      validation_fraction=validation_fraction, seed=seed,
+      train_client_spec=train_client_spec, eval_client_spec=eval_client_spec,
+      largest_client=MAX_CLIENT_EXAMPLES)
 
   def model_fn() -> tff.learning.models.VariableModel:
     return tff.learning.models.from_keras_model(
