@@ -151,13 +151,19 @@ def role_texts(plays: Iterator[tuple[str, str]]) -> list[tuple[str, str]]:
   return texts
 
 
+# Index of each of the first 256 code points (`OOV_INDEX` if not LEAF's).
+_CODE_TABLE = np.full(256, OOV_INDEX, np.uint8)
+_CODE_TABLE[[ord(letter) for letter in LEAF_LETTERS]] = np.arange(
+    len(LEAF_LETTERS), dtype=np.uint8)
+
+
 def encode(text: str) -> np.ndarray:
   """The text as indices into `LEAF_LETTERS` (`OOV_INDEX` outside), uint8."""
-  table = np.full(256, OOV_INDEX, np.uint8)
-  for index, letter in enumerate(LEAF_LETTERS):
-    table[ord(letter)] = index
-  raw = np.frombuffer(text.encode('latin-1', 'replace'), np.uint8)
-  return table[raw]
+  points = np.frombuffer(text.encode('utf-32-le'), np.uint32)
+  codes = np.full(points.shape, OOV_INDEX, np.uint8)
+  low = points < 256
+  codes[low] = _CODE_TABLE[points[low]]
+  return codes
 
 
 def split_windows(codes: np.ndarray) -> Optional[tuple[dict, dict]]:

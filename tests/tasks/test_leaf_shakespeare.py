@@ -116,11 +116,13 @@ def test_windows_and_split_are_leafs(length):
 
 
 def test_characters_outside_leafs_vocabulary_share_one_index():
-  codes = leaf_shakespeare.encode('a{b\t\u00e9A')
+  # An em dash is out of LEAF's vocabulary, not its '?'.
+  codes = leaf_shakespeare.encode('a{b\t\u00e9A\u2014')
   letters = leaf_shakespeare.LEAF_LETTERS
   assert list(codes) == [letters.index('a'), leaf_shakespeare.OOV_INDEX,
                          letters.index('b'), leaf_shakespeare.OOV_INDEX,
-                         leaf_shakespeare.OOV_INDEX, letters.index('A')]
+                         leaf_shakespeare.OOV_INDEX, letters.index('A'),
+                         leaf_shakespeare.OOV_INDEX]
   assert leaf_shakespeare.VOCAB_SIZE == 81
 
 
