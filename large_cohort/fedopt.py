@@ -11,9 +11,14 @@ server applies `ServerOpt` to their mean.
 
 FedOpt is composed from TFF's learning-process slots as TFF's
 `build_weighted_fed_avg` / `build_unweighted_fed_avg` compose it (broadcast,
-`build_model_delta_client_work`, the aggregator, `build_apply_optimizer_
-finalizer`), with the paper's aggregation (adaptive clipping etc.) plugged
-into the aggregator slot. FedSGD is TFF's `build_fed_sgd`.
+the client work, the aggregator, `build_apply_optimizer_finalizer`), with the
+paper's aggregation (adaptive clipping etc.) plugged into the aggregator
+slot; FedSGD as TFF's `build_fed_sgd` composes it. Each client is stated
+once (`client_program`, `fedsgd_client_program`) and run either one TFF
+client per client (`fl_common.client_program`, here) or on shards
+(`large_cohort.fused`); run per client it is TFF's client work
+(`build_model_delta_client_work`, `build_fed_sgd`'s), which
+`tests/large_cohort/test_fedopt.py` checks round by round.
 
 Two choices make the client work ~1.6x (EMNIST CNN) to ~2.5x (Stack Overflow
 LSTM) cheaper in the worker than TFF's defaults, with the same result
@@ -44,6 +49,8 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from fl_common import aggregator_wrappers
+from fl_common import client_program as client_program_lib
+from fl_common import fused
 
 ModelFn = Callable[[], tff.learning.models.VariableModel]
 _ITERATOR_LOOP = tff.learning.LoopImplementation.DATASET_ITERATOR
@@ -89,6 +96,57 @@ def client_model_fn(model_fn: ModelFn) -> ModelFn:
     return model
 
   return client_model_fn
+
+
+def client_program(client_optimizer: tff.learning.optimizers.Optimizer,
+                   weighted: bool) -> fused.ProgramFn:
+  """FedOpt's client, stated once: from the broadcast model, a step of
+  `client_optimizer` (fresh state, the client work's hparams) per batch;
+  it sends `Δ_k = x − x_k` (TFF's sign, zeros if non-finite) weighted by
+  its examples, or 1 when not `weighted` (0 if non-finite).
+
+  `build_fedopt` runs it one TFF client per client
+  (`fl_common.client_program`), `large_cohort.fused.build_fused_fedopt` on
+  shards (`fl_common.fused`).
+  """
+
+  def program_fn(model, model_weights, initial_weights):
+    trainable = model_weights.trainable
+    specs = tuple(tf.TensorSpec(v.shape, v.dtype)
+                  for v in tf.nest.flatten(trainable))
+
+    def start(hparams):
+      state = client_optimizer.initialize(specs)
+      if hparams:
+        state = client_optimizer.set_hparams(state, hparams)
+      return state, tf.zeros([], tf.int64)
+
+    def step(state, batch, hparams):
+      del hparams
+      optimizer_state, num_examples = state
+      with tf.GradientTape() as tape:
+        output = model.forward_pass(batch, training=True)
+      gradients = tape.gradient(output.loss, trainable)
+      optimizer_state, updated = client_optimizer.next(
+          optimizer_state, tuple(tf.nest.flatten(trainable)),
+          tuple(tf.nest.flatten(gradients)))
+      with tf.control_dependencies([
+          v.assign(t) for v, t in zip(tf.nest.flatten(trainable), updated)]):
+        return optimizer_state, num_examples + fused.count_examples(output)
+
+    def finish(state, hparams):
+      del hparams
+      _, num_examples = state
+      delta, non_finite = fused.screened_model_delta(initial_weights,
+                                                     model_weights)
+      weight = tf.where(non_finite > 0, 0.0,
+                        tf.cast(num_examples, tf.float32) if weighted else
+                        1.0)
+      return delta, weight, non_finite, ()
+
+    return fused.ClientProgram(start, step, finish)
+
+  return program_fn
 
 
 def build_fedopt(
@@ -147,14 +205,87 @@ def build_fedopt(
   return tff.learning.templates.compose_learning_process(
       initial_model_weights_fn,
       tff.learning.templates.build_broadcast_process(weights_type),
-      tff.learning.templates.build_model_delta_client_work(
-          client_model_fn(model_fn), client_optimizer, client_weighting,
-          loop_implementation=loop_implementation),
+      build_client_work(model_fn, client_optimizer=client_optimizer,
+                        client_weighting=client_weighting,
+                        loop_implementation=loop_implementation),
       model_aggregator.create(weights_type.trainable,
                               tff.TensorType(np.float32)),
       tff.learning.templates.build_apply_optimizer_finalizer(
           server_optimizer, weights_type),
   )
+
+
+def build_client_work(
+    model_fn: ModelFn,
+    *,
+    client_optimizer: tff.learning.optimizers.Optimizer,
+    client_weighting: tff.learning.ClientWeighting = (
+        tff.learning.ClientWeighting.NUM_EXAMPLES),
+    loop_implementation: tff.learning.LoopImplementation = _ITERATOR_LOOP,
+) -> tff.learning.templates.ClientWorkProcess:
+  """FedOpt's client work, one TFF client per client: `client_program` on
+  `client_model_fn(model_fn)`. It behaves as TFF's
+  `tff.learning.templates.build_model_delta_client_work` (same state,
+  hparams, result and metrics; `tests/large_cohort/test_fedopt.py` compares
+  them round by round)."""
+  specs = tff.types.type_to_tf_tensor_specs(
+      tff.learning.models.weights_type_from_model(model_fn).trainable)
+  specs = tuple(tf.nest.flatten(specs))
+
+  @tff.tensorflow.computation()
+  def initial_hparams_fn():
+    return client_optimizer.get_hparams(client_optimizer.initialize(specs))
+
+  return client_program_lib.build_client_work(
+      client_model_fn(model_fn),
+      client_program(client_optimizer, client_weighting is not
+                     tff.learning.ClientWeighting.UNIFORM),
+      initial_hparams_fn=initial_hparams_fn,
+      loop_implementation=loop_implementation)
+
+
+def fedsgd_client_program() -> fused.ProgramFn:
+  """FedSGD's client, stated once: the example-weighted mean of its batch
+  gradients at the broadcast model, weighted by its examples (TFF's
+  `tff.learning.algorithms.build_fed_sgd` client). `build_fedsgd` runs it
+  per client, `large_cohort.fused.build_fused_fedsgd` on shards."""
+
+  def program_fn(model, model_weights, initial_weights):
+    del initial_weights
+    trainable = model_weights.trainable
+
+    def start(hparams):
+      del hparams
+      return (tuple(tf.zeros(v.shape, v.dtype)
+                    for v in tf.nest.flatten(trainable)),
+              tf.zeros([], tf.float32))
+
+    def step(state, batch, hparams):
+      del hparams
+      gradient_sums, num_examples = state
+      with tf.GradientTape() as tape:
+        output = model.forward_pass(batch)
+      gradients = tape.gradient(
+          output.loss, trainable,
+          unconnected_gradients=tf.UnconnectedGradients.ZERO)
+      count = tf.cast(output.num_examples, tf.float32)
+      return (tuple(s + count * g for s, g in zip(
+          gradient_sums, tf.nest.flatten(gradients))), num_examples + count)
+
+    def finish(state, hparams):
+      del hparams
+      gradient_sums, num_examples = state
+      mean_gradient, non_finite = (
+          tff.learning.tensor_utils.zero_all_if_any_non_finite(
+              tf.nest.pack_sequence_as(
+                  trainable, [s / num_examples for s in gradient_sums])))
+      weight = tf.where(non_finite > 0, 0.0, num_examples)
+      # TFF's FedSGD keeps a non-finite client's metrics: 0, not the flag.
+      return mean_gradient, weight, tf.constant(0), ()
+
+    return fused.ClientProgram(start, step, finish)
+
+  return program_fn
 
 
 def build_fedsgd(
@@ -176,9 +307,27 @@ def build_fedsgd(
     loop_implementation: TFF's client loop over the batches (module
       docstring).
   """
-  return tff.learning.algorithms.build_fed_sgd(
-      model_fn,
-      server_optimizer_fn=server_optimizer,
-      model_aggregator=model_aggregator,
-      loop_implementation=loop_implementation,
+  if model_aggregator is None:
+    model_aggregator = tff.aggregators.MeanFactory()
+
+  @tff.tensorflow.computation()
+  def initial_model_weights_fn():
+    return tff.learning.models.ModelWeights.from_model(model_fn())
+
+  @tff.tensorflow.computation()
+  def initial_hparams_fn():  # TFF's FedSGD client work has no state.
+    return ()
+
+  weights_type = initial_model_weights_fn.type_signature.result
+  return tff.learning.templates.compose_learning_process(
+      initial_model_weights_fn,
+      tff.learning.templates.build_broadcast_process(weights_type),
+      client_program_lib.build_client_work(
+          model_fn, fedsgd_client_program(),
+          initial_hparams_fn=initial_hparams_fn,
+          loop_implementation=loop_implementation),
+      model_aggregator.create(weights_type.trainable,
+                              tff.TensorType(np.float32)),
+      tff.learning.templates.build_apply_optimizer_finalizer(
+          server_optimizer, weights_type),
   )

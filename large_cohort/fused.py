@@ -31,49 +31,6 @@ from large_cohort import fedopt
 ModelFn = Callable[[], tff.learning.models.VariableModel]
 
 
-def _fedopt_program(client_optimizer: tff.learning.optimizers.Optimizer,
-                    weighted: bool) -> fused.ProgramFn:
-  """`build_fedopt`'s client: a step of `client_optimizer` per batch."""
-
-  def program_fn(model, model_weights, initial_weights):
-    trainable = model_weights.trainable
-    specs = tuple(tf.TensorSpec(v.shape, v.dtype)
-                  for v in tf.nest.flatten(trainable))
-
-    def start(hparams):
-      state = client_optimizer.initialize(specs)
-      if hparams:
-        state = client_optimizer.set_hparams(state, hparams)
-      return state, tf.zeros([], tf.int64)
-
-    def step(state, batch, hparams):
-      del hparams
-      optimizer_state, num_examples = state
-      with tf.GradientTape() as tape:
-        output = model.forward_pass(batch, training=True)
-      gradients = tape.gradient(output.loss, trainable)
-      optimizer_state, updated = client_optimizer.next(
-          optimizer_state, tuple(tf.nest.flatten(trainable)),
-          tuple(tf.nest.flatten(gradients)))
-      with tf.control_dependencies([
-          v.assign(t) for v, t in zip(tf.nest.flatten(trainable), updated)]):
-        return optimizer_state, num_examples + fused.count_examples(output)
-
-    def finish(state, hparams):
-      del hparams
-      _, num_examples = state
-      delta, non_finite = fused.screened_model_delta(initial_weights,
-                                                     model_weights)
-      weight = tf.where(non_finite > 0, 0.0,
-                        tf.cast(num_examples, tf.float32) if weighted else
-                        1.0)
-      return delta, weight, non_finite, ()
-
-    return fused.ClientProgram(start, step, finish)
-
-  return program_fn
-
-
 def build_fused_fedopt(
     model_fn: ModelFn,
     *,
@@ -139,7 +96,7 @@ def build_fused_fedopt(
   return fused.build_fused_process(
       model_fn,
       initial_hparams_fn=initial_hparams_fn,
-      program_fn=_fedopt_program(client_optimizer, weighted),
+      program_fn=fedopt.client_program(client_optimizer, weighted),
       aggregation=aggregation,
       server_optimizer=server_optimizer,
       client_measurements_fn=lambda train, counters: collections.OrderedDict(
@@ -148,48 +105,6 @@ def build_fused_fedopt(
       shard_model_fn=fedopt.client_model_fn(model_fn),
       resident_examples=resident_examples,
       shard_computation_fn=fl_lanes.shard_computation_fn(lanes))
-
-
-def _fedsgd_program() -> fused.ProgramFn:
-  """TFF's FedSGD client: the example-weighted mean of its batch gradients
-  at the broadcast model (`tff.learning.algorithms.build_fed_sgd`)."""
-
-  def program_fn(model, model_weights, initial_weights):
-    del initial_weights
-    trainable = model_weights.trainable
-
-    def start(hparams):
-      del hparams
-      return (tuple(tf.zeros(v.shape, v.dtype)
-                    for v in tf.nest.flatten(trainable)),
-              tf.zeros([], tf.float32))
-
-    def step(state, batch, hparams):
-      del hparams
-      gradient_sums, num_examples = state
-      with tf.GradientTape() as tape:
-        output = model.forward_pass(batch)
-      gradients = tape.gradient(
-          output.loss, trainable,
-          unconnected_gradients=tf.UnconnectedGradients.ZERO)
-      count = tf.cast(output.num_examples, tf.float32)
-      return (tuple(s + count * g for s, g in zip(
-          gradient_sums, tf.nest.flatten(gradients))), num_examples + count)
-
-    def finish(state, hparams):
-      del hparams
-      gradient_sums, num_examples = state
-      mean_gradient, non_finite = (
-          tff.learning.tensor_utils.zero_all_if_any_non_finite(
-              tf.nest.pack_sequence_as(
-                  trainable, [s / num_examples for s in gradient_sums])))
-      weight = tf.where(non_finite > 0, 0.0, num_examples)
-      # TFF's FedSGD keeps a non-finite client's metrics: 0, not the flag.
-      return mean_gradient, weight, tf.constant(0), ()
-
-    return fused.ClientProgram(start, step, finish)
-
-  return program_fn
 
 
 def build_fused_fedsgd(
@@ -233,7 +148,7 @@ def build_fused_fedsgd(
   return fused.build_fused_process(
       model_fn,
       initial_hparams_fn=initial_hparams_fn,
-      program_fn=_fedsgd_program(),
+      program_fn=fedopt.fedsgd_client_program(),
       aggregation=fused.FusedAggregation(
           model_aggregator, weights_type.trainable, weighted=True),
       server_optimizer=server_optimizer,

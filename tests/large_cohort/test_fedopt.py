@@ -180,3 +180,79 @@ def test_fedsgd_takes_one_full_batch_gradient_step():
 def test_unknown_optimizer_is_rejected():
   with pytest.raises(ValueError, match='unknown optimizer'):
     optimizers.build_optimizer('rmsprop', 0.1)
+
+
+def _run_client_work(work, rounds, data, hparams=None):
+  """Each round's result and measurements of `work` (weights fixed at a
+  point off zero, so that every client's loss has a gradient)."""
+  weights_type = tff.learning.models.weights_type_from_model(_model_fn)
+  weights = tff.learning.models.ModelWeights(
+      trainable=[np.full(t.shape, 0.3, np.float32)
+                 for t in weights_type.trainable],
+      non_trainable=[])
+  state = work.initialize()
+  if hparams is not None:
+    state = work.set_hparams(state, hparams)
+  outputs = []
+  for _ in range(rounds):
+    output = work.next(state, [weights] * len(data), data)
+    state = output.state
+    outputs.append(output)
+  return state, outputs
+
+
+@pytest.mark.parametrize('weighting', [tff.learning.ClientWeighting.NUM_EXAMPLES,
+                                       tff.learning.ClientWeighting.UNIFORM])
+def test_the_client_stated_once_behaves_as_tffs_model_delta_client_work(
+    weighting):
+  # FedOpt's client is stated once (`fedopt.client_program`) and run per
+  # client by `fl_common.client_program`; it must be TFF's client work:
+  # the same hparams state, updates, weights and metrics, including a
+  # non-finite client (zero update, weight 0, its metrics dropped).
+  arrays = _client_arrays()
+  diverged_x = arrays[1][0].copy()
+  diverged_x[0, 0] = np.nan
+  data = _datasets([arrays[0], (diverged_x, arrays[1][1]), arrays[1]])
+  client_optimizer = optimizers.build_optimizer('sgdm', _CLIENT_LR)
+  ours = fedopt.build_client_work(_model_fn, client_optimizer=client_optimizer,
+                                  client_weighting=weighting)
+  tffs = tff.learning.templates.build_model_delta_client_work(
+      _model_fn, client_optimizer, weighting)
+  assert ours.initialize.type_signature == tffs.initialize.type_signature
+  assert ours.next.type_signature == tffs.next.type_signature
+  hparams = tffs.get_hparams(tffs.initialize())
+  hparams['learning_rate'] = 0.02  # set_hparams reaches the clients
+  got_state, got = _run_client_work(ours, 2, data, hparams)
+  want_state, want = _run_client_work(tffs, 2, data, hparams)
+  tf.nest.map_structure(np.testing.assert_allclose, got_state, want_state)
+  for g, w in zip(got, want):
+    tf.nest.map_structure(
+        lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7),
+        (g.result, g.measurements), (w.result, w.measurements))
+  weights = [r.update_weight for r in got[0].result]
+  assert weights[1] == 0 and weights[0] > 0 and weights[2] > 0
+  assert np.all(np.asarray(got[0].result[1].update[0]) == 0)
+
+
+def test_fedsgd_stated_once_behaves_as_tffs_fed_sgd():
+  # FedSGD's client is stated once (`fedopt.fedsgd_client_program`); run per
+  # client it must be TFF's FedSGD: the same state and metrics each round,
+  # with a client whose gradient is non-finite (weight 0, metrics kept).
+  arrays = _client_arrays()
+  diverged_x = arrays[1][0].copy()
+  diverged_x[0, 0] = np.nan
+  data = _datasets([arrays[0], (diverged_x, arrays[1][1]), arrays[1]])
+  server_optimizer = optimizers.build_optimizer('adam', _SERVER_LR)
+  ours = fedopt.build_fedsgd(_model_fn, server_optimizer=server_optimizer)
+  tffs = tff.learning.algorithms.build_fed_sgd(
+      _model_fn, server_optimizer_fn=server_optimizer)
+  assert ours.next.type_signature == tffs.next.type_signature
+  got, want = ours.initialize(), tffs.initialize()
+  for _ in range(2):
+    got_output, want_output = ours.next(got, data), tffs.next(want, data)
+    got, want = got_output.state, want_output.state
+    tf.nest.map_structure(
+        lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7),
+        (got, got_output.metrics), (want, want_output.metrics))
+  assert got_output.metrics['client_work']['train']['num_examples'] == 10
+  assert np.all(np.isfinite(_weights(ours, got)[0]))
