@@ -37,6 +37,39 @@ def _is_empty(type_spec: tff.Type) -> bool:
   return not tf.nest.flatten(tff.types.type_to_tf_tensor_specs(type_spec))
 
 
+def build_client_update_fn(
+    model_fn: ModelFn,
+    program_fn: fused.ProgramFn,
+    loop_implementation: tff.learning.LoopImplementation = _ITERATOR_LOOP,
+) -> Callable[[Any, Any, tf.data.Dataset], tuple[Any, Any, Any]]:
+  """One client's round as a `tf.function` on a new model of `model_fn`:
+  `(hparams, initial weights, dataset) -> (ClientResult, unfinalized
+  metrics, counters)`, the program run over the dataset's batches (what
+  `build_client_work` runs on each client; callable eagerly, e.g. on a
+  probe)."""
+  model = model_fn()
+  training_loop = tff.learning.loop_builder.build_training_loop(
+      loop_implementation)
+
+  @tf.function
+  def client_update(hparams, initial_weights, dataset):
+    model_weights = tff.learning.models.ModelWeights.from_model(model)
+    tf.nest.map_structure(lambda v, t: v.assign(t), model_weights,
+                          initial_weights)
+    program = program_fn(model, model_weights, initial_weights)
+    state = training_loop(
+        lambda state, batch: program.step(state, batch, hparams), dataset,
+        lambda: program.start(hparams))
+    upload, weight, non_finite, counters = program.finish(state, hparams)
+    if non_finite > 0:  # TFF's client works drop such a client's metrics.
+      model.reset_metrics()
+    return (tff.learning.templates.ClientResult(update=upload,
+                                                update_weight=weight),
+            model.report_local_unfinalized_metrics(), counters)
+
+  return client_update
+
+
 def build_client_work(
     model_fn: ModelFn,
     program_fn: fused.ProgramFn,
@@ -99,26 +132,8 @@ def build_client_work(
 
   @tff.tensorflow.computation(hparams_type, weights_type, data_type)
   def client_update_computation(hparams, initial_weights, dataset):
-    model = model_fn()
-    training_loop = tff.learning.loop_builder.build_training_loop(
-        loop_implementation)
-
-    @tf.function
-    def client_update(hparams, initial_weights, dataset):
-      model_weights = tff.learning.models.ModelWeights.from_model(model)
-      tf.nest.map_structure(lambda v, t: v.assign(t), model_weights,
-                            initial_weights)
-      program = program_fn(model, model_weights, initial_weights)
-      state = training_loop(
-          lambda state, batch: program.step(state, batch, hparams), dataset,
-          lambda: program.start(hparams))
-      upload, weight, non_finite, counters = program.finish(state, hparams)
-      if non_finite > 0:  # TFF's client works drop such a client's metrics.
-        model.reset_metrics()
-      return (tff.learning.templates.ClientResult(update=upload,
-                                                  update_weight=weight),
-              model.report_local_unfinalized_metrics(), counters)
-
+    client_update = build_client_update_fn(model_fn, program_fn,
+                                           loop_implementation)
     return client_update(hparams, initial_weights, dataset)
 
   has_counters = not _is_empty(

@@ -52,6 +52,7 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
+from fl_common import client_program as client_program_lib
 from fl_common import fused
 from gel_tff import fednova
 
@@ -212,6 +213,54 @@ def guessed_update(
   return update, weight, non_finite
 
 
+def client_program(optimizer: tff.learning.optimizers.Optimizer, *,
+                   proximal_strength: float, **update_kwargs
+                   ) -> fused.ProgramFn:
+  """A GeL client (Algorithm 1, `ClientUpdate`), stated once: `local_step`
+  per batch, then `guessed_update` (`update_kwargs` are its keywords); its
+  counter is the steps it took. Run per client by `build_gel_client_work`
+  (`fl_common.client_program`), on shards by `gel_tff.fused`."""
+
+  def program_fn(model, model_weights, initial_weights):
+    trainable = model_weights.trainable
+    specs = tuple(tf.TensorSpec(v.shape, v.dtype)
+                  for v in tf.nest.flatten(trainable))
+    step = functools.partial(local_step, model, optimizer,
+                             proximal_strength, initial_weights.trainable)
+
+    def finish(state, hparams):
+      update, weight, non_finite = guessed_update(
+          optimizer, hparams, state, initial_weights.trainable, trainable,
+          **update_kwargs)
+      return update, weight, non_finite, state[1]  # the steps taken
+
+    return fused.ClientProgram(
+        start=lambda hparams: initial_client_state(
+            optimizer, hparams, specs),
+        step=lambda state, batch, hparams: step(state, batch),
+        finish=finish)
+
+  return program_fn
+
+
+def initial_hparams_fn(optimizer: tff.learning.optimizers.Optimizer
+                       ) -> tff.Computation:
+  """The client work's state: `optimizer`'s hyperparameters."""
+
+  @tff.tensorflow.computation()
+  def initial_hparams():
+    return optimizer.get_hparams(
+        optimizer.initialize(tf.TensorSpec([], tf.float32)))
+
+  return initial_hparams
+
+
+def client_measurements(train, gradient_steps) -> collections.OrderedDict:
+  """The client work's measurements from the training metrics and the
+  cohort's summed steps."""
+  return collections.OrderedDict(train=train, gradient_steps=gradient_steps)
+
+
 def build_client_update_fn(
     model_fn: Callable[[], tff.learning.models.VariableModel],
     optimizer: tff.learning.optimizers.Optimizer,
@@ -224,40 +273,12 @@ def build_client_update_fn(
 ):
   """The `tf.function` of one client's round (Algorithm 1): `(hparams,
   initial weights, dataset) -> (ClientResult, metrics, steps taken)`."""
-  model = model_fn()
-  # An iterator loop, not `dataset.reduce`, as in FedOpt's client work
-  # (`large_cohort/fedopt.py`).
-  training_loop = tff.learning.loop_builder.build_training_loop(
-      tff.learning.LoopImplementation.DATASET_ITERATOR)
-
-  @tf.function
-  def client_update(optimizer_hparams, initial_weights, dataset):
-    model_weights = tff.learning.models.ModelWeights.from_model(model)
-    tf.nest.map_structure(lambda v, t: v.assign(t), model_weights,
-                          initial_weights)
-    trainable = model_weights.trainable
-    specs = tuple(tf.TensorSpec(v.shape, v.dtype)
-                  for v in tf.nest.flatten(trainable))
-    state = training_loop(
-        functools.partial(local_step, model, optimizer, proximal_strength,
-                          initial_weights.trainable),
-        dataset,
-        lambda: initial_client_state(optimizer, optimizer_hparams, specs))
-    update, client_weight, non_finite = guessed_update(
-        optimizer, optimizer_hparams, state, initial_weights.trainable,
-        trainable, expected_steps=expected_steps, guessed_steps=guessed_steps,
-        client_weighting=client_weighting,
-        report_normalizer=report_normalizer)
-    if non_finite > 0:
-      model.reset_metrics()
-    return (
-        tff.learning.templates.ClientResult(
-            update=update, update_weight=client_weight),
-        model.report_local_unfinalized_metrics(),
-        state[1],
-    )
-
-  return client_update
+  return client_program_lib.build_client_update_fn(
+      model_fn, client_program(
+          optimizer, proximal_strength=proximal_strength,
+          expected_steps=expected_steps, guessed_steps=guessed_steps,
+          client_weighting=client_weighting,
+          report_normalizer=report_normalizer))
 
 
 def validate_client_work_args(
@@ -348,53 +369,13 @@ def build_gel_client_work(
     metrics_aggregator = tff.learning.metrics.sum_then_finalize
 
   optimizer = client_optimizer(learning_rate, momentum)
-  with tf.Graph().as_default():
-    model = model_fn()
-    metrics_aggregation_fn = metrics_aggregator(model.metric_finalizers())
-    weights_type = tff.learning.models.weights_type_from_model(model)
-  data_type = tff.SequenceType(tff.types.tensorflow_to_type(model.input_spec))
-  initial_hparams = optimizer.get_hparams(
-      optimizer.initialize(tf.TensorSpec([], tf.float32)))
-
-  @tff.federated_computation()
-  def init_fn():
-    return tff.federated_value(initial_hparams, tff.SERVER)
-
-  hparams_type = init_fn.type_signature.result.member
-
-  @tff.tensorflow.computation(hparams_type)
-  def get_hparams_fn(state):
-    return state
-
-  @tff.tensorflow.computation(hparams_type, hparams_type)
-  def set_hparams_fn(state, hparams):
-    del state
-    return hparams
-
-  @tff.tensorflow.computation(hparams_type, weights_type, data_type)
-  def client_update_computation(hparams, initial_weights, dataset):
-    client_update = build_client_update_fn(
-        model_fn, optimizer, expected_steps=expected_steps,
-        guessed_steps=guessed_steps, proximal_strength=proximal_strength,
-        client_weighting=client_weighting,
-        report_normalizer=report_normalizer)
-    return client_update(hparams, initial_weights, dataset)
-
-  @tff.federated_computation(
-      init_fn.type_signature.result,
-      tff.FederatedType(weights_type, tff.CLIENTS),
-      tff.FederatedType(data_type, tff.CLIENTS),
-  )
-  def next_fn(state, weights, client_data):
-    client_result, model_outputs, steps_taken = tff.federated_map(
-        client_update_computation,
-        (tff.federated_broadcast(state), weights, client_data))
-    measurements = tff.federated_zip(collections.OrderedDict(
-        train=metrics_aggregation_fn(model_outputs),
-        gradient_steps=tff.federated_sum(steps_taken)))
-    return tff.templates.MeasuredProcessOutput(state, client_result,
-                                               measurements)
-
-  return tff.learning.templates.ClientWorkProcess(
-      init_fn, next_fn, get_hparams_fn=get_hparams_fn,
-      set_hparams_fn=set_hparams_fn)
+  return client_program_lib.build_client_work(
+      model_fn,
+      client_program(optimizer, proximal_strength=proximal_strength,
+                     expected_steps=expected_steps,
+                     guessed_steps=guessed_steps,
+                     client_weighting=client_weighting,
+                     report_normalizer=report_normalizer),
+      initial_hparams_fn=initial_hparams_fn(optimizer),
+      client_measurements_fn=client_measurements,
+      metrics_aggregator=metrics_aggregator)

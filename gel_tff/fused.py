@@ -5,8 +5,8 @@
 the server optimizer), in which a TFF client stands for a shard of real
 clients, trained one after the other in one TensorFlow graph
 (`fl_common.fused`, which says how and why). Each client runs the client
-work's own functions (`gel_tff.client_work.local_step` on each of its
-`tau_i` batches, then `guessed_update`), so its update, its weight, its
+work's own program (`gel_tff.client_work.client_program`: `local_step` on
+each of its `tau_i` batches, then `guessed_update`), so its update, its weight, its
 FedNova normalizer and its gradient count are those of the per-client
 process; the shard sums its clients' contributions to the aggregator
 (`fl_common.diagnosed_mean`, the driver's: the mean, adaptive clipping and
@@ -17,12 +17,9 @@ The public builders are `gel_tff.gel.build_fused_gel` and
 `build_fused_budgeted_baseline`.
 """
 
-import collections
-import functools
 from collections.abc import Callable
 from typing import Any, Optional
 
-import tensorflow as tf
 import tensorflow_federated as tff
 
 from fl_common import diagnosed_mean
@@ -32,32 +29,6 @@ from gel_tff import client_work as client_work_lib
 
 ModelFn = Callable[[], tff.learning.models.VariableModel]
 DiagnosedMeanFactory = fused.DiagnosedMeanFactory
-
-
-def _gel_program(optimizer: tff.learning.optimizers.Optimizer, *,
-                 proximal_strength: float, **update_kwargs) -> fused.ProgramFn:
-  """A GeL client (Algorithm 1, `ClientUpdate`) for `fl_common.fused`."""
-
-  def program_fn(model, model_weights, initial_weights):
-    trainable = model_weights.trainable
-    specs = tuple(tf.TensorSpec(v.shape, v.dtype)
-                  for v in tf.nest.flatten(trainable))
-    step = functools.partial(client_work_lib.local_step, model, optimizer,
-                             proximal_strength, initial_weights.trainable)
-
-    def finish(state, hparams):
-      update, weight, non_finite = client_work_lib.guessed_update(
-          optimizer, hparams, state, initial_weights.trainable, trainable,
-          **update_kwargs)
-      return update, weight, non_finite, state[1]  # the steps taken
-
-    return fused.ClientProgram(
-        start=lambda hparams: client_work_lib.initial_client_state(
-            optimizer, hparams, specs),
-        step=lambda state, batch, hparams: step(state, batch),
-        finish=finish)
-
-  return program_fn
 
 
 def compose_fused(
@@ -105,25 +76,17 @@ def compose_fused(
                                        weighted=weighted,
                                        fednova=report_normalizer)
 
-  @tff.tensorflow.computation()
-  def initial_hparams_fn():
-    return optimizer.get_hparams(
-        optimizer.initialize(tf.TensorSpec([], tf.float32)))
-
-  def client_measurements(train, gradient_steps):
-    return collections.OrderedDict(train=train, gradient_steps=gradient_steps)
-
   return fused.build_fused_process(
       model_fn,
-      initial_hparams_fn=initial_hparams_fn,
-      program_fn=_gel_program(
+      initial_hparams_fn=client_work_lib.initial_hparams_fn(optimizer),
+      program_fn=client_work_lib.client_program(
           optimizer, proximal_strength=proximal_strength,
           expected_steps=expected_steps, guessed_steps=guessed_steps,
           client_weighting=client_weighting,
           report_normalizer=report_normalizer),
       aggregation=aggregation,
       server_optimizer=server_optimizer,
-      client_measurements_fn=client_measurements,
+      client_measurements_fn=client_work_lib.client_measurements,
       metrics_aggregator=metrics_aggregator,
       resident_examples=resident_examples,
       shard_computation_fn=fl_lanes.shard_computation_fn(lanes))
