@@ -70,6 +70,7 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
+from fl_common import execution as fl_execution
 from fl_common import fused_stateful
 from fl_common import stateful_process
 
@@ -249,9 +250,7 @@ def build_adabest(
     model_aggregator: Optional[tff.aggregators.WeightedAggregationFactory] = (
         None),
     metrics_aggregator: Optional[Callable[..., tff.Computation]] = None,
-    on_shards: bool = False,
-    resident_examples: Optional[Any] = None,
-    lanes: int = 1,
+    execution: fl_execution.Execution = fl_execution.PER_CLIENT,
 ) -> stateful_process.StatefulClientLearningProcess:
   """Builds the AdaBest learning process (Varno et al. 2022, Algorithm 1).
 
@@ -276,18 +275,11 @@ def build_adabest(
       pseudo-gradients; default `tff.aggregators.MeanFactory()`, on
       shards the diagnosed mean (`fl_common.fused_stateful`).
     metrics_aggregator: Optional, as in `tff.learning.algorithms`.
-    on_shards: Whether a TFF client stands for a shard of clients
-      (`fl_common.shards`) trained in one graph (`fl_common.fused_stateful`), each
-      shard's client states stacked; the same rounds, fewer calls.
-    resident_examples: With `on_shards`, the population's examples held on
-      the worker (`fl_common.resident.ResidentExamples`, or NumPy arrays
-      shaped as the model's input, one row per example, to hold); each
-      round's shards are then rows of them (`fl_common.shards.
-      shards_from_arrays(..., rows_only=True)`). Default: shards carry
-      examples.
-    lanes: With `on_shards`, how many of a shard's clients train side by
-      side, vectorized (`fl_common.lanes`; e.g. `lanes.auto_lanes(
-      model_fn)`); 1 (default): one after the other.
+    execution: How the clients run (`fl_common.execution`): `PER_CLIENT`
+      (default), or `OnShards(lanes, resident_examples)`, a TFF client
+      training a shard of clients (`fl_common.shards`) in one graph
+      (`fl_common.fused_stateful`), each shard's client states stacked; the
+      same rounds, fewer calls.
 
   Returns:
     A `stateful_process.StatefulClientLearningProcess`.
@@ -369,9 +361,8 @@ def build_adabest(
       with_deployed_model_weights_fn=with_deployed_model_weights,
   )
   return fused_stateful.compose(
-      model_fn, algorithm, on_shards=on_shards,
+      model_fn, algorithm, execution=execution,
       client_learning_rate=client_learning_rate,
       client_learning_rate_decay=client_learning_rate_decay,
       model_aggregator=model_aggregator,
-      metrics_aggregator=metrics_aggregator,
-      resident_examples=resident_examples, lanes=lanes)
+      metrics_aggregator=metrics_aggregator)

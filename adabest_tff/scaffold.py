@@ -27,11 +27,12 @@ keeps its server optimizer state in its client work; `Σ(c_i⁺ − c_i)` is a
 import collections
 import math
 from collections.abc import Callable
-from typing import Any, Optional
+from typing import Optional
 
 import tensorflow as tf
 import tensorflow_federated as tff
 
+from fl_common import execution as fl_execution
 from fl_common import fused_stateful
 from fl_common import stateful_process
 
@@ -51,9 +52,7 @@ def build_scaffold(
     model_aggregator: Optional[tff.aggregators.WeightedAggregationFactory] = (
         None),
     metrics_aggregator: Optional[Callable[..., tff.Computation]] = None,
-    on_shards: bool = False,
-    resident_examples: Optional[Any] = None,
-    lanes: int = 1,
+    execution: fl_execution.Execution = fl_execution.PER_CLIENT,
 ) -> stateful_process.StatefulClientLearningProcess:
   """Builds the SCAFFOLD (option II) learning process.
 
@@ -71,9 +70,7 @@ def build_scaffold(
       default `tff.aggregators.MeanFactory()`, on
       shards the diagnosed mean (`fl_common.fused_stateful`).
     metrics_aggregator: Optional, as in `tff.learning.algorithms`.
-    on_shards: As in `adabest.build_adabest`: a TFF client trains a shard.
-    resident_examples: As in `adabest.build_adabest`.
-    lanes: As in `adabest.build_adabest`.
+    execution: As in `adabest.build_adabest`.
 
   Returns:
     A `stateful_process.StatefulClientLearningProcess`.
@@ -148,9 +145,8 @@ def build_scaffold(
           model_weights_type),
   )
   return fused_stateful.compose(
-      model_fn, algorithm, on_shards=on_shards,
+      model_fn, algorithm, execution=execution,
       client_learning_rate=client_learning_rate,
       client_learning_rate_decay=client_learning_rate_decay,
       model_aggregator=model_aggregator,
-      metrics_aggregator=metrics_aggregator,
-      resident_examples=resident_examples, lanes=lanes)
+      metrics_aggregator=metrics_aggregator)

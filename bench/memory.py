@@ -16,7 +16,7 @@ fused shards as the driver runs it (`large_cohort.fused`, one shard per
 core, `fl_common.shards.shards_for_round`); `adabest`,
 `adabest_tff.adabest.build_adabest` at its defaults, whose clients each keep
 a model-sized state between rounds; `fused_adabest`, the same on fused
-shards (`on_shards=True`), the shards' client states stacked;
+shards (`execution=OnShards()`), the shards' client states stacked;
 `resident`, the fused round as the driver runs it on array-backed clients
 (Synthetic, the partitioned image tasks): the population's examples held
 on the worker (`fl_common.resident.ResidentExamples`, files it
@@ -55,6 +55,7 @@ from experiment_driver import algorithm_setup
 from experiment_driver import outputs
 from experiment_driver import runtime
 from experiment_driver import training_loop
+from fl_common import execution
 from fl_common import shards
 
 ALGORITHMS = ('fedavg', 'fused', 'resident', 'adabest', 'fused_adabest')
@@ -119,8 +120,10 @@ def _process(
   if algorithm in ('fedavg', 'fused', 'resident'):
     variant = 'package' if algorithm == 'fedavg' else algorithm
     return tff_rounds.build_process(workload, variant, train)
-  return adabest.build_adabest(workload.tff_model_fn(),
-                               on_shards=algorithm == 'fused_adabest')
+  return adabest.build_adabest(
+      workload.tff_model_fn(),
+      execution=(execution.OnShards() if algorithm == 'fused_adabest' else
+                 execution.PER_CLIENT))
 
 
 def _shards_fn(task: tff.simulation.baselines.BaselineTask,

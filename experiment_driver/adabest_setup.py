@@ -4,9 +4,9 @@
 `adabest_tff` processes. All three are `StatefulClientLearningProcess`es: the
 training loop runs them with `fl_common.stateful_process.run_round` and a
 `ClientStateStore` in the run directory, committed with each checkpoint.
-A round runs on shards of clients (`on_shards=True`, `fl_common.fused_stateful`:
-one shard per core, `--clients_per_shard`), each shard's client states
-stacked, unless `--clients_per_shard=1`. `round_metrics_fn` reports the
+A round runs on shards of clients (`execution=OnShards(...)`,
+`fl_common.fused_stateful`: one shard per core, `--clients_per_shard`), each
+shard's client states stacked, unless `--clients_per_shard=1`. `round_metrics_fn` reports the
 round's bytes up and down, one client's read off the process's TFF types
 (`fl_common.communication`).
 
@@ -160,7 +160,6 @@ def _build_setup(
       client_learning_rate_decay=CLIENT_LR_DECAY.value,
       client_weighting=_CLIENT_WEIGHTING[CLIENT_WEIGHTING.value],
       model_aggregator=diagnosed_mean.diagnosed_mean_factory(clipping=False),
-      on_shards=on_shards,
       **algorithm_args)
   if on_shards:
     process, client_datasets_fn, execution = algorithm_setup.fused_setup(

@@ -17,6 +17,7 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from fl_common import fused
+from fl_common import execution as fl_execution
 from fl_common import lanes
 from fl_common import resident
 from fl_common import shards
@@ -137,8 +138,9 @@ def shards_fn(
 def fused_setup(ctx: BuildContext, build_fn: Callable[..., Any],
                 steps_fn: Optional[Callable[[int, int], Sequence[int]]] = None,
                 **kwargs) -> tuple[Any, 'ClientDatasetsFn', str]:
-  """`(build_fn(model_fn, resident_examples=..., lanes=..., **kwargs), its
-  client_datasets_fn, how its rounds run)`: a fused process holding the
+  """`(build_fn(model_fn, execution=OnShards(lanes, resident_examples),
+  **kwargs), its client_datasets_fn, how its rounds run)`: a process on
+  shards (`fl_common.execution`) holding the
   population's examples when `resident_examples(ctx)` has them (shards of
   rows), else taking shards of examples, its shards' clients trained
   `--lanes` at a time, by default `fl_common.lanes.auto_lanes`' for the
@@ -147,8 +149,10 @@ def fused_setup(ctx: BuildContext, build_fn: Callable[..., Any],
   num_lanes = ctx.lanes or lanes.auto_lanes(
       ctx.task.model_fn, _clients_per_shard(ctx, ctx.clients_per_round),
       on_gpu=ctx.on_gpu)
-  process = build_fn(ctx.task.model_fn, resident_examples=resident,
-                     lanes=num_lanes, **kwargs)
+  process = build_fn(ctx.task.model_fn,
+                     execution=fl_execution.OnShards(
+                         lanes=num_lanes, resident_examples=resident),
+                     **kwargs)
   execution = 'shards of clients, ' + (
       f'{num_lanes} clients side by side (--lanes)' if num_lanes > 1 else
       'one client after the other')

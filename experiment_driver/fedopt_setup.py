@@ -15,7 +15,6 @@ from experiment_driver import algorithm_setup
 from experiment_driver import flag_groups as f
 from experiment_driver import tuned_defaults
 from large_cohort import fedopt
-from large_cohort import fused
 
 _SERVER_SIDE = (f.SERVER_OPTIMIZER_FLAGS | f.SERVER_LR_SCALING_FLAGS |
                 f.AGGREGATOR_FLAGS)
@@ -62,13 +61,12 @@ def effective_hparams(algorithm: str, values: Mapping[str, Any]
   return rates
 
 
-def _setup(ctx: algorithm_setup.BuildContext, build_fn, build_fused_fn,
+def _setup(ctx: algorithm_setup.BuildContext, build_fn,
            **kwargs) -> algorithm_setup.AlgorithmSetup:
-  """The fused process on shards when the context allows it, else the
-  per-client one."""
+  """The process on shards when the context allows it, else per client."""
   if algorithm_setup.fuses(ctx):
     process, client_datasets_fn, execution = algorithm_setup.fused_setup(
-        ctx, build_fused_fn, **kwargs)
+        ctx, build_fn, **kwargs)
     return algorithm_setup.AlgorithmSetup(
         process=process, client_datasets_fn=client_datasets_fn,
         execution=execution)
@@ -78,7 +76,7 @@ def _setup(ctx: algorithm_setup.BuildContext, build_fn, build_fused_fn,
 
 def _build_fedopt(
     ctx: algorithm_setup.BuildContext) -> algorithm_setup.AlgorithmSetup:
-  return _setup(ctx, fedopt.build_fedopt, fused.build_fused_fedopt,
+  return _setup(ctx, fedopt.build_fedopt,
                 client_optimizer=ctx.client_optimizer,
                 server_optimizer=ctx.server_optimizer,
                 client_weighting=ctx.client_weighting,
@@ -87,7 +85,7 @@ def _build_fedopt(
 
 def _build_fedsgd(
     ctx: algorithm_setup.BuildContext) -> algorithm_setup.AlgorithmSetup:
-  return _setup(ctx, fedopt.build_fedsgd, fused.build_fused_fedsgd,
+  return _setup(ctx, fedopt.build_fedsgd,
                 server_optimizer=ctx.server_optimizer,
                 model_aggregator=ctx.model_aggregator)
 

@@ -21,7 +21,7 @@ hyperparameters, the server learning-rate scaling and `--client_epochs` are
 refused with these algorithms (`SHARED_FLAGS`). The paper does not clip
 updates, so neither do these algorithms unless `--clipping` is given (the
 other families clip by default). With the driver's aggregator
-a round runs on shards of clients (`gel_tff.build_fused_gel`, one shard per
+a round runs on shards of clients (`execution=OnShards(...)`, one shard per
 core, `--clients_per_shard`), each client cut to its budget in the shard.
 """
 
@@ -276,13 +276,12 @@ def _build_setup(base: str, use_gel: bool,
       model_aggregator=model_aggregator,
   )
   if use_gel:
-    build_fn = gel.build_fused_gel if on_shards else gel.build_gel
+    build_fn = gel.build_gel
     common.update(
         expected_steps=EXPECTED_STEPS.value or budgets.budget_max + 5,
         guessed_steps=parse_guessed_steps(GUESSED_STEPS.value))
   else:
-    build_fn = (gel.build_fused_budgeted_baseline if on_shards else
-                gel.build_budgeted_baseline)
+    build_fn = gel.build_budgeted_baseline
   if on_shards:
     process, client_datasets_fn, execution = algorithm_setup.fused_setup(
         ctx, build_fn, budgets.draw, **common)

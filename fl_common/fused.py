@@ -40,11 +40,11 @@ clients one per TFF client, up to the order of float additions
 Shards are ordinary TFF clients: the same process runs on the local worker
 and across `--worker_addresses`, each worker taking whole shards.
 
-Builders: `large_cohort.build_fused_fedopt`, `build_fused_fedsgd`,
-`gel_tff.build_fused_gel`, `gel_tff.build_fused_budgeted_baseline`, and
-`on_shards=True` of `adabest_tff.build_adabest`, `build_feddyn` and
+Builders: every builder with `execution=fl_common.execution.OnShards(...)`
+(`large_cohort.build_fedopt`, `build_fedsgd`, `gel_tff.build_gel`,
+`build_budgeted_baseline`; `adabest_tff.build_adabest`, `build_feddyn` and
 `build_scaffold`, whose clients' states come in and go out stacked per
-shard (`StatefulClientProgram`). Each takes `lanes=K`, which swaps
+shard, `StatefulClientProgram`). `OnShards(lanes=K)` swaps
 this module's shard loop for `fl_common.lanes`' (`shard_computation_fn`):
 the same round, a shard's clients trained K at a time, vectorized.
 

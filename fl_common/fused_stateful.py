@@ -22,8 +22,8 @@ their number (FedDyn's `|P^t|`). State, metrics and their structure are the
 per-client process's, so checkpoints and client-state stores carry over
 (`tests/fl_common/test_fused_stateful.py`).
 
-The public entry point is `on_shards=True` of `build_adabest`,
-`build_feddyn` and `build_scaffold`.
+The public entry point is `execution=fl_common.execution.OnShards(...)` of
+`build_adabest`, `build_feddyn` and `build_scaffold`.
 """
 
 import collections
@@ -37,6 +37,7 @@ import tensorflow_federated as tff
 from fl_common import stateful_process
 from fl_common import communication
 from fl_common import diagnosed_mean
+from fl_common import execution as fl_execution
 from fl_common import fused
 from fl_common import lanes as fl_lanes
 
@@ -89,23 +90,15 @@ def _program(steps: stateful_process.StatefulClientSteps) -> fused.ProgramFn:
 
 def compose(model_fn: ModelFn,
             algorithm: stateful_process.StatefulAlgorithm, *,
-            on_shards: bool, **kwargs
-            ) -> stateful_process.StatefulClientLearningProcess:
-  """`compose_fused` if `on_shards`, else `stateful_process.
-  compose_algorithm` (one TFF client per client), with the same `kwargs`:
-  what a builder's `on_shards` chooses."""
-  resident_examples = kwargs.pop('resident_examples', None)
-  lanes = kwargs.pop('lanes', 1)
-  if on_shards:
+            execution: fl_execution.Execution = fl_execution.PER_CLIENT,
+            **kwargs) -> stateful_process.StatefulClientLearningProcess:
+  """`algorithm` run as `execution` says (`fl_common.execution`):
+  `compose_fused` on shards, else `stateful_process.compose_algorithm` (one
+  TFF client per client), with the same `kwargs`."""
+  if fl_execution.on_shards(execution):
     return compose_fused(model_fn, algorithm,
-                         resident_examples=resident_examples, lanes=lanes,
-                         **kwargs)
-  if resident_examples is not None:
-    raise ValueError('resident_examples needs on_shards=True: one client per'
-                     ' TFF client takes its tf.data dataset.')
-  if lanes != 1:
-    raise ValueError('lanes need on_shards=True: they train a shard\'s'
-                     ' clients side by side.')
+                         resident_examples=execution.resident_examples,
+                         lanes=execution.lanes, **kwargs)
   return stateful_process.compose_algorithm(model_fn, algorithm, **kwargs)
 
 

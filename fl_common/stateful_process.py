@@ -34,8 +34,8 @@ This module adds the missing piece and nothing else:
   between `prepare` and `conclude`) and `StatefulAlgorithm` (its client,
   server values and finalizer): what each of the three algorithms defines,
   composed per client by `compose_algorithm` or on shards of clients by
-  `fl_common.fused_stateful.compose_fused` (`on_shards=True` of the builders; a
-  TFF client then trains a shard, its clients' states stacked).
+  `fl_common.fused_stateful.compose_fused` (`execution=OnShards(...)` of the
+  builders; a TFF client then trains a shard, its clients' states stacked).
 * `run_round`, which a training loop calls each round to load the cohort's
   states from a `client_state_store.ClientStateStore`, run `next` and save the
   new states (stacking and unstacking them around a process on shards).

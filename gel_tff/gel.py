@@ -30,6 +30,7 @@ from typing import Any, Optional
 import numpy as np
 import tensorflow_federated as tff
 
+from fl_common import execution as fl_execution
 from gel_tff import client_work as client_work_lib
 from gel_tff import fednova
 from gel_tff import fused
@@ -90,17 +91,15 @@ def _build(
     client_weighting: tff.learning.ClientWeighting,
     model_aggregator: Optional[tff.aggregators.WeightedAggregationFactory],
     metrics_aggregator: Optional[tff.learning.metrics.MetricsAggregatorType],
-    on_shards: bool = False,
-    resident_examples: Optional[Any] = None,
-    lanes: int = 1,
+    execution: fl_execution.Execution,
 ) -> tff.learning.templates.LearningProcess:
   """Composes the four slots for one row of Table 3 (on shards of clients,
-  `gel_tff.fused`, if `on_shards`)."""
+  `gel_tff.fused`, if `execution` says so)."""
   _check_base(base)
   if server_optimizer is None:
     server_optimizer = build_server_optimizer(base)
   is_fednova = base == 'fednova'
-  if on_shards:
+  if fl_execution.on_shards(execution):
     return fused.compose_fused(
         model_fn, client_learning_rate=client_learning_rate,
         client_momentum=client_momentum, expected_steps=expected_steps,
@@ -109,7 +108,7 @@ def _build(
         client_weighting=client_weighting, report_normalizer=is_fednova,
         model_aggregator=model_aggregator,
         metrics_aggregator=metrics_aggregator,
-        resident_examples=resident_examples, lanes=lanes)
+        resident_examples=execution.resident_examples, lanes=execution.lanes)
   if (model_aggregator is not None and not isinstance(
       model_aggregator, tff.aggregators.WeightedAggregationFactory)):
     raise TypeError(
@@ -167,6 +166,7 @@ def build_gel(
         tff.aggregators.WeightedAggregationFactory] = None,
     metrics_aggregator: Optional[
         tff.learning.metrics.MetricsAggregatorType] = None,
+    execution: fl_execution.Execution = fl_execution.PER_CLIENT,
 ) -> tff.learning.templates.LearningProcess:
   """Builds `<base> + GeL` (Table 3, right column; Algorithm 1).
 
@@ -188,15 +188,23 @@ def build_gel(
     client_weighting: `NUM_EXAMPLES` (examples trained on) or `UNIFORM`.
     model_aggregator: The weighted factory averaging client deltas (for
       FedNova: the normalized deltas); `tff.aggregators.MeanFactory()` when
-      `None`.
+      `None`. On shards a `fl_common.diagnosed_mean.diagnosed_mean_factory`
+      (weighted, or unweighted with `UNIFORM` weighting); `None` is then
+      the weighted mean without clipping.
     metrics_aggregator: Aggregates training metrics; TFF's
       `sum_then_finalize` when `None`.
+    execution: How the clients run (`fl_common.execution`): `PER_CLIENT`
+      (default), or `OnShards(lanes, resident_examples)`, a TFF client
+      training a shard of clients (`gel_tff.fused`), each with its `tau_i`
+      batches; the same state and metrics.
 
   Returns:
     A `tff.learning.templates.LearningProcess`.
 
   Raises:
-    ValueError: If an argument is out of range (e.g. `momentum=0`).
+    TypeError: On shards, if `model_aggregator` is not a diagnosed mean.
+    ValueError: If an argument is out of range (e.g. `momentum=0`), or
+      lanes with a model that does not vectorize.
   """
   if not 0.0 < momentum < 1.0:
     raise ValueError(f'GeL needs momentum in (0, 1), got {momentum}.')
@@ -206,7 +214,7 @@ def build_gel(
       guessed_steps=guessed_steps, server_optimizer=server_optimizer,
       proximal_strength=proximal_strength, client_weighting=client_weighting,
       model_aggregator=model_aggregator,
-      metrics_aggregator=metrics_aggregator)
+      metrics_aggregator=metrics_aggregator, execution=execution)
 
 
 def build_budgeted_baseline(
@@ -223,6 +231,7 @@ def build_budgeted_baseline(
         tff.aggregators.WeightedAggregationFactory] = None,
     metrics_aggregator: Optional[
         tff.learning.metrics.MetricsAggregatorType] = None,
+    execution: fl_execution.Execution = fl_execution.PER_CLIENT,
 ) -> tff.learning.templates.LearningProcess:
   """Builds `<base>` without guessing (Table 3, "Default" column).
 
@@ -240,6 +249,7 @@ def build_budgeted_baseline(
     client_weighting: `NUM_EXAMPLES` (examples trained on) or `UNIFORM`.
     model_aggregator: As in `build_gel`.
     metrics_aggregator: As in `build_gel`.
+    execution: As in `build_gel`.
 
   Returns:
     A `tff.learning.templates.LearningProcess`.
@@ -252,92 +262,22 @@ def build_budgeted_baseline(
       server_optimizer=server_optimizer,
       proximal_strength=proximal_strength, client_weighting=client_weighting,
       model_aggregator=model_aggregator,
-      metrics_aggregator=metrics_aggregator)
+      metrics_aggregator=metrics_aggregator, execution=execution)
 
 
-def build_fused_gel(
-    model_fn: ModelFn,
-    *,
-    base: str = 'fedavgcm',
-    client_learning_rate: float = DEFAULT_CLIENT_LEARNING_RATE,
-    momentum: float = DEFAULT_MOMENTUM,
-    expected_steps: int = DEFAULT_EXPECTED_STEPS,
-    guessed_steps: client_work_lib.GuessedSteps = client_work_lib.REMAINING,
-    server_optimizer: Optional[tff.learning.optimizers.Optimizer] = None,
-    proximal_strength: float = DEFAULT_PROXIMAL_STRENGTH,
-    client_weighting: tff.learning.ClientWeighting = (
-        tff.learning.ClientWeighting.NUM_EXAMPLES),
-    model_aggregator: Optional[fused.DiagnosedMeanFactory] = None,
-    metrics_aggregator: Optional[
-        tff.learning.metrics.MetricsAggregatorType] = None,
-    resident_examples: Optional[Any] = None,
-    lanes: int = 1,
-) -> tff.learning.templates.LearningProcess:
-  """`build_gel` on shards of clients (`gel_tff.fused`).
-
-  The process has `build_gel`'s state and metrics (with the same
-  aggregator); its client data are shards (`fl_common.shards`, each client
-  with its `tau_i` batches):
-
-      next: (<state@SERVER, {shard}@CLIENTS> -> LearningProcessOutput(
-             state@SERVER, metrics@SERVER))
-
-  Args:
-    model_fn: As in `build_gel`; and the other arguments, but:
-    model_aggregator: A `fl_common.diagnosed_mean.diagnosed_mean_factory`
-      (weighted, or unweighted with `UNIFORM` weighting); `None` is the
-      weighted mean without clipping, `build_gel`'s default.
-    resident_examples: The population's examples held on the worker
-      (`fl_common.resident.ResidentExamples`, or NumPy arrays shaped as the
-      model's input, one row per example, to hold); each round's shards are
-      then rows of them (`shards_from_arrays(..., rows_only=True)`).
-      Default: shards carry examples.
-    lanes: How many of a shard's clients train side by side, vectorized
-      (`fl_common.lanes`; e.g. `lanes.auto_lanes(model_fn)`); 1 (default):
-      one after the other.
-
-  Raises:
-    TypeError: If `model_aggregator` is not a diagnosed mean.
-    ValueError: If an argument is out of range (e.g. `momentum=0`), or
-      `lanes` > 1 with a model that does not vectorize.
-  """
-  if not 0.0 < momentum < 1.0:
-    raise ValueError(f'GeL needs momentum in (0, 1), got {momentum}.')
-  return _build(
-      model_fn, base=base, client_learning_rate=client_learning_rate,
-      client_momentum=momentum, expected_steps=expected_steps,
-      guessed_steps=guessed_steps, server_optimizer=server_optimizer,
-      proximal_strength=proximal_strength, client_weighting=client_weighting,
-      model_aggregator=model_aggregator,
-      metrics_aggregator=metrics_aggregator, on_shards=True,
-      resident_examples=resident_examples, lanes=lanes)
+def build_fused_gel(model_fn: ModelFn, *,
+                    resident_examples: Optional[Any] = None, lanes: int = 1,
+                    **kwargs) -> tff.learning.templates.LearningProcess:
+  """`build_gel(model_fn, execution=OnShards(lanes, resident_examples),
+  **kwargs)`: GeL on shards of clients, under its fused name."""
+  return build_gel(model_fn, execution=fl_execution.OnShards(
+      lanes=lanes, resident_examples=resident_examples), **kwargs)
 
 
 def build_fused_budgeted_baseline(
-    model_fn: ModelFn,
-    *,
-    base: str = 'fedavgcm',
-    client_learning_rate: float = DEFAULT_CLIENT_LEARNING_RATE,
-    momentum: float = DEFAULT_MOMENTUM,
-    server_optimizer: Optional[tff.learning.optimizers.Optimizer] = None,
-    proximal_strength: float = DEFAULT_PROXIMAL_STRENGTH,
-    client_weighting: tff.learning.ClientWeighting = (
-        tff.learning.ClientWeighting.NUM_EXAMPLES),
-    model_aggregator: Optional[fused.DiagnosedMeanFactory] = None,
-    metrics_aggregator: Optional[
-        tff.learning.metrics.MetricsAggregatorType] = None,
-    resident_examples: Optional[Any] = None,
-    lanes: int = 1,
-) -> tff.learning.templates.LearningProcess:
-  """`build_budgeted_baseline` on shards of clients (`gel_tff.fused`);
-  arguments as in `build_fused_gel`."""
-  _check_base(base)
-  return _build(
-      model_fn, base=base, client_learning_rate=client_learning_rate,
-      client_momentum=0.0 if base in _SGD_CLIENT_BASES else momentum,
-      expected_steps=DEFAULT_EXPECTED_STEPS, guessed_steps=0,
-      server_optimizer=server_optimizer,
-      proximal_strength=proximal_strength, client_weighting=client_weighting,
-      model_aggregator=model_aggregator,
-      metrics_aggregator=metrics_aggregator, on_shards=True,
-      resident_examples=resident_examples, lanes=lanes)
+    model_fn: ModelFn, *, resident_examples: Optional[Any] = None,
+    lanes: int = 1, **kwargs) -> tff.learning.templates.LearningProcess:
+  """`build_budgeted_baseline(model_fn, execution=OnShards(lanes,
+  resident_examples), **kwargs)`, under its fused name."""
+  return build_budgeted_baseline(model_fn, execution=fl_execution.OnShards(
+      lanes=lanes, resident_examples=resident_examples), **kwargs)

@@ -38,8 +38,14 @@ LSTM) cheaper in the worker than TFF's defaults, with the same result
   LSTM's orthogonal initializer, a QR decomposition) were ~45 % of the
   worker's CPU on the Stack Overflow LSTM. The initial server model still
   comes from `model_fn` with its own initializers.
+
+Why one module: each algorithm's client, stated once, sits beside the two
+compositions that run it (per client, on shards), which share the
+zero-initialized client model, the client work's hyperparameters and the
+shard aggregation; `large_cohort.fused` keeps the fused names.
 """
 
+import collections
 import functools
 from collections.abc import Callable
 from typing import Optional
@@ -50,7 +56,10 @@ import tensorflow_federated as tff
 
 from fl_common import aggregator_wrappers
 from fl_common import client_program as client_program_lib
+from fl_common import diagnosed_mean
+from fl_common import execution as fl_execution
 from fl_common import fused
+from fl_common import lanes as fl_lanes
 
 ModelFn = Callable[[], tff.learning.models.VariableModel]
 _ITERATOR_LOOP = tff.learning.LoopImplementation.DATASET_ITERATOR
@@ -157,7 +166,10 @@ def build_fedopt(
     client_weighting: tff.learning.ClientWeighting = (
         tff.learning.ClientWeighting.NUM_EXAMPLES),
     model_aggregator: Optional[aggregator_wrappers.AggregationFactory] = None,
+    metrics_aggregator: Optional[
+        tff.learning.metrics.MetricsAggregatorType] = None,
     loop_implementation: tff.learning.LoopImplementation = _ITERATOR_LOOP,
+    execution: fl_execution.Execution = fl_execution.PER_CLIENT,
 ) -> tff.learning.templates.LearningProcess:
   """Builds FedOpt (Algorithm 1) as a TFF learning process.
 
@@ -175,14 +187,36 @@ def build_fedopt(
     server_optimizer: The server optimizer (`ServerOpt`, rate η_s).
     client_weighting: `NUM_EXAMPLES` (default) or `UNIFORM`.
     model_aggregator: The factory aggregating the client updates (weighted,
-      or unweighted with `UNIFORM`); TFF's mean when `None`.
+      or unweighted with `UNIFORM`); TFF's mean when `None`. On shards a
+      `fl_common.diagnosed_mean.diagnosed_mean_factory` of that weighting
+      (the shard computes its per-client part); `None` is then the mean
+      with diagnostics, without clipping.
+    metrics_aggregator: Aggregates training metrics; TFF's
+      `sum_then_finalize` when `None`.
     loop_implementation: TFF's client training loop; see the module
       docstring for why the default is `DATASET_ITERATOR`.
+    execution: How the clients run (`fl_common.execution`): `PER_CLIENT`
+      (default), or `OnShards(lanes, resident_examples)`, a TFF client
+      training a shard of clients in one graph (`fl_common.fused`); the same
+      state and metrics, shards (`fl_common.shards`) as client data.
 
   Raises:
     TypeError: If `model_aggregator` is unweighted with `NUM_EXAMPLES`, or
-      weighted with `UNIFORM`.
+      weighted with `UNIFORM` (on shards: not a diagnosed mean of that
+      weighting).
+    ValueError: On shards, lanes with a model or a client optimizer that
+      does not vectorize.
   """
+  if fl_execution.on_shards(execution):
+    weighted = client_weighting is not tff.learning.ClientWeighting.UNIFORM
+    if model_aggregator is None:
+      model_aggregator = diagnosed_mean.diagnosed_mean_factory(
+          clipping=False, weighted=weighted)
+    return _on_shards(
+        model_fn, client_program(client_optimizer, weighted),
+        _initial_hparams_fn(model_fn, client_optimizer), model_aggregator,
+        weighted, server_optimizer, metrics_aggregator, execution,
+        shard_model_fn=client_model_fn(model_fn))
   uniform_weighting = client_weighting is tff.learning.ClientWeighting.UNIFORM
   if uniform_weighting:
     expected = tff.aggregators.UnweightedAggregationFactory
@@ -207,6 +241,7 @@ def build_fedopt(
       tff.learning.templates.build_broadcast_process(weights_type),
       build_client_work(model_fn, client_optimizer=client_optimizer,
                         client_weighting=client_weighting,
+                        metrics_aggregator=metrics_aggregator,
                         loop_implementation=loop_implementation),
       model_aggregator.create(weights_type.trainable,
                               tff.TensorType(np.float32)),
@@ -221,6 +256,8 @@ def build_client_work(
     client_optimizer: tff.learning.optimizers.Optimizer,
     client_weighting: tff.learning.ClientWeighting = (
         tff.learning.ClientWeighting.NUM_EXAMPLES),
+    metrics_aggregator: Optional[
+        tff.learning.metrics.MetricsAggregatorType] = None,
     loop_implementation: tff.learning.LoopImplementation = _ITERATOR_LOOP,
 ) -> tff.learning.templates.ClientWorkProcess:
   """FedOpt's client work, one TFF client per client: `client_program` on
@@ -228,20 +265,57 @@ def build_client_work(
   `tff.learning.templates.build_model_delta_client_work` (same state,
   hparams, result and metrics; `tests/large_cohort/test_fedopt.py` compares
   them round by round)."""
-  specs = tff.types.type_to_tf_tensor_specs(
-      tff.learning.models.weights_type_from_model(model_fn).trainable)
-  specs = tuple(tf.nest.flatten(specs))
+  return client_program_lib.build_client_work(
+      client_model_fn(model_fn),
+      client_program(client_optimizer, client_weighting is not
+                     tff.learning.ClientWeighting.UNIFORM),
+      initial_hparams_fn=_initial_hparams_fn(model_fn, client_optimizer),
+      metrics_aggregator=metrics_aggregator,
+      loop_implementation=loop_implementation)
+
+
+def _initial_hparams_fn(model_fn: ModelFn,
+                        client_optimizer: tff.learning.optimizers.Optimizer
+                        ) -> tff.Computation:
+  """The client work's state: `client_optimizer`'s hyperparameters."""
+  specs = tuple(tf.nest.flatten(tff.types.type_to_tf_tensor_specs(
+      tff.learning.models.weights_type_from_model(model_fn).trainable)))
 
   @tff.tensorflow.computation()
   def initial_hparams_fn():
     return client_optimizer.get_hparams(client_optimizer.initialize(specs))
 
-  return client_program_lib.build_client_work(
-      client_model_fn(model_fn),
-      client_program(client_optimizer, client_weighting is not
-                     tff.learning.ClientWeighting.UNIFORM),
+  return initial_hparams_fn
+
+
+@tff.tensorflow.computation()
+def _no_hparams():  # TFF's FedSGD client work has no state.
+  return ()
+
+
+def _on_shards(model_fn: ModelFn, program_fn: fused.ProgramFn,
+               initial_hparams_fn: tff.Computation,
+               model_aggregator: fused.DiagnosedMeanFactory, weighted: bool,
+               server_optimizer: tff.learning.optimizers.Optimizer,
+               metrics_aggregator, execution: fl_execution.OnShards, *,
+               shard_model_fn: Optional[ModelFn] = None
+               ) -> tff.learning.templates.LearningProcess:
+  """`program_fn`'s clients on shards (`fl_common.fused`), with the
+  per-client process's state and metrics."""
+  weights_type = tff.learning.models.weights_type_from_model(model_fn)
+  return fused.build_fused_process(
+      model_fn,
       initial_hparams_fn=initial_hparams_fn,
-      loop_implementation=loop_implementation)
+      program_fn=program_fn,
+      aggregation=fused.FusedAggregation(
+          model_aggregator, weights_type.trainable, weighted=weighted),
+      server_optimizer=server_optimizer,
+      client_measurements_fn=lambda train, counters: collections.OrderedDict(
+          train=train),
+      metrics_aggregator=metrics_aggregator,
+      shard_model_fn=shard_model_fn,
+      resident_examples=execution.resident_examples,
+      shard_computation_fn=fl_lanes.shard_computation_fn(execution.lanes))
 
 
 def fedsgd_client_program() -> fused.ProgramFn:
@@ -293,7 +367,10 @@ def build_fedsgd(
     *,
     server_optimizer: tff.learning.optimizers.Optimizer,
     model_aggregator: Optional[tff.aggregators.WeightedAggregationFactory] = None,
+    metrics_aggregator: Optional[
+        tff.learning.metrics.MetricsAggregatorType] = None,
     loop_implementation: tff.learning.LoopImplementation = _ITERATOR_LOOP,
+    execution: fl_execution.Execution = fl_execution.PER_CLIENT,
 ) -> tff.learning.templates.LearningProcess:
   """Builds FedSGD: one full-batch gradient per client (η_c = 1).
 
@@ -303,10 +380,25 @@ def build_fedsgd(
   Args:
     model_fn: A no-arg function returning a `tff.learning.models.VariableModel`.
     server_optimizer: The server optimizer applied to the mean gradient.
-    model_aggregator: A weighted factory for the client gradients.
+    model_aggregator: A weighted factory for the client gradients (on
+      shards a weighted `diagnosed_mean.diagnosed_mean_factory`; default:
+      the mean with diagnostics, without clipping).
+    metrics_aggregator: Aggregates training metrics; TFF's
+      `sum_then_finalize` when `None`.
     loop_implementation: TFF's client loop over the batches (module
       docstring).
+    execution: As `build_fedopt`'s.
+
+  Raises:
+    TypeError: On shards, if `model_aggregator` is not a weighted diagnosed
+      mean.
   """
+  if fl_execution.on_shards(execution):
+    return _on_shards(
+        model_fn, fedsgd_client_program(), _no_hparams,
+        model_aggregator or diagnosed_mean.diagnosed_mean_factory(
+            clipping=False), True, server_optimizer, metrics_aggregator,
+        execution)
   if model_aggregator is None:
     model_aggregator = tff.aggregators.MeanFactory()
 
@@ -314,17 +406,14 @@ def build_fedsgd(
   def initial_model_weights_fn():
     return tff.learning.models.ModelWeights.from_model(model_fn())
 
-  @tff.tensorflow.computation()
-  def initial_hparams_fn():  # TFF's FedSGD client work has no state.
-    return ()
-
   weights_type = initial_model_weights_fn.type_signature.result
   return tff.learning.templates.compose_learning_process(
       initial_model_weights_fn,
       tff.learning.templates.build_broadcast_process(weights_type),
       client_program_lib.build_client_work(
           model_fn, fedsgd_client_program(),
-          initial_hparams_fn=initial_hparams_fn,
+          initial_hparams_fn=_no_hparams,
+          metrics_aggregator=metrics_aggregator,
           loop_implementation=loop_implementation),
       model_aggregator.create(weights_type.trainable,
                               tff.TensorType(np.float32)),

@@ -14,10 +14,13 @@ import tensorflow_federated as tff
 import adabest_tff
 from fl_common import stateful_process
 from fl_common import diagnosed_mean
+from fl_common import execution
 from fl_common import shards
 import gel_tff
 import large_cohort
 from tests import tiny_models
+
+_SHARDS = execution.OnShards()
 
 NUM_FEATURES = 3
 CLIENT_SIZES = {'a': 3, 'b': 5, 'c': 8}
@@ -50,11 +53,11 @@ BUILDERS = {
         m, population_size=POPULATION),
     'scaffold': lambda m: adabest_tff.build_scaffold(
         m, population_size=POPULATION),
-    'fused_adabest': lambda m: adabest_tff.build_adabest(m, on_shards=True),
+    'fused_adabest': lambda m: adabest_tff.build_adabest(m, execution=_SHARDS),
     'fused_feddyn': lambda m: adabest_tff.build_feddyn(
-        m, population_size=POPULATION, on_shards=True),
+        m, population_size=POPULATION, execution=_SHARDS),
     'fused_scaffold': lambda m: adabest_tff.build_scaffold(
-        m, population_size=POPULATION, on_shards=True),
+        m, population_size=POPULATION, execution=_SHARDS),
     **{f'{base}_gel': (lambda m, base=base: gel_tff.build_gel(
         m, base=base, client_learning_rate=0.05, expected_steps=6))
        for base in gel_tff.BASES},

@@ -19,6 +19,7 @@ from experiment_driver import runtime
 from experiment_driver import worker_state
 from fl_common import communication
 from fl_common import diagnosed_mean
+from fl_common import execution
 from fl_common import shards
 from tests import fused_checks
 from tests import tiny_models
@@ -44,7 +45,8 @@ def _processes(name, weighting, lanes=1):
       client_weighting=weighting,
       model_aggregator=diagnosed_mean.diagnosed_mean_factory(clipping=False))
   return (_BUILDERS[name](**kwargs),
-          _BUILDERS[name](on_shards=True, lanes=lanes, **kwargs))
+          _BUILDERS[name](execution=execution.OnShards(lanes=lanes),
+                          **kwargs))
 
 
 @pytest.mark.parametrize('name', sorted(_BUILDERS))
@@ -113,7 +115,7 @@ def test_zero_beta_and_mu_adabest_on_shards_is_fedavg():
   model_fn = tiny_models.linear_model_fn(fused_checks.NUM_FEATURES)
   on_shards = adabest.build_adabest(
       model_fn, mu=0.0, beta=0.0, client_learning_rate=0.1,
-      client_learning_rate_decay=1.0, on_shards=True,
+      client_learning_rate_decay=1.0, execution=execution.OnShards(),
       client_weighting=tff.learning.ClientWeighting.NUM_EXAMPLES)
   fedavg = tff.learning.algorithms.build_weighted_fed_avg(
       model_fn,

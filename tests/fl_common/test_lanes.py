@@ -19,6 +19,7 @@ import tensorflow_federated as tff
 
 from adabest_tff import adabest
 from fl_common import diagnosed_mean
+from fl_common import execution
 from fl_common import lanes as lanes_lib
 from fl_common import resident
 from fl_common import shards
@@ -135,12 +136,15 @@ def test_a_client_optimizer_with_a_counter_or_a_norm_steps_per_lane(name):
       per_client.get_model_weights(state).trainable[0])
 
 
-def test_lanes_must_be_at_least_one_and_need_shards():
+def test_lanes_must_be_at_least_one_and_execution_typed():
   model_fn = tiny_models.linear_model_fn(fused_checks.NUM_FEATURES)
   with pytest.raises(ValueError, match='at least 1'):
     fused.build_fused_fedopt(model_fn, lanes=0, **_kwargs())
-  with pytest.raises(ValueError, match='on_shards=True'):
-    adabest.build_adabest(model_fn, lanes=2)
+  with pytest.raises(ValueError, match='at least 1'):
+    adabest.build_adabest(model_fn,
+                          execution=execution.OnShards(lanes=0))
+  with pytest.raises(TypeError, match='execution must be'):
+    adabest.build_adabest(model_fn, execution='shards')
 
 
 def test_auto_lanes_picks_lanes_for_a_small_model_that_vectorizes():

@@ -27,6 +27,7 @@ from experiment_driver import algorithm_setup
 from experiment_driver import fedopt_setup
 from experiment_driver import gel_setup
 from fl_common import diagnosed_mean
+from fl_common import execution
 from fl_common import per_client_evaluation
 from fl_common import resident
 from fl_common import scratch
@@ -111,13 +112,15 @@ _BUILDERS = {
         m, base='fedprox', client_learning_rate=0.05, **kw),
 }
 _STATEFUL_BUILDERS = {
-    'adabest': lambda m, **kw: adabest.build_adabest(
-        m, mu=0.3, beta=0.6, on_shards=True, **kw),
-    'feddyn': lambda m, **kw: feddyn.build_feddyn(
-        m, population_size=10, mu=0.3, on_shards=True, **kw),
-    'scaffold': lambda m, **kw: scaffold.build_scaffold(
-        m, population_size=10, server_learning_rate=0.8, on_shards=True,
-        **kw),
+    'adabest': lambda m, held=None, **kw: adabest.build_adabest(
+        m, mu=0.3, beta=0.6, execution=execution.OnShards(
+            resident_examples=held), **kw),
+    'feddyn': lambda m, held=None, **kw: feddyn.build_feddyn(
+        m, population_size=10, mu=0.3, execution=execution.OnShards(
+            resident_examples=held), **kw),
+    'scaffold': lambda m, held=None, **kw: scaffold.build_scaffold(
+        m, population_size=10, server_learning_rate=0.8,
+        execution=execution.OnShards(resident_examples=held), **kw),
 }
 
 
@@ -158,7 +161,7 @@ def test_a_stateful_round_on_rows_equals_the_round_on_examples(name):
   kwargs = dict(client_learning_rate=0.1, client_learning_rate_decay=0.9)
   sent_process = _STATEFUL_BUILDERS[name](model_fn, **kwargs)
   rows_process = _STATEFUL_BUILDERS[name](
-      model_fn, resident_examples=_resident(arrays), **kwargs)
+      model_fn, held=_resident(arrays), **kwargs)
   runner = runner_lib.StatefulClientRunner(sent_process)
   rows_runner = runner_lib.StatefulClientRunner(rows_process)
   state = rows_state = sent_process.initialize()
@@ -208,8 +211,8 @@ def test_resident_examples_must_match_the_models_input():
     with pytest.raises(ValueError, match='resident examples'):
       fused.build_fused_fedopt(model_fn, **_FEDOPT_KW,
                                resident_examples=wrong)
-  with pytest.raises(ValueError, match='on_shards'):
-    adabest.build_adabest(model_fn, resident_examples=arrays)
+  with pytest.raises(TypeError, match='execution must be'):
+    adabest.build_adabest(model_fn, execution=arrays)
 
 
 def test_resident_examples_gather_the_rows_of_their_files():
