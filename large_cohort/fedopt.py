@@ -231,23 +231,13 @@ def build_fedopt(
   if uniform_weighting:
     model_aggregator = tff.aggregators.as_weighted_aggregator(model_aggregator)
 
-  @tff.tensorflow.computation()
-  def initial_model_weights_fn():
-    return tff.learning.models.ModelWeights.from_model(model_fn())
-
-  weights_type = initial_model_weights_fn.type_signature.result
-  return tff.learning.templates.compose_learning_process(
-      initial_model_weights_fn,
-      tff.learning.templates.build_broadcast_process(weights_type),
+  return _per_client(
+      model_fn,
       build_client_work(model_fn, client_optimizer=client_optimizer,
                         client_weighting=client_weighting,
                         metrics_aggregator=metrics_aggregator,
                         loop_implementation=loop_implementation),
-      model_aggregator.create(weights_type.trainable,
-                              tff.TensorType(np.float32)),
-      tff.learning.templates.build_apply_optimizer_finalizer(
-          server_optimizer, weights_type),
-  )
+      model_aggregator, server_optimizer)
 
 
 def build_client_work(
@@ -291,6 +281,31 @@ def _initial_hparams_fn(model_fn: ModelFn,
 @tff.tensorflow.computation()
 def _no_hparams():  # TFF's FedSGD client work has no state.
   return ()
+
+
+def _per_client(model_fn: ModelFn,
+                client_work: tff.learning.templates.ClientWorkProcess,
+                model_aggregator: tff.aggregators.WeightedAggregationFactory,
+                server_optimizer: tff.learning.optimizers.Optimizer
+                ) -> tff.learning.templates.LearningProcess:
+  """`client_work` composed in TFF's slots, as TFF's FedAvg and FedSGD
+  compose theirs: broadcast, the client work, the aggregator, the server
+  optimizer applied to the aggregate."""
+
+  @tff.tensorflow.computation()
+  def initial_model_weights_fn():
+    return tff.learning.models.ModelWeights.from_model(model_fn())
+
+  weights_type = initial_model_weights_fn.type_signature.result
+  return tff.learning.templates.compose_learning_process(
+      initial_model_weights_fn,
+      tff.learning.templates.build_broadcast_process(weights_type),
+      client_work,
+      model_aggregator.create(weights_type.trainable,
+                              tff.TensorType(np.float32)),
+      tff.learning.templates.build_apply_optimizer_finalizer(
+          server_optimizer, weights_type),
+  )
 
 
 def _on_shards(model_fn: ModelFn, program_fn: fused.ProgramFn,
@@ -402,21 +417,11 @@ def build_fedsgd(
   if model_aggregator is None:
     model_aggregator = tff.aggregators.MeanFactory()
 
-  @tff.tensorflow.computation()
-  def initial_model_weights_fn():
-    return tff.learning.models.ModelWeights.from_model(model_fn())
-
-  weights_type = initial_model_weights_fn.type_signature.result
-  return tff.learning.templates.compose_learning_process(
-      initial_model_weights_fn,
-      tff.learning.templates.build_broadcast_process(weights_type),
+  return _per_client(
+      model_fn,
       client_program_lib.build_client_work(
           model_fn, fedsgd_client_program(),
           initial_hparams_fn=_no_hparams,
           metrics_aggregator=metrics_aggregator,
           loop_implementation=loop_implementation),
-      model_aggregator.create(weights_type.trainable,
-                              tff.TensorType(np.float32)),
-      tff.learning.templates.build_apply_optimizer_finalizer(
-          server_optimizer, weights_type),
-  )
+      model_aggregator, server_optimizer)
