@@ -236,9 +236,10 @@ def _beta_decay_notes(frame: pd.DataFrame) -> list[str]:
   if runs.empty:
     return []
   last = runs.sort_values(analysis.ROUND).groupby(analysis.RUN).tail(1)
-  parts = [f'{int(m)} a round: {part[BETA].iloc[0]:g} -> '
+  parts = [f'{task}, {int(m)} a round: {beta:g} -> '
            f'{part["finalizer/beta"].mean():.3g}'
-           for (m, _), part in last.groupby([M, BETA], sort=True)]
+           for (task, m, beta), part in last.groupby(['task', M, BETA],
+                                                      sort=True)]
   return ['AdaBest\'s beta, as set -> at the last round (mean over runs,'
           ' after the decay on plateaus of ||h||): ' + '; '.join(parts) + '.']
 
