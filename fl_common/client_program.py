@@ -33,8 +33,18 @@ ModelFn = Callable[[], tff.learning.models.VariableModel]
 _ITERATOR_LOOP = tff.learning.LoopImplementation.DATASET_ITERATOR
 
 
-def _is_empty(type_spec: tff.Type) -> bool:
-  return not tf.nest.flatten(tff.types.type_to_tf_tensor_specs(type_spec))
+def optimizer_hparams_fn(optimizer: tff.learning.optimizers.Optimizer
+                         ) -> tff.Computation:
+  """A client work's state when it is `optimizer`'s hyperparameters (which
+  do not depend on the weights' shapes: TFF's client works read them off a
+  scalar's optimizer state too)."""
+
+  @tff.tensorflow.computation()
+  def initial_hparams_fn():
+    return optimizer.get_hparams(
+        optimizer.initialize(tf.TensorSpec([], tf.float32)))
+
+  return initial_hparams_fn
 
 
 def build_client_update_fn(
@@ -108,8 +118,7 @@ def build_client_work(
   """
   metrics_aggregator = (metrics_aggregator or
                         tff.learning.metrics.sum_then_finalize)
-  client_measurements_fn = client_measurements_fn or (
-      lambda train, counters: collections.OrderedDict(train=train))
+  client_measurements_fn = client_measurements_fn or fused.train_measurements
   with tf.Graph().as_default():
     model = model_fn()
     metrics_aggregation_fn = metrics_aggregator(model.metric_finalizers())
@@ -136,8 +145,7 @@ def build_client_work(
                                            loop_implementation)
     return client_update(hparams, initial_weights, dataset)
 
-  has_counters = not _is_empty(
-      client_update_computation.type_signature.result[2])
+  counters_type = client_update_computation.type_signature.result[2]
 
   @tff.federated_computation(
       init_fn.type_signature.result,
@@ -148,8 +156,7 @@ def build_client_work(
     client_result, model_outputs, counters = tff.federated_map(
         client_update_computation,
         (tff.federated_broadcast(state), weights, client_data))
-    summed_counters = (tff.federated_sum(counters) if has_counters else
-                       tff.federated_value((), tff.SERVER))
+    summed_counters = fused.sum_counters(counters, counters_type)
     measurements = tff.federated_zip(client_measurements_fn(
         metrics_aggregation_fn(model_outputs), summed_counters))
     return tff.templates.MeasuredProcessOutput(state, client_result,

@@ -582,6 +582,21 @@ def batch_of(examples: Any, rows: Optional[tf.Tensor], start: tf.Tensor,
                                examples)
 
 
+def train_measurements(train: Any, counters: Any) -> collections.OrderedDict:
+  """A client work's measurements when its clients count nothing else:
+  `train=` the training metrics."""
+  del counters
+  return collections.OrderedDict(train=train)
+
+
+def sum_counters(counters: Any, counters_type: tff.Type) -> Any:
+  """The clients' counters summed at the server (`()` there if they have
+  none: `federated_sum` takes no empty structure)."""
+  if tf.nest.flatten(tff.types.type_to_tf_tensor_specs(counters_type)):
+    return tff.federated_sum(counters)
+  return tff.federated_value((), tff.SERVER)
+
+
 def build_fused_process(
     model_fn: ModelFn,
     *,
@@ -669,8 +684,7 @@ def build_fused_process(
       shard_model_fn or model_fn, program_fn, aggregation, weights_type,
       state_type.client_work, data_type, resident_examples=resident_examples)
   metrics_type = shard_work.type_signature.result[1]
-  has_counters = bool(tf.nest.flatten(tff.types.type_to_tf_tensor_specs(
-      shard_work.type_signature.result[2])))
+  counters_type = shard_work.type_signature.result[2]
   aggregate_metrics = metrics_aggregator(model_fn().metric_finalizers(),
                                          metrics_type)
 
@@ -691,8 +705,7 @@ def build_fused_process(
         shard_work, tff.federated_zip(args))
     aggregator_output = aggregation.finish(state.aggregator,
                                            tff.federated_sum(sums))
-    summed_counters = (tff.federated_sum(counters) if has_counters else
-                       tff.federated_value((), tff.SERVER))
+    summed_counters = sum_counters(counters, counters_type)
     client_work_measurements = tff.federated_zip(client_measurements_fn(
         aggregate_metrics(unfinalized_metrics), summed_counters))
     finalizer_output = finalizer.next(state.finalizer,

@@ -243,18 +243,6 @@ def client_program(optimizer: tff.learning.optimizers.Optimizer, *,
   return program_fn
 
 
-def initial_hparams_fn(optimizer: tff.learning.optimizers.Optimizer
-                       ) -> tff.Computation:
-  """The client work's state: `optimizer`'s hyperparameters."""
-
-  @tff.tensorflow.computation()
-  def initial_hparams():
-    return optimizer.get_hparams(
-        optimizer.initialize(tf.TensorSpec([], tf.float32)))
-
-  return initial_hparams
-
-
 def client_measurements(train, gradient_steps) -> collections.OrderedDict:
   """The client work's measurements from the training metrics and the
   cohort's summed steps."""
@@ -376,6 +364,6 @@ def build_gel_client_work(
                      guessed_steps=guessed_steps,
                      client_weighting=client_weighting,
                      report_normalizer=report_normalizer),
-      initial_hparams_fn=initial_hparams_fn(optimizer),
+      initial_hparams_fn=client_program_lib.optimizer_hparams_fn(optimizer),
       client_measurements_fn=client_measurements,
       metrics_aggregator=metrics_aggregator)

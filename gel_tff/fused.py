@@ -22,6 +22,7 @@ from typing import Any, Optional
 
 import tensorflow_federated as tff
 
+from fl_common import client_program as client_program_lib
 from fl_common import diagnosed_mean
 from fl_common import fused
 from fl_common import lanes as fl_lanes
@@ -78,7 +79,7 @@ def compose_fused(
 
   return fused.build_fused_process(
       model_fn,
-      initial_hparams_fn=client_work_lib.initial_hparams_fn(optimizer),
+      initial_hparams_fn=client_program_lib.optimizer_hparams_fn(optimizer),
       program_fn=client_work_lib.client_program(
           optimizer, proximal_strength=proximal_strength,
           expected_steps=expected_steps, guessed_steps=guessed_steps,

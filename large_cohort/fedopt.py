@@ -45,7 +45,6 @@ zero-initialized client model, the client work's hyperparameters and the
 shard aggregation; `large_cohort.fused` keeps the fused names.
 """
 
-import collections
 import functools
 from collections.abc import Callable
 from typing import Optional
@@ -214,7 +213,7 @@ def build_fedopt(
           clipping=False, weighted=weighted)
     return _on_shards(
         model_fn, client_program(client_optimizer, weighted),
-        _initial_hparams_fn(model_fn, client_optimizer), model_aggregator,
+        client_program_lib.optimizer_hparams_fn(client_optimizer), model_aggregator,
         weighted, server_optimizer, metrics_aggregator, execution,
         shard_model_fn=client_model_fn(model_fn))
   uniform_weighting = client_weighting is tff.learning.ClientWeighting.UNIFORM
@@ -259,23 +258,9 @@ def build_client_work(
       client_model_fn(model_fn),
       client_program(client_optimizer, client_weighting is not
                      tff.learning.ClientWeighting.UNIFORM),
-      initial_hparams_fn=_initial_hparams_fn(model_fn, client_optimizer),
+      initial_hparams_fn=client_program_lib.optimizer_hparams_fn(client_optimizer),
       metrics_aggregator=metrics_aggregator,
       loop_implementation=loop_implementation)
-
-
-def _initial_hparams_fn(model_fn: ModelFn,
-                        client_optimizer: tff.learning.optimizers.Optimizer
-                        ) -> tff.Computation:
-  """The client work's state: `client_optimizer`'s hyperparameters."""
-  specs = tuple(tf.nest.flatten(tff.types.type_to_tf_tensor_specs(
-      tff.learning.models.weights_type_from_model(model_fn).trainable)))
-
-  @tff.tensorflow.computation()
-  def initial_hparams_fn():
-    return client_optimizer.get_hparams(client_optimizer.initialize(specs))
-
-  return initial_hparams_fn
 
 
 @tff.tensorflow.computation()
@@ -325,8 +310,7 @@ def _on_shards(model_fn: ModelFn, program_fn: fused.ProgramFn,
       aggregation=fused.FusedAggregation(
           model_aggregator, weights_type.trainable, weighted=weighted),
       server_optimizer=server_optimizer,
-      client_measurements_fn=lambda train, counters: collections.OrderedDict(
-          train=train),
+      client_measurements_fn=fused.train_measurements,
       metrics_aggregator=metrics_aggregator,
       shard_model_fn=shard_model_fn,
       resident_examples=execution.resident_examples,
