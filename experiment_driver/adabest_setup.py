@@ -6,9 +6,9 @@ training loop runs them with `fl_common.stateful_process.run_round` and a
 `ClientStateStore` in the run directory, committed with each checkpoint.
 A round runs on shards of clients (`execution=OnShards(...)`,
 `fl_common.fused_stateful`: one shard per core, `--clients_per_shard`), each
-shard's client states stacked, unless `--clients_per_shard=1`. `round_metrics_fn` reports the
-round's bytes up and down, one client's read off the process's TFF types
-(`fl_common.communication`).
+shard's client states stacked, unless `--clients_per_shard=1`.
+`round_metrics_fn` reports the round's bytes up and down, one client's read
+off the process's TFF types (`fl_common.communication`).
 
 Defaults are the paper's (Section 4.1, Appendix D.1): client SGD at 0.1 when
 `--client_learning_rate` is unset, decayed by `--client_lr_decay` = 0.998 per

@@ -26,7 +26,8 @@ class PerClient:
   """One TFF client per client (module docstring)."""
 
 
-@dataclasses.dataclass(frozen=True)
+# Not compared or hashed by value: `resident_examples` may hold arrays.
+@dataclasses.dataclass(frozen=True, eq=False)
 class OnShards:
   """A TFF client trains a shard of clients (module docstring).
 
