@@ -18,7 +18,10 @@ columns. On that frame:
 * `catastrophic_failures`: failures per run (Section 3.1), read in the train
   accuracy averaged over local training (`catastrophic_failure`) or, in runs
   with `--cohort_accuracy`, in the server model's accuracy on each round's
-  cohort before local training (`cohort/accuracy`, `SERVER_DETECTOR`).
+  cohort before local training (`cohort/accuracy`, `SERVER_DETECTOR`), or
+  in its accuracy on the fixed validation clients evaluated every round
+  (`validation/accuracy`, `HELD_OUT_DETECTOR`: the same examples each round,
+  so a halving is the model's and not the sample's).
 * `accuracy_by_run`, `final_percentiles`: accuracy versus cohort size
   (Figures 5, 21, 22) and its per-client percentiles (Figure 6, Tables 6-9).
 * `learning_rate_grid`, `best_learning_rates`: the tuning grid over client
@@ -63,6 +66,10 @@ CATASTROPHIC_FAILURE = 'catastrophic_failure'
 COHORT_ACCURACY = 'cohort/accuracy'
 TRAIN_DETECTOR = 'train'
 SERVER_DETECTOR = 'server'
+HELD_OUT_DETECTOR = 'held_out'
+# The accuracy column each server-model detector reads.
+DETECTOR_COLUMNS = {SERVER_DETECTOR: COHORT_ACCURACY,
+                    HELD_OUT_DETECTOR: VALIDATION_ACCURACY}
 CUMULATIVE_EXAMPLES = 'cumulative_examples_processed'
 CUMULATIVE_SIMULATED_TIME = 'cumulative_simulated_round_time'
 STRAGGLER_LAMBDA = 'straggler_lambda'
@@ -451,50 +458,63 @@ def predicted_update_norms(frame: pd.DataFrame,
   return result.drop(columns='reference_norm')
 
 
-def server_failure_rounds(run_frame: pd.DataFrame) -> list[int]:
-  """The rounds before which the server model's accuracy on the cohort
-  (`cohort/accuracy`) fell by at least half from the round before's: the
-  paper's failure (Section 3.1) read on the server model
-  (`fl_common.diagnostics.catastrophic_failure_rounds`). A failure found in
-  the accuracy before round r happened in round r - 1's update; the round
-  named is r, as the column's."""
-  series = run_frame.sort_values(ROUND)[[ROUND, COHORT_ACCURACY]].dropna()
+def server_failure_rounds(run_frame: pd.DataFrame,
+                          column: str = COHORT_ACCURACY,
+                          after_round: int = 0) -> list[int]:
+  """The rounds before which the server model's accuracy in `column` fell
+  by at least half from the round before's: the paper's failure (Section
+  3.1) read on the server model
+  (`fl_common.diagnostics.catastrophic_failure_rounds`), on the round's
+  cohort (`cohort/accuracy`) or on the fixed validation clients
+  (`validation/accuracy`). Only consecutive rounds are compared: a fall
+  across rounds without an evaluation between is not one round's. A
+  failure found in the accuracy before round r happened in round r - 1's
+  update; the round named is r, as the column's. Rounds up to
+  `after_round` are left out (the first rounds' transient from the initial
+  model)."""
+  series = run_frame.sort_values(ROUND)[[ROUND, column]].dropna()
   rounds = series[ROUND].astype(int).tolist()
-  accuracies = series[COHORT_ACCURACY].astype(float).tolist()
+  accuracies = series[column].astype(float).tolist()
   return [rounds[i] for i in range(1, len(rounds))
-          if diagnostics.is_catastrophic_failure(accuracies[i - 1],
-                                                 accuracies[i])]
+          if rounds[i] == rounds[i - 1] + 1 and rounds[i] > after_round and
+          diagnostics.is_catastrophic_failure(accuracies[i - 1],
+                                              accuracies[i])]
 
 
 def catastrophic_failures(frame: pd.DataFrame,
                           by: Sequence[str] = (COHORT_SIZE,),
-                          detector: str = TRAIN_DETECTOR) -> pd.DataFrame:
+                          detector: str = TRAIN_DETECTOR,
+                          after_round: int = 0) -> pd.DataFrame:
   """Catastrophic training failures of each run (Section 3.1).
 
   With `TRAIN_DETECTOR`, counts the rounds the driver flagged in
   `catastrophic_failure` (train accuracy, averaged over local training,
-  fell by at least half in one round); with `SERVER_DETECTOR`, the rounds
-  of `server_failure_rounds` (runs with `--cohort_accuracy`).
+  fell by at least half in one round); with `SERVER_DETECTOR` or
+  `HELD_OUT_DETECTOR`, the rounds of `server_failure_rounds` on the
+  cohort's or the validation clients' accuracy (runs with
+  `--cohort_accuracy`, or evaluated every round). Failures at rounds up to
+  `after_round` are not counted.
 
   Returns:
     One row per run: `run`, the `by` columns, `failures` (count) and
     `first_failure_round` (NaN if none).
 
   Raises:
-    ValueError: If `detector` is neither, or its column is missing.
+    ValueError: If `detector` is none of these, or its column is missing.
   """
-  if detector not in (TRAIN_DETECTOR, SERVER_DETECTOR):
-    raise ValueError(f'detector must be {TRAIN_DETECTOR!r} or'
-                     f' {SERVER_DETECTOR!r}, got {detector!r}.')
-  column = (CATASTROPHIC_FAILURE if detector == TRAIN_DETECTOR else
-            COHORT_ACCURACY)
+  if detector not in (TRAIN_DETECTOR, *DETECTOR_COLUMNS):
+    raise ValueError(f'detector must be one of {TRAIN_DETECTOR!r},'
+                     f' {", ".join(map(repr, DETECTOR_COLUMNS))}, got'
+                     f' {detector!r}.')
+  column = DETECTOR_COLUMNS.get(detector, CATASTROPHIC_FAILURE)
   _require_columns(frame, [column, *by])
   rows = []
   for run, run_frame in _runs(frame):
     if detector == TRAIN_DETECTOR:
-      failed = run_frame[run_frame[CATASTROPHIC_FAILURE] > 0][ROUND].tolist()
+      failed = run_frame[(run_frame[CATASTROPHIC_FAILURE] > 0) &
+                         (run_frame[ROUND] > after_round)][ROUND].tolist()
     else:
-      failed = server_failure_rounds(run_frame)
+      failed = server_failure_rounds(run_frame, column, after_round)
     rows.append({RUN: run, **_labels(run_frame, by),
                  'failures': len(failed),
                  'first_failure_round': (float(failed[0]) if failed

@@ -3,9 +3,10 @@
 Local scale: LEAF's Synthetic (1,000 clients, 5 classes) stands in for
 EMNIST (3,400 clients) so that cohorts reach M = 800, each optimizer at its
 rates tuned there as the paper tuned EMNIST's (`table_rates`); Section 3.1's
-failures need a non-convex model, so `fig_catastrophic` runs scikit-learn's
+failures come from misaligned clients: `fig_catastrophic` runs scikit-learn's
 handwritten digits (`--task=digits`, AdaBest's MLP 2x100) over 1,000 IID
-clients at the paper's EMNIST rates. At the paper scale: EMNIST at Tables
+clients at the paper's EMNIST rates, and Synthetic with a few misaligned
+clients as a test of that mechanism. At the paper scale: EMNIST at Tables
 4-5's rates.
 
 Why one module: the eight experiments share the cohort grids (one run of
@@ -80,7 +81,19 @@ DIGITS_SUBSTITUTES = (
     ' (`--cohort_accuracy`; the train accuracy averaged over local training'
     ' starts near 0.8 on 1-2 images while the server model is at chance).'
     ' What the digits lack is the paper\'s mechanism, a misaligned client'
-    ' whose gradient at the server model blows up (Section 3.1).')
+    ' whose gradient at the server model blows up (Section 3.1). So a'
+    ' mechanism test gives it to LEAF\'s Synthetic (1,000 clients, 200'
+    ' held out for validation, 5 seeds, 150 rounds, FedAvg at Synthetic\'s'
+    ' rates (1, 0.1)): a fixed 0.2 % of the clients take the label their own'
+    ' model ranks last and features scaled by 10^4'
+    ' (`--synthetic_misaligned_fraction=0.002'
+    ' --synthetic_misaligned_scale=10000`), beside the same task without'
+    ' them; the server model is scored on the fixed validation clients'
+    ' every round, so that a halving is the model\'s and not a new sample\'s'
+    ' (the cohort changes every round), after the first'
+    ' 20 rounds\' transient, which the aligned arm shows at M = 10 (as the'
+    ' ‖Δ‖ fits of `fig_update_norm` leave it out). The verdict reads this'
+    ' test.')
 # The catastrophic-failure experiment's arm with more local drift (local
 # scale only: EMNIST's clients are heterogeneous as they are).
 DRIFT_FLAGS = {'client_epochs': '10', 'dirichlet_alpha': '0.3'}
@@ -166,8 +179,10 @@ def _in_setting_order(table: pd.DataFrame, groups: pd.DataFrame,
 
 
 def _failure_table(frame: pd.DataFrame, by,
-                   detector: str = analysis.TRAIN_DETECTOR) -> pd.DataFrame:
-  failures = analysis.catastrophic_failures(frame, by=by, detector=detector)
+                   detector: str = analysis.TRAIN_DETECTOR,
+                   after_round: int = 0) -> pd.DataFrame:
+  failures = analysis.catastrophic_failures(frame, by=by, detector=detector,
+                                            after_round=after_round)
   failures['failed'] = failures['failures'] > 0
   grouped = failures.groupby(list(by), sort=True).agg(
       failure_percent=('failed', lambda f: 100 * f.mean()),
@@ -185,25 +200,77 @@ def _norm_peaks(frame: pd.DataFrame, by) -> pd.DataFrame:
       n=('peak', 'size')).reset_index()
 
 
+# Section 3.1's mechanism at the local scale: a fixed 0.2 % of Synthetic's
+# clients misaligned (labels their own model ranks last, features x10^4:
+# a gradient at the server model 10^4 times the others'), beside the same
+# task without them; the server model scored on the fixed validation clients
+# every round (`analysis.HELD_OUT_DETECTOR`).
+MISALIGNED_FLAGS = {'synthetic_misaligned_fraction': '0.002',
+                    'synthetic_misaligned_scale': '10000'}
+MISALIGNED_ROUNDS = 150
+EVERY_ROUND = {'rounds_per_eval': '1'}
+MISALIGNED_SEEDS = 5
+# The held-out detector leaves out the first rounds, as the ‖Δ‖ fits do
+# (`NORM_WARMUP_ROUNDS`): from the initial model, FedAvg at M = 10 on
+# Synthetic halves its validation accuracy in an early round without any
+# misaligned client (the aligned arm), a transient the paper's failures
+# (Figure 1, mid-training) are not.
+DETECTOR_WARMUP_ROUNDS = 20
+
+
 def catastrophic_grids(scale: str) -> tuple[core.Grid, ...]:
   grid = cohort_grid(scale, 'sgd', ('false', 'true'), task='digits')
   if scale == 'paper':
     return (grid,)
+  grid = dataclasses.replace(grid, max_seeds=3)
   drift = cohort_grid(scale, 'sgd', ('false',), task='digits')
-  return grid, dataclasses.replace(drift, name=drift.name + '_drift',
-                                   flags={**drift.flags, **DRIFT_FLAGS})
+  synthetic = cohort_grid(scale, 'sgd', ('false', 'true'))
+  return (
+      grid,
+      dataclasses.replace(drift, name=drift.name + '_drift',
+                          flags={**drift.flags, **DRIFT_FLAGS}, max_seeds=3),
+      dataclasses.replace(
+          synthetic, name=synthetic.name + '_misaligned',
+          flags={**synthetic.flags, **EVERY_ROUND, **MISALIGNED_FLAGS},
+          total_rounds=MISALIGNED_ROUNDS),
+      dataclasses.replace(
+          synthetic, name=synthetic.name + '_aligned',
+          flags={**synthetic.flags, **EVERY_ROUND},
+          total_rounds=MISALIGNED_ROUNDS,
+          axes=(sweep.Axis(M, _cohorts(scale)),
+                sweep.Axis(CLIPPING, ('false',)))),
+  )
 
 
 def _drift_arm(frame: pd.DataFrame) -> pd.Series:
-  """Each row's arm: '' for the task's local work, else its epochs and
-  label skew (the `DRIFT_FLAGS` arm)."""
+  """Each row's arm: '' for the digits task's local work, its epochs and
+  label skew (the `DRIFT_FLAGS` arm), or Synthetic with or without
+  misaligned clients."""
   arm = pd.Series('', index=frame.index)
   if 'dirichlet_alpha' in frame:
     skewed = frame['dirichlet_alpha'].notna()
     arm[skewed] = (' E=' + frame.loc[skewed, 'client_epochs'].astype(
         int).astype(str) + ' Dirichlet ' + frame.loc[
             skewed, 'dirichlet_alpha'].astype(str))
+  synthetic = frame.get('task', pd.Series('', index=frame.index)) == (
+      'synthetic')
+  arm[synthetic] = ' Synthetic aligned'
+  if 'synthetic_misaligned_fraction' in frame:
+    misaligned = synthetic & frame['synthetic_misaligned_fraction'].notna()
+    arm[misaligned] = ' Synthetic misaligned'
   return arm
+
+
+# File-name suffixes of the arms' figures (by the arm's last word).
+_ARM_SUFFIXES = {'': '', '0.3': '_drift', 'aligned': '_aligned',
+                 'misaligned': '_misaligned'}
+
+
+def _every_round(frame: pd.DataFrame) -> pd.DataFrame:
+  """The runs evaluated every round (what the held-out detector reads)."""
+  if 'rounds_per_eval' not in frame:
+    return frame.iloc[:0]
+  return frame[frame['rounds_per_eval'] == 1]
 
 
 def analyze_catastrophic(frame: pd.DataFrame, output_dir: str
@@ -219,6 +286,12 @@ def analyze_catastrophic(frame: pd.DataFrame, output_dir: str
     parts.append(_long(
         _failure_table(frame, by, analysis.SERVER_DETECTOR), rows_fn,
         'server_failure_percent', 'failure_percent', n='n'))
+  every_round = _every_round(frame)
+  if not every_round.empty:
+    parts.append(_long(
+        _failure_table(every_round, by, analysis.HELD_OUT_DETECTOR,
+                       after_round=DETECTOR_WARMUP_ROUNDS), rows_fn,
+        'held_out_failure_percent', 'failure_percent', n='n'))
   table = pd.concat([
       *parts,
       _long(peaks, rows_fn, 'peak_update_norm', 'value',
@@ -231,9 +304,16 @@ def analyze_catastrophic(frame: pd.DataFrame, output_dir: str
   table = _in_setting_order(table, failures, rows_fn)
   figures = []
   for (arm, clip), part in frame.groupby([ARM, CLIPPING], sort=True):
-    suffix = f'clipping_{str(bool(clip)).lower()}' + (
-        '_drift' if arm else '')
+    suffix = f'clipping_{str(bool(clip)).lower()}' + _ARM_SUFFIXES.get(
+        arm.strip().split(' ')[-1] if arm else '', '')
     title = f'clipping={clip}{arm}'
+    if not _every_round(part).empty:
+      name = f'validation_accuracy_{suffix}.png'
+      plots.plot_curves(part, os.path.join(output_dir, name),
+                        analysis.VALIDATION_ACCURACY, by=[M],
+                        title=f'Server model on the validation clients,'
+                        f' {title}')
+      figures.append(name)
     name = f'train_accuracy_{suffix}.png'
     plots.plot_curves(part, os.path.join(output_dir, name), 'train/accuracy',
                       by=[M], title=f'FedAvg train accuracy, {title}')
@@ -257,7 +337,52 @@ def analyze_catastrophic(frame: pd.DataFrame, output_dir: str
     notes.append(_no_failure_reading(peaks))
   if 'cohort/num_examples' in frame:
     notes.append(_cohort_size_reading(frame))
+  reading = _misaligned_reading(frame, by)
+  if reading:
+    notes.append(reading)
   return core.Analysis(table, figures, notes)
+
+
+def _misaligned_reading(frame: pd.DataFrame, by) -> str:
+  """What the misaligned clients did at each cohort size without
+  clipping, read from the runs: failures on the validation clients, the
+  peak of ‖Δ‖ and the final test accuracy, beside the aligned task's; and
+  how often a run samples a misaligned client."""
+  runs = _every_round(frame)
+  runs = runs[runs[CLIPPING] == False]  # noqa: E712
+  if runs.empty or not runs[ARM].str.endswith(' misaligned').any():
+    return ''
+  failures = _failure_table(runs, by, analysis.HELD_OUT_DETECTOR,
+                            after_round=DETECTOR_WARMUP_ROUNDS)
+  peaks = _norm_peaks(runs, by)
+  accuracy = analysis.accuracy_by_run(runs, by=by).groupby(by)[
+      'accuracy'].mean().reset_index()
+  merged = failures.merge(peaks, on=by).merge(accuracy, on=by)
+  parts = []
+  for arm, part in merged.groupby(ARM, sort=True):
+    part = part.sort_values(M)
+    parts.append(f'{arm.strip()}: ' + ', '.join(
+        f'M={int(m)} {f:.0f} % failed, peak ‖Δ‖ {p:.3g}, final {a:.3f}'
+        for m, f, p, a in zip(part[M], part['failure_percent'],
+                              part['value'], part['accuracy'])))
+  fraction = float(MISALIGNED_FLAGS['synthetic_misaligned_fraction'])
+  rounds = int(runs[analysis.ROUND].max())
+  train = 1000 * (1 - 0.2)  # Synthetic's clients less the validation 20 %
+  visits = ', '.join(f'{m * rounds * fraction:.1f} at M={m}'
+                     for m in map(int, _cohorts('local')))
+  return (
+      'Without clipping, the server model on the validation clients (every'
+      f' round, failures after round {DETECTOR_WARMUP_ROUNDS}; mean over'
+      ' seeds): ' + '; '.join(parts) + '. A misaligned'
+      ' client enters the average with its share of the cohort\'s examples,'
+      ' about 1/M: its kick to the server model shrinks as M grows (the'
+      ' peaks of ‖Δ‖ above), while the chance that a round\'s cohort holds'
+      f' one grows as 1 - (1 - c/{train:.0f})^M for c misaligned training'
+      f' clients. Over {rounds} rounds a run samples a misaligned client'
+      f' about {visits} times (c = {fraction:g} x 1,000 x 0.8 expected): the'
+      ' small cohorts meet it too, and then it moves the model furthest.'
+      ' The paper\'s failure rate rising with M needs a client whose harm'
+      ' does not shrink with its weight in the average.')
 
 
 def _cohort_size_reading(frame: pd.DataFrame) -> str:
@@ -865,21 +990,38 @@ def _cohort_run(scale: str, optimizer: str, m: str, task: str = 'synthetic',
   return {verdicts.GRID: grid, OPTIMIZER: optimizer, M: m, **flags}
 
 
+# The same on the fixed validation clients, evaluated every round.
+_HELD_OUT_FAILED = verdicts.Quantity(
+    'the server model failed on the validation clients (0/1)',
+    lambda run: (float(bool(analysis.server_failure_rounds(
+        run, analysis.VALIDATION_ACCURACY, DETECTOR_WARMUP_ROUNDS)))
+                 if analysis.VALIDATION_ACCURACY in run else float('nan')))
+
+
 def catastrophic_effects(scale: str) -> tuple[verdicts.Effect, ...]:
   big = _cohorts(scale)[-1]
-  run = lambda m, clipping: _cohort_run(scale, 'sgd', m, task='digits',
-                                        clipping=clipping,
-                                        dirichlet_alpha=None)
+  if scale == 'paper':
+    run = lambda m, clipping: _cohort_run(scale, 'sgd', m, clipping=clipping)
+    failed, where = _SERVER_FAILED, 'the server model\'s accuracy on the cohort'
+  else:
+    # The mechanism test: Synthetic with misaligned clients, read on the
+    # validation clients every round (`catastrophic_grids`).
+    grid = cohort_grid(scale, 'sgd').name + '_misaligned'
+    run = lambda m, clipping: {verdicts.GRID: grid, M: m,
+                               CLIPPING: clipping}
+    failed, where = _HELD_OUT_FAILED, (
+        'misaligned clients; the server model\'s accuracy on the validation'
+        ' clients')
   return (
       verdicts.Effect(
           f'FedAvg without clipping fails more often at M = {big} than at'
-          ' M = 10 (the server model\'s accuracy on the cohort halves in a'
-          ' round)', _SERVER_FAILED, run(big, False), run('10', False),
-          direction=1, paper_size=0.8),
-      verdicts.Effect(
-          f'adaptive clipping removes the failures at M = {big}',
-          _SERVER_FAILED, run(big, True), run(big, False), direction=-1,
-          paper_size=-0.8),
+          f' M = 10 ({where} halves in a round)', failed, run(big, False),
+          run('10', False), direction=1, paper_size=0.8),
+      *(verdicts.Effect(
+          f'adaptive clipping removes the failures at M = {m}', failed,
+          run(m, True), run(m, False), direction=-1,
+          paper_size=-0.8 if m == big else None)
+        for m in ('10', big)),
   )
 
 
@@ -967,7 +1109,8 @@ EXPERIMENTS = (
         ' (train accuracy halves in a round, with a spike of ‖Δ‖) in 0 % of'
         ' trials at M = 10 and 80 % at M = 800 on EMNIST; adaptive clipping'
         ' removes every failure.',
-        _setting(catastrophic_grids, substitutes=DIGITS_SUBSTITUTES),
+        _setting(catastrophic_grids, seeds_local=MISALIGNED_SEEDS,
+                 substitutes=DIGITS_SUBSTITUTES),
         analyze_catastrophic, effects=catastrophic_effects),
     core.Experiment(
         'large_cohort', 'table_rates',

@@ -300,6 +300,27 @@ def test_the_server_detector_reads_the_cohort_accuracy_before_each_round(
                                    detector=analysis.SERVER_DETECTOR)
 
 
+def test_the_held_out_detector_reads_the_validation_clients_round_to_round(
+    tmp_path):
+  # Evaluated every round, the validation accuracy halves before round 3
+  # (0.8 -> 0.3) and before round 5 (0.7 -> 0.35); evaluated every 2 rounds,
+  # a halving from round 2 to 4 spans two rounds' updates and is not one.
+  run_directories.write_run(tmp_path, 'every_round', {'clients_per_round': 800},
+                            {'round': [1, 2, 3, 4, 5],
+                             'clients_per_round': [800.0] * 5,
+                             'validation/accuracy': [0.5, 0.8, 0.3, 0.7,
+                                                     0.35]})
+  run_directories.write_run(tmp_path, 'sparse', {'clients_per_round': 10}, {
+      'round': [1, 2, 3, 4], 'clients_per_round': [10.0] * 4,
+      'validation/accuracy': [np.nan, 0.8, np.nan, 0.3]})
+  failures = analysis.catastrophic_failures(
+      analysis.load_runs([str(tmp_path)]),
+      detector=analysis.HELD_OUT_DETECTOR).set_index('clients_per_round')
+  assert failures.loc[800, 'failures'] == 2
+  assert failures.loc[800, 'first_failure_round'] == 3
+  assert failures.loc[10, 'failures'] == 0
+
+
 def test_accuracy_by_run_final_and_best(tmp_path):
   run_directories.write_run(tmp_path, 'run', {'clients_per_round': 10}, {
       'round': [1, 2, 3, 4], 'clients_per_round': [10.0] * 4,

@@ -92,7 +92,16 @@ def test_paper_scale_runs_the_papers_tasks(tmp_path):
   assert smoke and all('--use_synthetic_data' in p.command for p in smoke)
   catastrophic = reproduce.EXPERIMENTS[('large_cohort', 'fig_catastrophic')]
   assert tasks(catastrophic, 'paper') == {'--task=emnist'}
-  assert tasks(catastrophic, 'local') == {'--task=digits'}
+  # Locally the digits, and Synthetic with and without misaligned clients
+  # (the mechanism test), evaluated every round.
+  assert tasks(catastrophic, 'local') == {'--task=digits', '--task=synthetic'}
+  synthetic = [p.command for p in core.build_points(catastrophic, 'local',
+                                                     str(tmp_path))
+               if '--task=synthetic' in p.command]
+  misaligned = [c for c in synthetic
+                if '--synthetic_misaligned_fraction=0.002' in c]
+  assert len(misaligned) == 4 * 2 * 5 and len(synthetic) == 4 * 3 * 5
+  assert all('--rounds_per_eval=1' in c for c in synthetic)
 
 
 def test_paper_numbers_belong_to_experiments_and_cite_a_source():
