@@ -405,6 +405,57 @@ def test_catastrophic_failure_rate_per_cohort_and_clipping(tmp_path):
   assert peaks['clipping=False M=800'] == pytest.approx(25.5)
 
 
+def test_catastrophic_reads_the_misaligned_arm_on_the_validation_clients(
+    tmp_path):
+  root = str(tmp_path)
+  points = []
+  warmup = large_cohort_experiments.DETECTOR_WARMUP_ROUNDS
+  rounds = list(range(1, warmup + 4))
+  # Synthetic evaluated every round: the misaligned runs at M = 10 halve
+  # their validation accuracy after the warm-up (0.8 -> 0.3); every run
+  # halves once inside the warm-up, which is not counted; M = 800 and the
+  # aligned task do not fail.
+  for m, misaligned, fails in ((10, True, True), (800, True, False),
+                               (10, False, False)):
+    for seed in range(2):
+      name = f'm{m}_mis{misaligned}_s{seed}'
+      validation = [0.6, 0.2] + [0.8] * (warmup - 1) + [
+          0.3 if fails else 0.8, 0.8]
+      run_directories.write_run(root, name, {
+          'clipping': False, 'seed': seed, 'task': 'synthetic',
+          'rounds_per_eval': 1,
+          'synthetic_misaligned_fraction': 0.002 if misaligned else None}, {
+              'round': rounds, 'clients_per_round': [m] * len(rounds),
+              'catastrophic_failure': [0] * len(rounds),
+              'update_norm': [500.0 if fails else 1.0] * len(rounds),
+              'train/accuracy': [0.9] * len(rounds),
+              'validation/accuracy': validation,
+              'test/accuracy': [np.nan] * (len(rounds) - 1) + [0.7]})
+      points.append(core.sweep.SweepPoint(name, {}, (),
+                                          os.path.join(root, name),
+                                          len(rounds)))
+  frame = core.load_finished_runs(points)
+  result = large_cohort_experiments.analyze_catastrophic(frame, root)
+  table = result.table
+  held_out = table[table[core.QUANTITY] == 'held_out_failure_percent'
+                   ].set_index(core.ROW)[core.VALUE].to_dict()
+  assert held_out == {'clipping=False M=10 Synthetic misaligned': 100,
+                      'clipping=False M=800 Synthetic misaligned': 0,
+                      'clipping=False M=10 Synthetic aligned': 0}
+  reading = result.notes[-1]
+  assert ('Synthetic misaligned: M=10 100 % failed, peak ‖Δ‖ 500, final'
+          ' 0.700, M=800 0 % failed') in reading
+  assert 'Synthetic aligned: M=10 0 % failed' in reading
+  assert 'validation_accuracy_clipping_false_misaligned.png' in (
+      result.figures)
+  # The verdict's quantity reads the same detector, after the warm-up.
+  failed = large_cohort_experiments._HELD_OUT_FAILED.of_run
+  by_name = {os.path.basename(r): part for r, part in frame.groupby('run')}
+  assert failed(by_name['m10_misTrue_s0']) == 1.0
+  assert failed(by_name['m800_misTrue_s1']) == 0.0
+  assert failed(by_name['m10_misFalse_s0']) == 0.0
+
+
 def test_catastrophic_reads_the_drift_arm_apart_and_says_why_none_failed(
     tmp_path):
   root = str(tmp_path)
