@@ -386,6 +386,8 @@ def analyze_instability(frame: pd.DataFrame, output_dir: str
   notes = []
   if not _norm_columns(frame):
     notes.append('The runs log none of ‖x‖, ‖h‖, mean ‖h_i‖.')
+  else:
+    notes.append(_norm_growth_note(frame))
   drops = accuracy.groupby(ALGORITHM)['drop'].mean()
   collapsed = sorted(drops[drops > COLLAPSE_DROP].index)
   notes.append(
@@ -398,6 +400,46 @@ def analyze_instability(frame: pd.DataFrame, output_dir: str
   return core.Analysis(pd.DataFrame(rows).sort_values(core.ROW,
                                                       kind='stable'),
                        figures, notes)
+
+
+NORM_GROWTH = 1.1  # ‖x‖ at the last round over ‖x‖ halfway
+_NORM_NAMES = {'model_norms/global_model_norm': '‖x‖',
+               'finalizer/oracle_gradient_estimate_norm': 'the server\'s ‖h‖',
+               'client_states/mean_norm': 'the cohort\'s mean ‖h_i‖ (SCAFFOLD:'
+                                          ' ‖c_i‖)'}
+
+
+def _norm_growth_note(frame: pd.DataFrame) -> str:
+  """How ‖x‖, ‖h‖ and mean ‖h_i‖ move over the run, per algorithm: their
+  mean over seeds at a tenth, half and all of the rounds (the paper's
+  mechanism is their growth, Section 3.4 and Figure 1)."""
+  last = int(frame[analysis.ROUND].max())
+  rounds = sorted({max(1, last // 10), max(1, last // 2), last})
+  parts = []
+  for column, name in _NORM_NAMES.items():
+    if column not in frame:
+      continue
+    values = frame[frame[analysis.ROUND].isin(rounds)].groupby(
+        [ALGORITHM, analysis.ROUND])[column].mean().dropna()
+    per_algorithm = [
+        f'{algorithm} ' + ', '.join(f'{v:.3g}' for v in part.to_numpy())
+        for algorithm, part in values.groupby(level=0)]
+    if per_algorithm:
+      parts.append(f'{name[0].upper()}{name[1:]}: ' + '; '.join(
+          per_algorithm))
+  note = (f'Norms at rounds {", ".join(map(str, rounds))} (mean over seeds).'
+          ' ' + '. '.join(parts) + '.')
+  if 'model_norms/global_model_norm' in frame and len(rounds) == 3:
+    x = frame[frame[analysis.ROUND].isin(rounds[1:])].groupby(
+        [ALGORITHM, analysis.ROUND])['model_norms/global_model_norm'].mean(
+        ).unstack()
+    growth = (x[rounds[2]] / x[rounds[1]]).dropna()
+    growing = [f'{a} (x{g:.2f})' for a, g in growth.items()
+               if g > NORM_GROWTH]
+    note += (' ‖x‖ still growing over the second half (by more than'
+             f' {NORM_GROWTH - 1:.0%}): ' + (', '.join(growing) or 'none')
+             + '.')
+  return note
 
 
 def mu_grids(scale: str) -> tuple[core.Grid, ...]:

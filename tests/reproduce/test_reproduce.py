@@ -926,6 +926,34 @@ def test_adabest_instability_names_each_beta_and_flags_the_collapse(tmp_path):
              'beta=0.5' not in n for n in result.notes)
 
 
+def test_adabest_instability_reads_the_growth_of_the_norms(tmp_path):
+  root = str(tmp_path)
+  points = []
+  rounds = list(range(1, 11))
+  # FedDyn's ‖x‖ doubles from round 5 to 10; AdaBest's stays; SCAFFOLD logs
+  # no server ‖h‖.
+  for name, algorithm, x in (('dyn', 'feddyn', [float(r) for r in rounds]),
+                             ('ada', 'adabest', [3.0] * 10),
+                             ('sca', 'scaffold', [2.0] * 10)):
+    metrics = {'round': rounds, 'clients_per_round': [5] * 10,
+               'test/accuracy': [0.9] * 10,
+               'model_norms/global_model_norm': x}
+    if algorithm != 'scaffold':
+      metrics['finalizer/oracle_gradient_estimate_norm'] = [0.5] * 10
+    run_directories.write_run(root, name, {'algorithm': algorithm,
+                                           'partition_seed': 0}, metrics)
+    points.append(core.sweep.SweepPoint(name, {}, (), os.path.join(root, name),
+                                        10))
+  result = adabest_experiments.analyze_instability(
+      core.load_finished_runs(points), root)
+  [note] = [n for n in result.notes if n.startswith('Norms at rounds')]
+  assert note.startswith('Norms at rounds 1, 5, 10 (mean over seeds).')
+  assert '‖x‖: adabest 3, 3, 3; feddyn 1, 5, 10; scaffold 2, 2, 2.' in note
+  assert "The server's ‖h‖: adabest 0.5, 0.5, 0.5; feddyn 0.5, 0.5, 0.5." in (
+      note)
+  assert note.endswith('(by more than 10%): feddyn (x2.00).')
+
+
 def test_optimizers_report_the_1500_round_runs_apart(tmp_path):
   root = str(tmp_path)
   points = []
