@@ -429,6 +429,10 @@ def test_catastrophic_reads_the_misaligned_arm_on_the_validation_clients(
               'catastrophic_failure': [0] * len(rounds),
               'update_norm': [500.0 if fails else 1.0] * len(rounds),
               'train/accuracy': [0.9] * len(rounds),
+              # Each round's new cohort: its accuracy swings by sampling.
+              'cohort/accuracy': [0.8, 0.3] * (len(rounds) // 2) + [0.8] * (
+                  len(rounds) % 2),
+              'cohort/num_examples': [m * 75.0] * len(rounds),
               'validation/accuracy': validation,
               'test/accuracy': [np.nan] * (len(rounds) - 1) + [0.7]})
       points.append(core.sweep.SweepPoint(name, {}, (),
@@ -448,6 +452,12 @@ def test_catastrophic_reads_the_misaligned_arm_on_the_validation_clients(
   assert 'Synthetic aligned: M=10 0 % failed' in reading
   assert 'validation_accuracy_clipping_false_misaligned.png' in (
       result.figures)
+  [cohort_note] = [n for n in result.notes
+                   if n.startswith('The server detector reads')]
+  assert ('synthetic: 750 at M=10 (standard error up to 0.02), 60000 at'
+          ' M=800') in cohort_note
+  assert ('On the aligned Synthetic task at M=10, the cohort detector fires'
+          ' in 100 % of runs and the held-out one in 0 %') in cohort_note
   # The verdict's quantity reads the same detector, after the warm-up.
   failed = large_cohort_experiments._HELD_OUT_FAILED.of_run
   by_name = {os.path.basename(r): part for r, part in frame.groupby('run')}
