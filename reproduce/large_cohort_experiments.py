@@ -210,12 +210,14 @@ MISALIGNED_FLAGS = {'synthetic_misaligned_fraction': '0.002',
 MISALIGNED_ROUNDS = 150
 EVERY_ROUND = {'rounds_per_eval': '1'}
 MISALIGNED_SEEDS = 5
-# The held-out detector leaves out the first rounds, as the ‖Δ‖ fits do
-# (`NORM_WARMUP_ROUNDS`): from the initial model, FedAvg at M = 10 on
+# Rounds left out of the ‖Δ‖-vs-M fit: the first rounds' transient (from the
+# initial model every cohort's update is large and aligned). The held-out
+# detector leaves them out too: from the initial model, FedAvg at M = 10 on
 # Synthetic halves its validation accuracy in an early round without any
 # misaligned client (the aligned arm), a transient the paper's failures
 # (Figure 1, mid-training) are not.
-DETECTOR_WARMUP_ROUNDS = 20
+NORM_WARMUP_ROUNDS = 20
+DETECTOR_WARMUP_ROUNDS = NORM_WARMUP_ROUNDS
 
 
 def catastrophic_grids(scale: str) -> tuple[core.Grid, ...]:
@@ -408,7 +410,7 @@ def _cohort_size_reading(frame: pd.DataFrame) -> str:
   if ARM in aligned:
     aligned = aligned[(aligned[ARM] == ' Synthetic aligned') &
                       (aligned[CLIPPING] == False)]  # noqa: E712
-  if ARM in aligned and not aligned.empty:
+  if not aligned.empty:
     smallest = aligned[aligned[M] == aligned[M].min()]
     cohort = _failure_table(smallest, [M], analysis.SERVER_DETECTOR)
     held_out = _failure_table(smallest, [M], analysis.HELD_OUT_DETECTOR,
@@ -685,9 +687,6 @@ def update_norm_grids(scale: str) -> tuple[core.Grid, ...]:
   return (cohort_grid(scale, 'sgd'),)
 
 
-# Rounds left out of the ‖Δ‖-vs-M fit: the first rounds' transient (from the
-# initial model every cohort's update is large and aligned).
-NORM_WARMUP_ROUNDS = 20
 
 
 def analyze_update_norm(frame: pd.DataFrame, output_dir: str
