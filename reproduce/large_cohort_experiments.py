@@ -6,8 +6,9 @@ rates tuned there as the paper tuned EMNIST's (`table_rates`); Section 3.1's
 failures come from misaligned clients: `fig_catastrophic` runs scikit-learn's
 handwritten digits (`--task=digits`, AdaBest's MLP 2x100) over 1,000 IID
 clients at the paper's EMNIST rates, and Synthetic with a few misaligned
-clients as a test of that mechanism. At the paper scale: EMNIST at Tables
-4-5's rates.
+clients as a test of that mechanism, which `fig_lr_scaling` also runs
+linear scaling on (Appendix B.7's heterogeneity). At the paper scale:
+EMNIST at Tables 4-5's rates.
 
 Why one module: the eight experiments share the cohort grids (one run of
 FedAvg at M = 200 serves four of them) and their row conventions.
@@ -94,6 +95,13 @@ DIGITS_SUBSTITUTES = (
     ' 20 rounds\' transient, which the aligned arm shows at M = 10 (as the'
     ' ‖Δ‖ fits of `fig_update_norm` leave it out). The verdict reads this'
     ' test.')
+LR_SCALING_SUBSTITUTES = LOCAL_SUBSTITUTES + (
+    ' Appendix B.7 suspects the clients\' heterogeneity; Synthetic\'s'
+    ' clients are all aligned with the optimum, so linear scaling also runs'
+    ' on `fig_catastrophic`\'s mechanism test, the same task with 0.2 % of'
+    ' its clients misaligned (5 seeds, 150 rounds, evaluated on the'
+    ' validation clients every round), with and without clipping, beside'
+    ' that experiment\'s unscaled runs.')
 # The catastrophic-failure experiment's arm with more local drift (local
 # scale only: EMNIST's clients are heterogeneous as they are).
 DRIFT_FLAGS = {'client_epochs': '10', 'dirichlet_alpha': '0.3'}
@@ -220,6 +228,17 @@ NORM_WARMUP_ROUNDS = 20
 DETECTOR_WARMUP_ROUNDS = NORM_WARMUP_ROUNDS
 
 
+def misaligned_grid(scale: str) -> core.Grid:
+  """FedAvg on Synthetic with misaligned clients, with and without
+  clipping, evaluated every round: the mechanism test of Section 3.1
+  (local scale), shared by `fig_catastrophic` and `fig_lr_scaling`."""
+  synthetic = cohort_grid(scale, 'sgd', ('false', 'true'))
+  return dataclasses.replace(
+      synthetic, name=synthetic.name + '_misaligned',
+      flags={**synthetic.flags, **EVERY_ROUND, **MISALIGNED_FLAGS},
+      total_rounds=MISALIGNED_ROUNDS)
+
+
 def catastrophic_grids(scale: str) -> tuple[core.Grid, ...]:
   grid = cohort_grid(scale, 'sgd', ('false', 'true'), task='digits')
   if scale == 'paper':
@@ -231,10 +250,7 @@ def catastrophic_grids(scale: str) -> tuple[core.Grid, ...]:
       grid,
       dataclasses.replace(drift, name=drift.name + '_drift',
                           flags={**drift.flags, **DRIFT_FLAGS}, max_seeds=3),
-      dataclasses.replace(
-          synthetic, name=synthetic.name + '_misaligned',
-          flags={**synthetic.flags, **EVERY_ROUND, **MISALIGNED_FLAGS},
-          total_rounds=MISALIGNED_ROUNDS),
+      misaligned_grid(scale),
       dataclasses.replace(
           synthetic, name=synthetic.name + '_aligned',
           flags={**synthetic.flags, **EVERY_ROUND},
@@ -759,25 +775,66 @@ def analyze_percentiles(frame: pd.DataFrame, output_dir: str
   return core.Analysis(table, [name], notes)
 
 
+SCALING = 'server_lr_scaling'
+
+
 def lr_scaling_grids(scale: str) -> tuple[core.Grid, ...]:
   # SPEC.md: scaled from the reference cohort M = 50, linear warmup over
   # W = 100 rounds (20 of the local scale's 200).
   warmup = '100' if scale == 'paper' else '20'
-  return (core.Grid(
+  scaled = core.Grid(
       f'lr_scaling_{_common(scale)["task"]}',
       {**_common(scale), 'server_optimizer': 'sgd',
        **_rates('sgd', _common(scale)['task']),
        'reference_cohort_size': '50', 'server_warmup_rounds': warmup},
       _rounds(scale),
-      axes=(sweep.Axis('server_lr_scaling', ('sqrt', 'linear')),
-            sweep.Axis(M, _cohorts(scale)))),
-          cohort_grid(scale, 'sgd'))
+      axes=(sweep.Axis(SCALING, ('sqrt', 'linear')),
+            sweep.Axis(M, _cohorts(scale))))
+  if scale == 'paper':
+    return (scaled, cohort_grid(scale, 'sgd'))
+  # Locally, Appendix B.7's "potentially due to heterogeneity" is tested on
+  # `fig_catastrophic`'s misaligned clients: linear scaling with and
+  # without clipping beside its unscaled runs (`misaligned_grid`).
+  baseline = misaligned_grid(scale)
+  return (
+      dataclasses.replace(scaled, max_seeds=3),
+      dataclasses.replace(cohort_grid(scale, 'sgd'), max_seeds=3),
+      dataclasses.replace(
+          baseline, name=f'{scaled.name}_misaligned',
+          flags={**scaled.flags, **EVERY_ROUND, **MISALIGNED_FLAGS},
+          axes=(sweep.Axis(SCALING, ('linear',)), *baseline.axes)),
+      baseline)
+
+
+def _misaligned_runs(frame: pd.DataFrame) -> pd.DataFrame:
+  """The runs of the task with misaligned clients (`MISALIGNED_FLAGS`)."""
+  if 'synthetic_misaligned_fraction' not in frame:
+    return frame.iloc[:0]
+  return frame[frame['synthetic_misaligned_fraction'].notna()]
 
 
 def analyze_lr_scaling(frame: pd.DataFrame, output_dir: str
                        ) -> core.Analysis:
   frame = frame.assign(server_lr_scaling=frame['server_lr_scaling'].fillna(
       'none'))
+  misaligned = _misaligned_runs(frame)
+  parts = [_analyze_aligned_scaling(frame.drop(index=misaligned.index),
+                                    output_dir)]
+  if not misaligned.empty:
+    parts.append(_analyze_misaligned_scaling(misaligned, output_dir))
+  parts = [part for part in parts if part is not None]
+  return core.Analysis(
+      pd.concat([part.table for part in parts], ignore_index=True),
+      [name for part in parts for name in part.figures],
+      [note for part in parts for note in part.notes])
+
+
+def _analyze_aligned_scaling(frame: pd.DataFrame, output_dir: str
+                             ) -> 'core.Analysis | None':
+  """No, square-root and linear scaling across M on the task itself:
+  failures, final accuracy and the mean server step; None without runs."""
+  if frame.empty:
+    return None
   by = ['server_lr_scaling', M]
   rows_fn = lambda r: f'server_lr_scaling={r["server_lr_scaling"]} M={int(r[M])}'
   failures = _failure_table(frame, by)
@@ -822,11 +879,79 @@ def analyze_lr_scaling(frame: pd.DataFrame, output_dir: str
   return core.Analysis(table, [name], notes)
 
 
-def _server_steps(frame: pd.DataFrame, by) -> pd.DataFrame:
+def _analyze_misaligned_scaling(frame: pd.DataFrame, output_dir: str
+                                ) -> core.Analysis:
+  """Linear scaling against none on the task with misaligned clients, with
+  and without clipping: failures of the server model on the validation
+  clients (after the warm-up), the peak server step η_s(t)·‖Δ_t‖ and the
+  final test accuracy; what a misaligned client's kick does under each."""
+  by = [SCALING, CLIPPING, M]
+  rows_fn = lambda r: (f'server_lr_scaling={r[SCALING]}'
+                       f' clipping={bool(r[CLIPPING])} M={int(r[M])}'
+                       ' misaligned')
+  failures = _failure_table(frame, by, analysis.HELD_OUT_DETECTOR,
+                            after_round=DETECTOR_WARMUP_ROUNDS)
+  peaks = _server_steps(frame, by, reduce=np.max)
+  accuracy = analysis.accuracy_by_run(frame, by=by).groupby(by).agg(
+      value=('accuracy', 'mean'), std=('accuracy', 'std'),
+      n=('accuracy', 'size')).reset_index()
+  table = _in_setting_order(pd.concat([
+      _long(failures, rows_fn, 'held_out_failure_percent', 'failure_percent',
+            n='n'),
+      _long(peaks, rows_fn, 'peak_server_step', 'value', 'std', 'n'),
+      _long(accuracy, rows_fn, 'final_test_accuracy', 'value', 'std', 'n'),
+  ], ignore_index=True), failures, rows_fn)
+  figures = []
+  for clip, part in frame.groupby(CLIPPING, sort=True):
+    name = (f'validation_accuracy_misaligned_clipping_'
+            f'{str(bool(clip)).lower()}.png')
+    plots.plot_curves(part, os.path.join(output_dir, name),
+                      analysis.VALIDATION_ACCURACY, by=[SCALING, M],
+                      title='Server model on the validation clients,'
+                      f' misaligned clients, clipping={bool(clip)}')
+    figures.append(name)
+  merged = failures.merge(peaks, on=by).merge(
+      accuracy.rename(columns={'value': 'accuracy'})[[*by, 'accuracy']],
+      on=by)
+  return core.Analysis(table, figures, [_misaligned_scaling_reading(merged)])
+
+
+def _misaligned_scaling_reading(merged: pd.DataFrame) -> str:
+  """Per clipping and scaling: failures, peak server step and final
+  accuracy across M; and why linear scaling undoes the dilution of a
+  misaligned client's kick (`_misaligned_reading`)."""
+  parts = []
+  for (clip, scaling), part in merged.groupby([CLIPPING, SCALING],
+                                              sort=True):
+    part = part.sort_values(M)
+    parts.append(
+        f'clipping={bool(clip)}, {scaling}: ' + ', '.join(
+            f'M={int(m)} {f:.0f} % failed, peak step {p:.3g}, final {a:.3f}'
+            for m, f, p, a in zip(part[M], part['failure_percent'],
+                                  part['value'], part['accuracy'])))
+  return (
+      'With misaligned clients (`fig_catastrophic`\'s mechanism test: the'
+      ' server model on the validation clients every round, failures after'
+      f' round {DETECTOR_WARMUP_ROUNDS}; the peak of the server step'
+      ' η_s(t)·‖Δ_t‖ after the warmup; mean over seeds): ' +
+      '; '.join(parts) + '. Without scaling, a misaligned client enters the'
+      ' average with about 1/M of the weight, so its kick shrinks as M'
+      ' grows. Linear scaling multiplies the server rate by M/50 and so'
+      ' gives the kick back its size at every M, while the chance that a'
+      ' cohort holds a misaligned client grows with M: this is the'
+      ' heterogeneity Appendix B.7 suspects. Adaptive clipping bounds every'
+      ' client\'s update by the cohort\'s norm quantile before the average,'
+      ' so the misaligned update is no larger than the others\'; whether'
+      ' linear scaling then still fails is the model\'s curvature, which'
+      ' this convex model lacks (`fig_update_norm`).')
+
+
+def _server_steps(frame: pd.DataFrame, by, reduce=np.mean) -> pd.DataFrame:
   """Per `by` group: the mean over runs of the server's step length
-  η_s(t)·‖Δ_t‖ averaged over the rounds after the scaled runs' warmup (the
-  same rounds for every run), with η_s(t) the run's schedule
-  (`fl_common.lr_schedules`, from its flags)."""
+  η_s(t)·‖Δ_t‖, reduced by `reduce` (mean, or max for its peak) over the
+  rounds after the scaled runs' warmup (the same rounds for every run),
+  with η_s(t) the run's schedule (`fl_common.lr_schedules`, from its
+  flags)."""
   window = int(pd.to_numeric(frame.get('server_warmup_rounds'),
                              errors='coerce').max(skipna=True) or 0)
   rows = []
@@ -846,7 +971,7 @@ def _server_steps(frame: pd.DataFrame, by) -> pd.DataFrame:
         subset=[analysis.UPDATE_NORM])
     if not len(after):
       continue
-    step = np.mean([schedule(int(r) - 1) * float(norm) for r, norm in zip(
+    step = reduce([schedule(int(r) - 1) * float(norm) for r, norm in zip(
         after[analysis.ROUND], after[analysis.UPDATE_NORM])])
     rows.append({**{c: first[c] for c in by}, 'step': step})
   if not rows:
@@ -1091,8 +1216,9 @@ def percentiles_not_testable(scale: str):
 
 def lr_scaling_effects(scale: str) -> tuple[verdicts.Effect, ...]:
   big = _cohorts(scale)[-1]
-  scaled = lambda how: {'server_lr_scaling': how, M: big}
-  return (
+  scaled = lambda how: {verdicts.GRID: lr_scaling_grids(scale)[0].name,
+                        SCALING: how, M: big}
+  effects = (
       verdicts.Effect(
           f'linear LR scaling fails at M = {big}: a lower final accuracy'
           ' than no scaling', _ACCURACY, scaled('linear'),
@@ -1101,6 +1227,22 @@ def lr_scaling_effects(scale: str) -> tuple[verdicts.Effect, ...]:
           f'square-root scaling ends above linear scaling at M = {big}',
           _ACCURACY, scaled('sqrt'), scaled('linear'), direction=1),
   )
+  if scale == 'paper':
+    return effects
+  # Appendix B.7 on the misaligned clients (`lr_scaling_grids`): every
+  # trial failed at M >= 400 with clipping, none without scaling.
+  linear = lr_scaling_grids(scale)[2].name
+  unscaled = misaligned_grid(scale).name
+  return effects + tuple(
+      verdicts.Effect(
+          f'with misaligned clients and {"" if clip else "no "}clipping,'
+          f' linear LR scaling fails at M = {big} more often than no'
+          ' scaling (the server model on the validation clients halves in'
+          ' a round)', _HELD_OUT_FAILED,
+          {verdicts.GRID: linear, M: big, CLIPPING: clip},
+          {verdicts.GRID: unscaled, M: big, CLIPPING: clip}, direction=1,
+          paper_size=1.0 if clip else None)
+      for clip in (False, True))
 
 
 def dynamic_effects(scale: str) -> tuple[verdicts.Effect, ...]:
@@ -1175,7 +1317,9 @@ EXPERIMENTS = (
         ' scaling with warmup)',
         'Linear scaling fails catastrophically beyond M = 100 even with'
         ' clipping; square-root scaling does not fail but helps little.',
-        _setting(lr_scaling_grids), analyze_lr_scaling,
+        _setting(lr_scaling_grids, seeds_local=MISALIGNED_SEEDS,
+                 substitutes=LR_SCALING_SUBSTITUTES),
+        analyze_lr_scaling,
         effects=lr_scaling_effects),
     core.Experiment(
         'large_cohort', 'fig_dynamic',

@@ -102,6 +102,17 @@ def test_paper_scale_runs_the_papers_tasks(tmp_path):
                 if '--synthetic_misaligned_fraction=0.002' in c]
   assert len(misaligned) == 4 * 2 * 5 and len(synthetic) == 4 * 3 * 5
   assert all('--rounds_per_eval=1' in c for c in synthetic)
+  # Linear scaling on the same misaligned task, beside those unscaled runs
+  # (shared: one command, one run), at 5 seeds; the aligned arms at 3.
+  scaling = reproduce.EXPERIMENTS[('large_cohort', 'fig_lr_scaling')]
+  commands = [p.command for p in core.build_points(scaling, 'local',
+                                                   str(tmp_path))]
+  on_misaligned = [c for c in commands
+                   if '--synthetic_misaligned_fraction=0.002' in c]
+  assert set(misaligned) < set(on_misaligned)
+  assert len([c for c in on_misaligned
+              if '--server_lr_scaling=linear' in c]) == 4 * 2 * 5
+  assert len(commands) - len(on_misaligned) == (2 * 4 + 4) * 3
 
 
 def test_paper_numbers_belong_to_experiments_and_cite_a_source():
@@ -1061,3 +1072,56 @@ def test_lr_scaling_reads_the_servers_step_after_the_warmup(tmp_path):
   result = large_cohort_experiments.analyze_lr_scaling(short, root)
   assert 'mean_server_step' not in set(result.table[core.QUANTITY])
   assert result.notes[-1].startswith('No run has rounds after the warmup')
+
+
+def test_lr_scaling_reads_the_misaligned_arm_on_the_validation_clients(
+    tmp_path):
+  root = str(tmp_path)
+  points = []
+  warmup = large_cohort_experiments.DETECTOR_WARMUP_ROUNDS
+  rounds = list(range(1, warmup + 4))
+  # Linear scaling at M = 800 without clipping halves the validation
+  # accuracy after the detector's warm-up, at a spike of ‖Δ‖ (0.5 x 16);
+  # the unscaled runs and the clipped ones do not.
+  for scaling, clipping, m in (('linear', False, 800), ('none', False, 800),
+                               ('linear', True, 800), ('none', False, 10)):
+    fails = scaling == 'linear' and not clipping
+    for seed in range(2):
+      name = f'{scaling}_{clipping}_m{m}_s{seed}'
+      flags = {'server_lr_scaling': scaling, 'seed': seed,
+               'server_learning_rate': 1.0, 'clipping': clipping,
+               'task': 'synthetic', 'rounds_per_eval': 1,
+               'synthetic_misaligned_fraction': 0.002}
+      if scaling != 'none':
+        flags.update(reference_cohort_size=50, server_warmup_rounds=2)
+      norms = [0.1] * len(rounds)
+      norms[warmup + 1] = 0.5 if fails else 0.1
+      run_directories.write_run(root, name, flags, {
+          'round': rounds, 'clients_per_round': [m] * len(rounds),
+          'catastrophic_failure': [0] * len(rounds),
+          'update_norm': norms, 'train/accuracy': [0.9] * len(rounds),
+          'validation/accuracy': [0.8] * (warmup + 1) + [
+              0.3 if fails else 0.8, 0.8],
+          'test/accuracy': [np.nan] * (len(rounds) - 1) + [0.7]})
+      points.append(core.sweep.SweepPoint(name, {}, (),
+                                          os.path.join(root, name),
+                                          len(rounds)))
+  frame = core.load_finished_runs(points)
+  result = large_cohort_experiments.analyze_lr_scaling(frame, root)
+  table = result.table.set_index([core.ROW, core.QUANTITY])[core.VALUE]
+  row = 'server_lr_scaling={} clipping={} M={} misaligned'.format
+  assert table[row('linear', False, 800), 'held_out_failure_percent'] == 100
+  assert table[row('linear', True, 800), 'held_out_failure_percent'] == 0
+  assert table[row('none', False, 800), 'held_out_failure_percent'] == 0
+  assert table[row('linear', False, 800), 'peak_server_step'] == (
+      pytest.approx(8.0))
+  assert table[row('none', False, 10), 'peak_server_step'] == (
+      pytest.approx(0.1))
+  # No aligned row is made of the misaligned runs.
+  assert not any(r.startswith('server_lr_scaling=') and 'misaligned' not in r
+                 for r, _ in table.index)
+  assert ('clipping=False, linear: M=800 100 % failed, peak step 8,'
+          ' final 0.700') in result.notes[-1]
+  assert set(result.figures) == {
+      'validation_accuracy_misaligned_clipping_false.png',
+      'validation_accuracy_misaligned_clipping_true.png'}
