@@ -216,6 +216,26 @@ def _norm_peaks(frame: pd.DataFrame, by) -> pd.DataFrame:
 MISALIGNED_FLAGS = {'synthetic_misaligned_fraction': '0.002',
                     'synthetic_misaligned_scale': '10000'}
 MISALIGNED_ROUNDS = 150
+# Synthetic's clients (`tasks.synthetic.NUM_CLIENTS`; importing it would
+# bring TensorFlow into `reproduce`'s start-up).
+SYNTHETIC_CLIENTS = 1000
+
+
+def _training_clients(frame: pd.DataFrame) -> int:
+  """Synthetic's clients less its validation clients (the runs' split)."""
+  fraction = (float(frame['validation_fraction'].iloc[0])
+              if 'validation_fraction' in frame else 0.2)
+  return int(round(SYNTHETIC_CLIENTS * (1 - fraction)))
+
+
+def _full_cohort_note(largest: int, train: int) -> str:
+  """What a cohort of every training client does to the misaligned test."""
+  if largest < train:
+    return ''
+  return (f' At M={largest} the cohort is every one of the {train} training'
+          ' clients, every round: the misaligned clients are in every'
+          ' cohort, so their push is steady, not a one-round shock (the'
+          ' paper\'s M = 800 is 800 of EMNIST\'s 3,400 clients).')
 EVERY_ROUND = {'rounds_per_eval': '1'}
 MISALIGNED_SEEDS = 5
 # Rounds left out of the ‖Δ‖-vs-M fit: the first rounds' transient (from the
@@ -385,7 +405,7 @@ def _misaligned_reading(frame: pd.DataFrame, by) -> str:
                               part['value'], part['accuracy'])))
   fraction = float(MISALIGNED_FLAGS['synthetic_misaligned_fraction'])
   rounds = int(runs[analysis.ROUND].max())
-  train = 1000 * (1 - 0.2)  # Synthetic's clients less the validation 20 %
+  train = _training_clients(runs)
   visits = ', '.join(f'{m * rounds * fraction:.1f} at M={m}'
                      for m in map(int, _cohorts('local')))
   return (
@@ -398,9 +418,11 @@ def _misaligned_reading(frame: pd.DataFrame, by) -> str:
       f' one grows as 1 - (1 - c/{train:.0f})^M for c misaligned training'
       f' clients. Over {rounds} rounds a run samples a misaligned client'
       f' about {visits} times (c = {fraction:g} x 1,000 x 0.8 expected): the'
-      ' small cohorts meet it too, and then it moves the model furthest.'
+      ' small cohorts meet it too, and then it moves the model furthest.' +
+      _full_cohort_note(int(runs[M].max()), train) +
       ' The paper\'s failure rate rising with M needs a client whose harm'
-      ' does not shrink with its weight in the average.')
+      ' does not shrink with its weight in the average (`fig_lr_scaling`'
+      ' gives it one: linear scaling).')
 
 
 def _cohort_size_reading(frame: pd.DataFrame) -> str:
@@ -913,37 +935,43 @@ def _analyze_misaligned_scaling(frame: pd.DataFrame, output_dir: str
   merged = failures.merge(peaks, on=by).merge(
       accuracy.rename(columns={'value': 'accuracy'})[[*by, 'accuracy']],
       on=by)
-  return core.Analysis(table, figures, [_misaligned_scaling_reading(merged)])
+  return core.Analysis(table, figures, _misaligned_scaling_reading(
+      merged, _training_clients(frame)))
 
 
-def _misaligned_scaling_reading(merged: pd.DataFrame) -> str:
+def _misaligned_scaling_reading(merged: pd.DataFrame, train: int
+                                ) -> list[str]:
   """Per clipping and scaling: failures, peak server step and final
   accuracy across M; and why linear scaling undoes the dilution of a
   misaligned client's kick (`_misaligned_reading`)."""
-  parts = []
-  for (clip, scaling), part in merged.groupby([CLIPPING, SCALING],
-                                              sort=True):
-    part = part.sort_values(M)
-    parts.append(
-        f'clipping={bool(clip)}, {scaling}: ' + ', '.join(
-            f'M={int(m)} {f:.0f} % failed, peak step {p:.3g}, final {a:.3f}'
-            for m, f, p, a in zip(part[M], part['failure_percent'],
-                                  part['value'], part['accuracy'])))
-  return (
-      'With misaligned clients (`fig_catastrophic`\'s mechanism test: the'
-      ' server model on the validation clients every round, failures after'
-      f' round {DETECTOR_WARMUP_ROUNDS}; the peak of the server step'
-      ' η_s(t)·‖Δ_t‖ after the warmup; mean over seeds): ' +
-      '; '.join(parts) + '. Without scaling, a misaligned client enters the'
+  notes = []
+  for clip, by_clip in merged.groupby(CLIPPING, sort=True):
+    parts = []
+    for scaling, part in by_clip.groupby(SCALING, sort=True):
+      part = part.sort_values(M)
+      parts.append(f'{scaling}: ' + ', '.join(
+          f'M={int(m)} {f:.0f} % failed, peak step {p:.3g}, final {a:.3f}'
+          for m, f, p, a in zip(part[M], part['failure_percent'],
+                                part['value'], part['accuracy'])))
+    notes.append(
+        f'With misaligned clients, clipping={bool(clip)} (the server model'
+        ' on the validation clients every round, failures after round'
+        f' {DETECTOR_WARMUP_ROUNDS}; the peak of the server step'
+        ' η_s(t)·‖Δ_t‖ after the warmup; mean over seeds): ' +
+        '; '.join(parts) + '.')
+  return notes + [
+      'Without scaling, a misaligned client enters the'
       ' average with about 1/M of the weight, so its kick shrinks as M'
       ' grows. Linear scaling multiplies the server rate by M/50 and so'
-      ' gives the kick back its size at every M, while the chance that a'
-      ' cohort holds a misaligned client grows with M: this is the'
-      ' heterogeneity Appendix B.7 suspects. Adaptive clipping bounds every'
-      ' client\'s update by the cohort\'s norm quantile before the average,'
-      ' so the misaligned update is no larger than the others\'; whether'
-      ' linear scaling then still fails is the model\'s curvature, which'
-      ' this convex model lacks (`fig_update_norm`).')
+      ' gives the kick back its size at every M (the peak steps above),'
+      ' while the chance that a cohort holds a misaligned client grows with'
+      ' M: this is the heterogeneity Appendix B.7 suspects.' +
+      _full_cohort_note(int(merged[M].max()), train) +
+      ' Adaptive clipping bounds every client\'s update by the cohort\'s'
+      ' norm quantile before the average, so the misaligned update is no'
+      ' larger than the others\'; whether linear scaling then still fails'
+      ' is the model\'s curvature, which this convex model lacks'
+      ' (`fig_update_norm`).']
 
 
 def _server_steps(frame: pd.DataFrame, by, reduce=np.mean) -> pd.DataFrame:

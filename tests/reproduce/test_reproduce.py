@@ -1091,6 +1091,7 @@ def test_lr_scaling_reads_the_misaligned_arm_on_the_validation_clients(
       flags = {'server_lr_scaling': scaling, 'seed': seed,
                'server_learning_rate': 1.0, 'clipping': clipping,
                'task': 'synthetic', 'rounds_per_eval': 1,
+               'validation_fraction': 0.2,
                'synthetic_misaligned_fraction': 0.002}
       if scaling != 'none':
         flags.update(reference_cohort_size=50, server_warmup_rounds=2)
@@ -1120,8 +1121,13 @@ def test_lr_scaling_reads_the_misaligned_arm_on_the_validation_clients(
   # No aligned row is made of the misaligned runs.
   assert not any(r.startswith('server_lr_scaling=') and 'misaligned' not in r
                  for r, _ in table.index)
-  assert ('clipping=False, linear: M=800 100 % failed, peak step 8,'
-          ' final 0.700') in result.notes[-1]
+  unclipped, clipped, why = result.notes[-3:]
+  assert unclipped.startswith('With misaligned clients, clipping=False')
+  assert 'linear: M=800 100 % failed, peak step 8, final 0.700' in unclipped
+  assert 'linear: M=800 0 % failed' in clipped
+  # Synthetic's 1,000 clients less 20 % for validation: M = 800 is all.
+  assert 'At M=800 the cohort is every one of the 800 training clients' in (
+      why)
   assert set(result.figures) == {
       'validation_accuracy_misaligned_clipping_false.png',
       'validation_accuracy_misaligned_clipping_true.png'}
