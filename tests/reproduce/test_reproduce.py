@@ -1021,6 +1021,45 @@ def test_optimizers_report_the_1500_round_runs_apart(tmp_path):
   assert analysis.notes[-1].count('peaks at') == 1
 
 
+def test_optimizers_read_the_generalization_gap_across_cohorts(tmp_path):
+  root = str(tmp_path)
+  points = []
+  gap_rounds = large_cohort_experiments.GAP_ROUNDS
+  rounds = gap_rounds + 5
+  # Train accuracy 0.5 before the last GAP_ROUNDS rounds, 0.9 in them (the
+  # gap reads only those); final test accuracy 0.7 at M = 50 and 0.85 at
+  # M = 800: gaps 0.2 and 0.05, FedAdam's gap closing with M.
+  for m, test in ((50, 0.7), (800, 0.85)):
+    for seed in range(2):
+      name = f'cohort_synthetic_adam__m{m}__seed={seed}'
+      run_directories.write_run(root, name, {
+          'server_optimizer': 'adam', 'clipping': True, 'seed': seed,
+          'task': 'synthetic', 'validation_fraction': 0.2}, {
+              'round': list(range(1, rounds + 1)),
+              'clients_per_round': [m] * rounds,
+              'train/accuracy': [0.5] * (rounds - gap_rounds) + [
+                  0.9] * gap_rounds,
+              'test/accuracy': [np.nan] * (rounds - 1) + [test]})
+      points.append(core.sweep.SweepPoint(name, {}, (),
+                                          os.path.join(root, name), rounds))
+  frame = core.load_finished_runs(points)
+  result = large_cohort_experiments.analyze_optimizers(frame, root)
+  values = result.table.set_index([core.ROW, core.QUANTITY])[core.VALUE]
+  assert values[('FedAdam M=50', 'generalization_gap')] == pytest.approx(0.2)
+  assert values[('FedAdam M=800', 'generalization_gap')] == (
+      pytest.approx(0.05))
+  assert 'generalization_gap_vs_cohort_size.png' in result.figures
+  [note] = [n for n in result.notes if n.startswith('Generalization')]
+  assert '0.900 and 0.700 at M=50, 0.900 and 0.850 at M=800' in note
+  assert 'the cohort is every one of the 800 training clients' in note
+  # The effect reads the same quantity, paired by seed.
+  [effect] = [e for e in large_cohort_experiments.optimizer_effects('local')
+              if 'generalizes worse' in e.claim]
+  assert effect.quantity.of_run(
+      frame[frame[core.analysis.RUN] == frame[core.analysis.RUN].iloc[0]]
+  ) == pytest.approx(0.2)
+
+
 def test_adabest_seeds_vary_the_partition_the_initialization_and_sampling(
     tmp_path):
   experiment = reproduce.EXPERIMENTS['adabest', 'fig_mu']
