@@ -1181,6 +1181,16 @@ def analyze_dynamic(frame: pd.DataFrame, output_dir: str) -> core.Analysis:
   return core.Analysis(table, [name], notes)
 
 
+LOCAL_STEPS_SUBSTITUTES = (
+    'LEAF\'s Synthetic (1,000 heterogeneous clients, 5 classes, logistic'
+    ' regression; test accuracy on a fixed 200 of the 1,000 test clients)'
+    ' stands in for EMNIST (3,400 clients, CNN). Cohorts of 16, 64 and 256'
+    ' clients and 1, 4, 16 and 64 local steps (batch size 1, one epoch'
+    ' capped at that many examples) instead of 16-1,024 and 1-256; 100'
+    ' rounds instead of 1,500; 5 seeds. FedAvg at Synthetic\'s tuned default'
+    ' rates (1, 0.1).')
+
+
 def local_steps_grids(scale: str) -> tuple[core.Grid, ...]:
   if scale == 'paper':
     cohorts = tuple(str(2**i) for i in range(4, 11))
@@ -1464,6 +1474,7 @@ EXPERIMENTS = (
         'Section 5.5, Figure 13 (local steps x cohort size)',
         'More local steps speed convergence up to a point, then fail; a'
         ' setting that converges at one M converges at all.',
-        _setting(local_steps_grids, seeds_local=1), analyze_local_steps,
+        _setting(local_steps_grids, seeds_local=5,
+                 substitutes=LOCAL_STEPS_SUBSTITUTES), analyze_local_steps,
         effects=local_steps_effects),
 )
