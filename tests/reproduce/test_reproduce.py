@@ -103,7 +103,7 @@ def test_paper_scale_runs_the_papers_tasks(tmp_path):
   assert len(misaligned) == 4 * 2 * 5 and len(synthetic) == 4 * 3 * 5
   assert all('--rounds_per_eval=1' in c for c in synthetic)
   # Linear scaling on the same misaligned task, beside those unscaled runs
-  # (shared: one command, one run), at 5 seeds; the aligned arms at 3.
+  # (shared: one command, one run); every arm at the paper's 5 seeds.
   scaling = reproduce.EXPERIMENTS[('large_cohort', 'fig_lr_scaling')]
   commands = [p.command for p in core.build_points(scaling, 'local',
                                                    str(tmp_path))]
@@ -112,7 +112,7 @@ def test_paper_scale_runs_the_papers_tasks(tmp_path):
   assert set(misaligned) < set(on_misaligned)
   assert len([c for c in on_misaligned
               if '--server_lr_scaling=linear' in c]) == 4 * 2 * 5
-  assert len(commands) - len(on_misaligned) == (2 * 4 + 4) * 3
+  assert len(commands) - len(on_misaligned) == (2 * 4 + 4) * 5
 
 
 def test_paper_numbers_belong_to_experiments_and_cite_a_source():
