@@ -125,20 +125,35 @@ def any_positive(column: str, name: Optional[str] = None) -> Quantity:
   return of_column(column, lambda v: (v > 0).any(), name or f'any {column}')
 
 
+def _first_round_at(run: pd.DataFrame, column: str, target: float) -> float:
+  """The first round whose `column` reaches `target`; the last round + 1
+  if none does (censored: it needs more), so that failing to reach the
+  target is never dropped as missing."""
+  reached = run[run[column] >= target]
+  if len(reached):
+    return float(reached['round'].iloc[0])
+  return float(run['round'].max() + 1)
+
+
 def rounds_to(column: str, target_column: str,
               name: Optional[str] = None) -> Quantity:
-  """The first round whose `column` reaches the run's `target_column` value;
-  a run that never does counts as its last round + 1 (censored: it needs
-  more), so that failing to reach the target is never dropped as missing."""
+  """The first round whose `column` reaches the run's `target_column` value
+  (`_first_round_at`)."""
   def of_run(run: pd.DataFrame) -> float:
     if column not in run or target_column not in run:
       return math.nan
-    target = float(run[target_column].iloc[0])
-    reached = run[run[column] >= target]
-    if len(reached):
-      return float(reached['round'].iloc[0])
-    return float(run['round'].max() + 1)
+    return _first_round_at(run, column, float(run[target_column].iloc[0]))
   return Quantity(name or f'rounds to the target {column}', of_run)
+
+
+def rounds_to_level(column: str, level: float,
+                    name: Optional[str] = None) -> Quantity:
+  """The first round whose `column` reaches `level` (`_first_round_at`)."""
+  def of_run(run: pd.DataFrame) -> float:
+    if column not in run:
+      return math.nan
+    return _first_round_at(run, column, level)
+  return Quantity(name or f'rounds to {column} {level:g}', of_run)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -129,6 +129,10 @@ def test_quantities():
   # Never reached: censored at one past the last round, not dropped.
   assert verdicts.rounds_to('acc', 'target').of_run(
       run.assign(target=0.9)) == 5
+  # A fixed level reads the same way.
+  assert verdicts.rounds_to_level('acc', 0.6).of_run(run) == 3
+  assert verdicts.rounds_to_level('acc', 0.9).of_run(run) == 5
+  assert np.isnan(verdicts.rounds_to_level('loss', 0.6).of_run(run))
   assert verdicts.any_positive('flag').of_run(run) == 1
   assert verdicts.mean_after('acc', 3).of_run(run) == pytest.approx(0.7)
   assert verdicts.median_after('acc', 1).of_run(run) == pytest.approx(0.6)
