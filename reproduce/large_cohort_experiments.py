@@ -14,9 +14,12 @@ Why one module: the eight experiments share the cohort grids (one run of
 FedAvg at M = 200 serves four of them) and their row conventions.
 
 Every experiment's rows name the setting (`clipping=False M=800`) and its
-quantities the numbers the paper reads; the catastrophic-failure rate is the
-percentage of runs with at least one round whose train accuracy fell by half
-(the driver's `catastrophic_failure`, Section 3.1).
+quantities the numbers the paper reads; a catastrophic-failure rate is the
+percentage of runs with at least one round whose accuracy fell by half from
+the round before (Section 3.1): the server model's on the fixed validation
+clients (`analysis.HELD_OUT_DETECTOR`: the local scale's verdicts), on the
+round's cohort (`analysis.SERVER_DETECTOR`: the paper scale's), or the
+clients' during local training (the driver's `catastrophic_failure`).
 """
 
 import dataclasses
@@ -738,7 +741,7 @@ def _generalization(frame: pd.DataFrame, by, rows_fn, output_dir: str):
         f'{test[m] + gap[m]:.3f} and {test[m]:.3f} at M={int(m)}'
         for m in sorted(gap.index)) + '.')
   train = _training_clients(frame)
-  if (frame.get('task') == 'synthetic').all():
+  if 'task' in frame and (frame['task'] == 'synthetic').all():
     note += (
         ' On Synthetic the test examples are held-out examples of the same'
         ' clients the model trains on (LEAF\'s split of each client, 90/10),'
