@@ -247,7 +247,6 @@ def _full_cohort_note(largest: int, train: int) -> str:
           ' cohort, so their push is steady, not a one-round shock (the'
           ' paper\'s M = 800 is 800 of EMNIST\'s 3,400 clients).')
 EVERY_ROUND = {'rounds_per_eval': '1'}
-MISALIGNED_SEEDS = PAPER_SEEDS
 # Rounds left out of the ‖Δ‖-vs-M fit: the first rounds' transient (from the
 # initial model every cohort's update is large and aligned). The held-out
 # detector leaves them out too: from the initial model, FedAvg at M = 10 on
@@ -435,8 +434,9 @@ def _misaligned_reading(frame: pd.DataFrame, by) -> str:
       ' peaks of ‖Δ‖ above), while the chance that a round\'s cohort holds'
       f' one grows as 1 - (1 - c/{train:.0f})^M for c misaligned training'
       f' clients. Over {rounds} rounds a run samples a misaligned client'
-      f' about {visits} times (c = {fraction:g} x 1,000 x 0.8 expected): the'
-      ' small cohorts meet it too, and then it moves the model furthest.' +
+      f' about {visits} times (c = {fraction:g} x {SYNTHETIC_CLIENTS:,} x'
+      f' {train / SYNTHETIC_CLIENTS:g} expected): the small cohorts meet it'
+      ' too, and then it moves the model furthest.' +
       _full_cohort_note(int(runs[M].max()), train) +
       ' The paper\'s failure rate rising with M needs a client whose harm'
       ' does not shrink with its weight in the average (`fig_lr_scaling`'
@@ -1439,8 +1439,7 @@ EXPERIMENTS = (
         ' (train accuracy halves in a round, with a spike of ‖Δ‖) in 0 % of'
         ' trials at M = 10 and 80 % at M = 800 on EMNIST; adaptive clipping'
         ' removes every failure.',
-        _setting(catastrophic_grids, seeds_local=MISALIGNED_SEEDS,
-                 substitutes=DIGITS_SUBSTITUTES),
+        _setting(catastrophic_grids, substitutes=DIGITS_SUBSTITUTES),
         analyze_catastrophic, effects=catastrophic_effects),
     core.Experiment(
         'large_cohort', 'table_rates',
@@ -1487,8 +1486,7 @@ EXPERIMENTS = (
         ' scaling with warmup)',
         'Linear scaling fails catastrophically beyond M = 100 even with'
         ' clipping; square-root scaling does not fail but helps little.',
-        _setting(lr_scaling_grids, seeds_local=MISALIGNED_SEEDS,
-                 substitutes=LR_SCALING_SUBSTITUTES),
+        _setting(lr_scaling_grids, substitutes=LR_SCALING_SUBSTITUTES),
         analyze_lr_scaling,
         effects=lr_scaling_effects),
     core.Experiment(
