@@ -320,6 +320,7 @@ class RunDirectory:
     release_managers.write_atomically(self.hparams_json,
                       json.dumps(self.hparams, indent=2, sort_keys=True))
     self.manifest.hparams = json.loads(json.dumps(self.hparams))
+    self.manifest.start_code(resumed_round)
     self.manifest.write()
     try:
       csv_manager = release_managers.MetricsCsv(self.metrics_csv,

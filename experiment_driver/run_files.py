@@ -11,6 +11,10 @@ first rows, without a word. `<run>/manifest.json` (written atomically,
     hparams      the run's flags, as `hparams.json` holds them
     checkpoints  per checkpoint round: the sha256 of each of its files and of
                  the metrics rows up to that round (`metrics_digest`)
+    code         per start of the driver whose rounds the run kept: the
+                 code's revision and the round it started from
+                 (`fl_common.run_layout.code_revision`; absent in runs made
+                 before it was recorded)
 
 The training loop records a checkpoint after it and its client states are
 saved (`record_checkpoint`); a checkpoint directory the manifest does not
@@ -97,6 +101,7 @@ class Manifest:
     self._run_path = run_path
     self.hparams: Optional[dict[str, Any]] = None
     self.checkpoints: dict[int, dict[str, Any]] = {}
+    self.code: list[dict[str, Any]] = []
 
   @property
   def exists(self) -> bool:
@@ -117,17 +122,23 @@ class Manifest:
         raise ValueError('not a manifest of this package')
       hparams = data['hparams']
       checkpoints = {int(r): c for r, c in data['checkpoints'].items()}
+      code = data.get(run_layout.MANIFEST_CODE_KEY, [])
       if not isinstance(hparams, dict) or not all(
           isinstance(c, dict) and isinstance(c.get('files'), dict) and
           isinstance(c.get('metrics_sha256'), str)
           for c in checkpoints.values()):
         raise ValueError('not a manifest of this package')
+      if not isinstance(code, list) or not all(
+          isinstance(c, dict) and isinstance(c.get('revision'), str) and
+          isinstance(c.get('from_round'), int) for c in code):
+        raise ValueError(f'its {run_layout.MANIFEST_CODE_KEY!r} record is'
+                         ' malformed')
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
       raise RunFileError(
           f'{self.path} is damaged ({type(e).__name__}): the run\'s'
           ' checkpoints cannot be verified; pass another --experiment_name'
           ' to start again') from e
-    self.hparams, self.checkpoints = hparams, checkpoints
+    self.hparams, self.checkpoints, self.code = hparams, checkpoints, code
     return self
 
   def write(self) -> None:
@@ -135,7 +146,15 @@ class Manifest:
         'format': FORMAT,
         'hparams': self.hparams,
         'checkpoints': {str(r): c for r, c in sorted(self.checkpoints.items())},
+        run_layout.MANIFEST_CODE_KEY: self.code,
     }, indent=1, sort_keys=True))
+
+  def start_code(self, from_round: int) -> None:
+    """Records that this code (`run_layout.code_revision`) makes the rounds
+    after `from_round`, forgetting starts whose rounds are recomputed."""
+    self.code = [c for c in self.code if c['from_round'] < from_round]
+    self.code.append({'revision': run_layout.code_revision(),
+                      'from_round': from_round})
 
   def record_checkpoint(self, round_num: int, checkpoint_dir: str,
                         metrics_csv: str, present: set[int]) -> None:

@@ -7,7 +7,9 @@ accounting, the experiments' sweeps and analysis (`reproduce`) and the
 benchmarks read it. All of them name its files and columns from here:
 
     hparams.json     the run's flags and the values derived from them
-    manifest.json    what each checkpoint was saved with (`run_files`)
+    manifest.json    what each checkpoint was saved with (`run_files`), and
+                     the code that ran each stretch of rounds
+                     (`code_revision`, `read_code_revisions`)
     metrics.csv      one row per round, `round` first, flat metric columns
                      ('test/accuracy', 'client_work/train/loss', ...)
     tensorboard/     the same scalars per round
@@ -16,9 +18,12 @@ benchmarks read it. All of them name its files and columns from here:
     run.lock         the pid of the run holding the directory
 """
 
+import functools
+import importlib.metadata
 import json
 import os
-from typing import Any
+import subprocess
+from typing import Any, Optional
 
 import pandas as pd
 
@@ -30,6 +35,13 @@ CHECKPOINT_DIR = 'checkpoints'
 CLIENT_STATES_DIR = 'client_states'
 LOCK_FILE = 'run.lock'
 ROUND_COLUMN = 'round'
+# manifest.json's list of `{'revision': code_revision(), 'from_round': r}`,
+# one per start of the driver whose rounds the run kept.
+MANIFEST_CODE_KEY = 'code'
+# The package's distribution (setup.py), for an installed copy without git.
+DISTRIBUTION = 'fl-papers-tff'
+UNRECORDED = 'unrecorded'
+_PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # metrics.csv's wall-clock columns: they differ between identical runs.
 TIMING_COLUMNS = ('round_time_sec', 'eval_time_sec', 'cohort_eval_time_sec')
 
@@ -71,3 +83,59 @@ def read_hparams(run_dir: str) -> dict[str, Any]:
     raise ValueError(f'{path} must hold a JSON object, got'
                      f' {type(hparams).__name__}')
   return hparams
+
+
+@functools.lru_cache(maxsize=None)
+def code_revision(root: Optional[str] = None) -> str:
+  """The code a run is made with, as its manifest records it: `git <commit>`
+  (12 hex digits; `+modified` when a tracked file differs from the commit)
+  for a git checkout of the package at `root` (default: this package's),
+  else `fl-papers-tff <version>` for an installed copy, else `unknown`.
+
+  A report lists the revisions that made its runs, so that runs of older
+  code are seen, not averaged in silently.
+  """
+  root = root or _PACKAGE_ROOT
+
+  def git(*args: str) -> Optional[str]:
+    try:
+      result = subprocess.run(['git', '--no-optional-locks', '-C', root, *args], capture_output=True,
+                              text=True, timeout=30, check=False,
+                              stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.SubprocessError):
+      return None
+    return result.stdout.strip() if result.returncode == 0 else None
+
+  # Only the package's own repository: not one that merely encloses it.
+  if os.path.exists(os.path.join(root, '.git')):
+    commit = git('rev-parse', '--short=12', 'HEAD')
+    if commit:
+      changed = git('status', '--porcelain', '--untracked-files=no')
+      return f'git {commit}' + ('+modified' if changed else '')
+  try:
+    return f'{DISTRIBUTION} {importlib.metadata.version(DISTRIBUTION)}'
+  except importlib.metadata.PackageNotFoundError:
+    return 'unknown'
+
+
+def read_code_revisions(run_dir: str) -> list[str]:
+  """The revisions (`code_revision`) that made a run's kept rounds, in order
+  and without repeats; `[UNRECORDED]` for a run whose manifest predates them
+  (or that has no manifest).
+
+  Raises:
+    ValueError: The manifest is not JSON or its code record is malformed.
+  """
+  path = os.path.join(run_dir, MANIFEST_FILE)
+  if not os.path.isfile(path):
+    return [UNRECORDED]
+  with open(path) as f:
+    manifest = json.load(f)
+  code = manifest.get(MANIFEST_CODE_KEY) if isinstance(manifest, dict) else None
+  if code is None:
+    return [UNRECORDED]
+  if not isinstance(code, list) or not all(
+      isinstance(c, dict) and isinstance(c.get('revision'), str)
+      for c in code):
+    raise ValueError(f'{path} has a malformed {MANIFEST_CODE_KEY!r} record')
+  return list(dict.fromkeys(c['revision'] for c in code)) or [UNRECORDED]

@@ -333,6 +333,22 @@ def run_experiment(experiment: Experiment, scale: str, root: str,
                                               result))
 
 
+def code_sentence(finished: Sequence[sweep.SweepPoint]) -> str:
+  """Which code made the finished runs, from their manifests
+  (`run_layout.read_code_revisions`): each revision, or sequence of them
+  for a run resumed by other code, with its count of runs."""
+  counts = collections.Counter(
+      ' then '.join(run_layout.read_code_revisions(p.run_dir))
+      for p in finished)
+  parts = [f'{revision} ({count} run{"" if count == 1 else "s"})'
+           for revision, count in sorted(counts.items(),
+                                         key=lambda kv: (-kv[1], kv[0]))]
+  return (f'Code that made them (`{run_layout.MANIFEST_FILE}`): '
+          + '; '.join(parts).replace(
+              run_layout.UNRECORDED,
+              'not recorded (made before runs recorded their code)') + '.')
+
+
 def load_finished_runs(points: Sequence[sweep.SweepPoint]) -> pd.DataFrame:
   """The tidy frame (`reproduce.analysis.load_runs`) of the finished points.
 
@@ -505,7 +521,7 @@ def write_report(experiment: Experiment, scale: str, root: str,
         f' from the command line summed: {sum(run_seconds):.0f} s over'
         f' {len(run_seconds)} runs ({at_a_time} at a time by default); their'
         f' rounds and evaluations alone (`metrics.csv`):'
-        f' {_training_seconds(frame):.0f} s.'
+        f' {_training_seconds(frame):.0f} s. {code_sentence(finished)}'
         ' Rerunning the command skips finished runs and regenerates this'
         ' report from their directories.')
   os.makedirs(output_dir, exist_ok=True)

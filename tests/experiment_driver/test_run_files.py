@@ -4,6 +4,7 @@ own resumes are in `test_run_faults`."""
 
 import asyncio
 import collections
+import json
 import os
 import shutil
 
@@ -11,6 +12,7 @@ import numpy as np
 import pytest
 
 from fl_common import client_state_store
+from fl_common import run_layout
 from experiment_driver import outputs
 from experiment_driver import release_managers
 from experiment_driver import run_files
@@ -167,6 +169,39 @@ def test_a_damaged_manifest_is_named(tmp_path):
   _train(_run_dir(tmp_path), 2)
   path = tmp_path / 'run' / run_files.MANIFEST_NAME
   path.write_text('{"format": 1}')
+  with pytest.raises(outputs.RunDirectoryError) as e:
+    _run_dir(tmp_path)
+  assert str(e.value).startswith(f'{path} is damaged')
+
+
+def test_the_manifest_records_the_code_of_each_kept_stretch_of_rounds(
+    tmp_path, monkeypatch):
+  revision = run_layout.code_revision()
+  _train(_run_dir(tmp_path), 4)
+  assert run_layout.read_code_revisions(str(tmp_path / 'run')) == [revision]
+  # Resumed at round 4 by other code: both are named, in order.
+  monkeypatch.setattr(run_layout, 'code_revision', lambda: 'git other')
+  run_dir = _run_dir(tmp_path)
+  assert run_dir.load_latest_checkpoint(_STRUCTURE)[1] == 4
+  _train(run_dir, 6, start=4)
+  assert run_layout.read_code_revisions(str(tmp_path / 'run')) == [
+      revision, 'git other']
+  manifest = run_files.Manifest(str(tmp_path / 'run')).read()
+  assert [c['from_round'] for c in manifest.code] == [0, 4]
+  # A start whose rounds are recomputed is forgotten.
+  manifest.start_code(2)
+  assert manifest.code == [{'revision': revision, 'from_round': 0},
+                           {'revision': 'git other', 'from_round': 2}]
+  manifest.start_code(0)
+  assert manifest.code == [{'revision': 'git other', 'from_round': 0}]
+
+
+def test_a_malformed_code_record_is_named(tmp_path):
+  _train(_run_dir(tmp_path), 2)
+  path = tmp_path / 'run' / run_files.MANIFEST_NAME
+  manifest = json.loads(path.read_text())
+  manifest['code'] = [{'revision': 3}]
+  path.write_text(json.dumps(manifest))
   with pytest.raises(outputs.RunDirectoryError) as e:
     _run_dir(tmp_path)
   assert str(e.value).startswith(f'{path} is damaged')

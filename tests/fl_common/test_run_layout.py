@@ -3,6 +3,7 @@
 import ast
 import json
 import os
+import subprocess
 
 import pandas as pd
 import pytest
@@ -61,3 +62,55 @@ def test_no_other_module_spells_the_run_files_names():
                   if isinstance(node, ast.Constant) and node.value in _NAMES
                   and id(node) not in docstrings]
   assert not spelled
+
+
+def _git(repo, *args):
+  subprocess.run(['git', '-C', str(repo), *args], check=True,
+                 capture_output=True)
+
+
+def test_code_revision_names_the_commit_and_a_modified_checkout(tmp_path):
+  repo = tmp_path / 'repo'
+  repo.mkdir()
+  _git(repo, 'init', '-q')
+  (repo / 'module.py').write_text('x = 1\n')
+  _git(repo, 'add', 'module.py')
+  _git(repo, '-c', 'user.name=t', '-c', 'user.email=t@t', 'commit', '-q',
+       '-m', 'one')
+  commit = subprocess.run(['git', '-C', str(repo), 'rev-parse', 'HEAD'],
+                          check=True, capture_output=True,
+                          text=True).stdout.strip()
+  run_layout.code_revision.cache_clear()
+  assert run_layout.code_revision(str(repo)) == f'git {commit[:12]}'
+  (repo / 'untracked.py').write_text('')  # not part of the code's revision
+  run_layout.code_revision.cache_clear()
+  assert run_layout.code_revision(str(repo)) == f'git {commit[:12]}'
+  (repo / 'module.py').write_text('x = 2\n')
+  run_layout.code_revision.cache_clear()
+  assert run_layout.code_revision(str(repo)) == f'git {commit[:12]}+modified'
+  # A directory inside someone else's repository is not a checkout of the
+  # package: the installed distribution's version (or unknown) names it.
+  (repo / 'inner').mkdir()
+  run_layout.code_revision.cache_clear()
+  inner = run_layout.code_revision(str(repo / 'inner'))
+  run_layout.code_revision.cache_clear()
+  assert not inner.startswith('git ')
+  assert inner == 'unknown' or inner.startswith(run_layout.DISTRIBUTION + ' ')
+
+
+def test_read_code_revisions_in_order_without_repeats(tmp_path):
+  assert run_layout.read_code_revisions(str(tmp_path)) == [
+      run_layout.UNRECORDED]
+  manifest = tmp_path / run_layout.MANIFEST_FILE
+  manifest.write_text(json.dumps({'format': 1, 'hparams': {},
+                                  'checkpoints': {}}))
+  assert run_layout.read_code_revisions(str(tmp_path)) == [
+      run_layout.UNRECORDED]
+  manifest.write_text(json.dumps({'code': [
+      {'revision': 'git a', 'from_round': 0},
+      {'revision': 'git b', 'from_round': 10},
+      {'revision': 'git a', 'from_round': 20}]}))
+  assert run_layout.read_code_revisions(str(tmp_path)) == ['git a', 'git b']
+  manifest.write_text(json.dumps({'code': 'git a'}))
+  with pytest.raises(ValueError, match="malformed 'code' record"):
+    run_layout.read_code_revisions(str(tmp_path))

@@ -7,6 +7,7 @@ real at the smoke scale.
 """
 
 import collections
+import json
 import math
 import os
 
@@ -16,6 +17,7 @@ import pytest
 
 import reproduce
 from experiment_driver import measure_coefficients
+from fl_common import run_layout
 from reproduce import __main__ as cli
 from reproduce import adabest_experiments
 from reproduce import core
@@ -614,10 +616,18 @@ def test_write_report_puts_command_table_and_figures_in_readme(tmp_path,
     os.makedirs(os.path.dirname(point.run_dir), exist_ok=True)
     _gel_run(os.path.dirname(point.run_dir), point.experiment_name, algorithm,
              0.01, 0, {1: 0.2, 2: 0.9}, rounds=2)
+  # The first run was resumed by other code; the second predates the record.
+  with open(os.path.join(points[0].run_dir, run_layout.MANIFEST_FILE),
+            'w') as f:
+    json.dump({'code': [{'revision': 'git aaa', 'from_round': 0},
+                        {'revision': 'git bbb', 'from_round': 1}]}, f)
   path = core.write_report(experiment, 'smoke', root,
                            str(tmp_path / 'report'))
   text = open(path).read()
   assert 'python -m reproduce gel table1 --scale=smoke' in text
+  assert ('Code that made them (`manifest.json`): git aaa then git bbb (1'
+          ' run); not recorded (made before runs recorded their code) (1'
+          ' run).') in text
   assert '| task=synthetic client_learning_rate=0.01 | rounds_to_target/' \
          'fedavgcm_gel | 112 | 2 (n=1) | Boukhari et al. 2024, Table 1' in text
   assert '![accuracy_vs_rounds.png](accuracy_vs_rounds.png)' in text
