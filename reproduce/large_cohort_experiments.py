@@ -60,9 +60,10 @@ KEPT_RATES = {
     ('sgd', 'synthetic'):
         'Why: server rate 1 is FedAvg as defined (the server applies the'
         ' clients\' mean update) and the paper\'s own FedAvg server rate on'
-        ' EMNIST (Table 4); every FedAvg run on Synthetic uses it, and `fig_lr_scaling`'
-        ' scales this reference rate with M (x8.9 by sqrt, x80 by linear'
-        ' scaling at M = 800: a reference of 10 would reach 89 and 800).',
+        ' EMNIST (Table 4); every FedAvg run on Synthetic uses it, and'
+        ' `fig_lr_scaling` scales this reference rate with M (x8.9 by sqrt,'
+        ' x80 by linear scaling at M = 800: a reference of 10 would reach 89'
+        ' and 800).',
 }
 OPTIMIZER_NAMES = {'sgd': 'FedAvg', 'adam': 'FedAdam', 'lars': 'FedLARS',
                    'lamb': 'FedLamb'}
