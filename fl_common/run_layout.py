@@ -99,9 +99,10 @@ def code_revision(root: Optional[str] = None) -> str:
 
   def git(*args: str) -> Optional[str]:
     try:
-      result = subprocess.run(['git', '--no-optional-locks', '-C', root, *args], capture_output=True,
-                              text=True, timeout=30, check=False,
-                              stdin=subprocess.DEVNULL)
+      result = subprocess.run(
+          ['git', '--no-optional-locks', '-C', root, *args],
+          capture_output=True, text=True, timeout=30, check=False,
+          stdin=subprocess.DEVNULL)
     except (OSError, subprocess.SubprocessError):
       return None
     return result.stdout.strip() if result.returncode == 0 else None
