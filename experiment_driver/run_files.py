@@ -36,6 +36,8 @@ from fl_common import run_layout
 
 MANIFEST_NAME = run_layout.MANIFEST_FILE
 FORMAT = 1
+# `Manifest.revisions` of a run made before runs recorded their code.
+UNRECORDED = 'unrecorded'
 
 
 class RunFileError(ValueError):
@@ -148,6 +150,13 @@ class Manifest:
         'checkpoints': {str(r): c for r, c in sorted(self.checkpoints.items())},
         run_layout.MANIFEST_CODE_KEY: self.code,
     }, indent=1, sort_keys=True))
+
+  def revisions(self) -> list[str]:
+    """The revisions that made the kept rounds, in order and without
+    repeats; `[UNRECORDED]` for a run without a manifest or one written
+    before runs recorded their code."""
+    return list(dict.fromkeys(c['revision'] for c in self.code)) or [
+        UNRECORDED]
 
   def start_code(self, from_round: int) -> None:
     """Records that this code (`run_layout.code_revision`) makes the rounds

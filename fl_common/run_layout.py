@@ -9,7 +9,7 @@ benchmarks read it. All of them name its files and columns from here:
     hparams.json     the run's flags and the values derived from them
     manifest.json    what each checkpoint was saved with (`run_files`), and
                      the code that ran each stretch of rounds
-                     (`code_revision`, `read_code_revisions`)
+                     (`code_revision`; `run_files.Manifest` reads it)
     metrics.csv      one row per round, `round` first, flat metric columns
                      ('test/accuracy', 'client_work/train/loss', ...)
     tensorboard/     the same scalars per round
@@ -40,7 +40,6 @@ ROUND_COLUMN = 'round'
 MANIFEST_CODE_KEY = 'code'
 # The package's distribution (setup.py), for an installed copy without git.
 DISTRIBUTION = 'fl-papers-tff'
-UNRECORDED = 'unrecorded'
 _PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # metrics.csv's wall-clock columns: they differ between identical runs.
 TIMING_COLUMNS = ('round_time_sec', 'eval_time_sec', 'cohort_eval_time_sec')
@@ -117,26 +116,3 @@ def code_revision(root: Optional[str] = None) -> str:
     return f'{DISTRIBUTION} {importlib.metadata.version(DISTRIBUTION)}'
   except importlib.metadata.PackageNotFoundError:
     return 'unknown'
-
-
-def read_code_revisions(run_dir: str) -> list[str]:
-  """The revisions (`code_revision`) that made a run's kept rounds, in order
-  and without repeats; `[UNRECORDED]` for a run whose manifest predates them
-  (or that has no manifest).
-
-  Raises:
-    ValueError: The manifest is not JSON or its code record is malformed.
-  """
-  path = os.path.join(run_dir, MANIFEST_FILE)
-  if not os.path.isfile(path):
-    return [UNRECORDED]
-  with open(path) as f:
-    manifest = json.load(f)
-  code = manifest.get(MANIFEST_CODE_KEY) if isinstance(manifest, dict) else None
-  if code is None:
-    return [UNRECORDED]
-  if not isinstance(code, list) or not all(
-      isinstance(c, dict) and isinstance(c.get('revision'), str)
-      for c in code):
-    raise ValueError(f'{path} has a malformed {MANIFEST_CODE_KEY!r} record')
-  return list(dict.fromkeys(c['revision'] for c in code)) or [UNRECORDED]

@@ -48,6 +48,7 @@ import numpy as np
 import pandas as pd
 
 from experiment_driver import release_managers
+from experiment_driver import run_files
 from fl_common import run_layout
 from reproduce import analysis
 from reproduce import sweep
@@ -335,17 +336,17 @@ def run_experiment(experiment: Experiment, scale: str, root: str,
 
 def code_sentence(finished: Sequence[sweep.SweepPoint]) -> str:
   """Which code made the finished runs, from their manifests
-  (`run_layout.read_code_revisions`): each revision, or sequence of them
+  (`run_files.Manifest.revisions`): each revision, or sequence of them
   for a run resumed by other code, with its count of runs."""
   counts = collections.Counter(
-      ' then '.join(run_layout.read_code_revisions(p.run_dir))
+      ' then '.join(run_files.Manifest(p.run_dir).read().revisions())
       for p in finished)
   parts = [f'{revision} ({count} run{"" if count == 1 else "s"})'
            for revision, count in sorted(counts.items(),
                                          key=lambda kv: (-kv[1], kv[0]))]
   return (f'Code that made them (`{run_layout.MANIFEST_FILE}`): '
           + '; '.join(parts).replace(
-              run_layout.UNRECORDED,
+              run_files.UNRECORDED,
               'not recorded (made before runs recorded their code)') + '.')
 
 

@@ -178,13 +178,14 @@ def test_the_manifest_records_the_code_of_each_kept_stretch_of_rounds(
     tmp_path, monkeypatch):
   revision = run_layout.code_revision()
   _train(_run_dir(tmp_path), 4)
-  assert run_layout.read_code_revisions(str(tmp_path / 'run')) == [revision]
+  assert run_files.Manifest(str(tmp_path / 'run')).read().revisions() == [
+      revision]
   # Resumed at round 4 by other code: both are named, in order.
   monkeypatch.setattr(run_layout, 'code_revision', lambda: 'git other')
   run_dir = _run_dir(tmp_path)
   assert run_dir.load_latest_checkpoint(_STRUCTURE)[1] == 4
   _train(run_dir, 6, start=4)
-  assert run_layout.read_code_revisions(str(tmp_path / 'run')) == [
+  assert run_files.Manifest(str(tmp_path / 'run')).read().revisions() == [
       revision, 'git other']
   manifest = run_files.Manifest(str(tmp_path / 'run')).read()
   assert [c['from_round'] for c in manifest.code] == [0, 4]
@@ -194,6 +195,21 @@ def test_the_manifest_records_the_code_of_each_kept_stretch_of_rounds(
                            {'revision': 'git other', 'from_round': 2}]
   manifest.start_code(0)
   assert manifest.code == [{'revision': 'git other', 'from_round': 0}]
+
+
+def test_revisions_in_order_without_repeats(tmp_path):
+  manifest = run_files.Manifest(str(tmp_path))
+  assert manifest.read().revisions() == [run_files.UNRECORDED]  # no file
+  # A manifest written before runs recorded their code.
+  (tmp_path / run_files.MANIFEST_NAME).write_text(json.dumps(
+      {'format': run_files.FORMAT, 'hparams': {}, 'checkpoints': {}}))
+  assert manifest.read().revisions() == [run_files.UNRECORDED]
+  (tmp_path / run_files.MANIFEST_NAME).write_text(json.dumps(
+      {'format': run_files.FORMAT, 'hparams': {}, 'checkpoints': {},
+       'code': [{'revision': 'git a', 'from_round': 0},
+                {'revision': 'git b', 'from_round': 10},
+                {'revision': 'git a', 'from_round': 20}]}))
+  assert manifest.read().revisions() == ['git a', 'git b']
 
 
 def test_a_malformed_code_record_is_named(tmp_path):

@@ -96,21 +96,3 @@ def test_code_revision_names_the_commit_and_a_modified_checkout(tmp_path):
   run_layout.code_revision.cache_clear()
   assert not inner.startswith('git ')
   assert inner == 'unknown' or inner.startswith(run_layout.DISTRIBUTION + ' ')
-
-
-def test_read_code_revisions_in_order_without_repeats(tmp_path):
-  assert run_layout.read_code_revisions(str(tmp_path)) == [
-      run_layout.UNRECORDED]
-  manifest = tmp_path / run_layout.MANIFEST_FILE
-  manifest.write_text(json.dumps({'format': 1, 'hparams': {},
-                                  'checkpoints': {}}))
-  assert run_layout.read_code_revisions(str(tmp_path)) == [
-      run_layout.UNRECORDED]
-  manifest.write_text(json.dumps({'code': [
-      {'revision': 'git a', 'from_round': 0},
-      {'revision': 'git b', 'from_round': 10},
-      {'revision': 'git a', 'from_round': 20}]}))
-  assert run_layout.read_code_revisions(str(tmp_path)) == ['git a', 'git b']
-  manifest.write_text(json.dumps({'code': 'git a'}))
-  with pytest.raises(ValueError, match="malformed 'code' record"):
-    run_layout.read_code_revisions(str(tmp_path))

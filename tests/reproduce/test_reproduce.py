@@ -17,6 +17,7 @@ import pytest
 
 import reproduce
 from experiment_driver import measure_coefficients
+from experiment_driver import run_files
 from fl_common import run_layout
 from reproduce import __main__ as cli
 from reproduce import adabest_experiments
@@ -622,7 +623,8 @@ def test_write_report_puts_command_table_and_figures_in_readme(tmp_path,
   # The first run was resumed by other code; the second predates the record.
   with open(os.path.join(points[0].run_dir, run_layout.MANIFEST_FILE),
             'w') as f:
-    json.dump({'code': [{'revision': 'git aaa', 'from_round': 0},
+    json.dump({'format': run_files.FORMAT, 'hparams': {}, 'checkpoints': {},
+               'code': [{'revision': 'git aaa', 'from_round': 0},
                         {'revision': 'git bbb', 'from_round': 1}]}, f)
   path = core.write_report(experiment, 'smoke', root,
                            str(tmp_path / 'report'))
