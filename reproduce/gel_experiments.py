@@ -18,7 +18,8 @@ import io
 import os
 import subprocess
 import sys
-from typing import Optional
+from collections.abc import Mapping, Sequence
+from typing import Any, Optional
 
 import numpy as np
 import pandas as pd
@@ -582,6 +583,28 @@ def fig7_grids(scale: str) -> tuple[core.Grid, ...]:
       for task in _tasks(scale))
 
 
+def _fig6_rates_note(rows: Sequence[Mapping[str, Any]]) -> str:
+  """Whether `gel fig6` runs each base at this grid's best cell on the
+  validation clients (`FIG6_RATES`), from `analyze_fig7`'s rows."""
+  value = {(r[core.ROW], r[core.QUANTITY]): r[core.VALUE] for r in rows}
+  parts = []
+  for (task, base), (client, server) in FIG6_RATES.items():
+    best = tuple(value.get((f'task={task}', f'best_{rate}/{base}_budgeted'))
+                 for rate in (LR, analysis.SERVER_LEARNING_RATE))
+    if None in best:
+      continue
+    used = (float(client), float(server))
+    same = np.allclose(used, best, rtol=1e-3)
+    parts.append(
+        f'{base} on {task} at client rate {client}, server rate {server}:'
+        + (' this grid\'s best cell on the validation clients.' if same else
+           f' **not** this grid\'s best cell on the validation clients'
+           f' ({best[0]:g}, {best[1]:g}); `FIG6_RATES` needs updating.'))
+  return ('`gel fig6` runs ' + ' '.join(parts)) if parts else (
+      '`gel fig6`\'s rates (`FIG6_RATES`) are for tasks this grid did not'
+      ' run.')
+
+
 def analyze_fig7(frame: pd.DataFrame, output_dir: str) -> core.Analysis:
   """The best cell of each grid on the validation clients (with its test
   accuracy); GeL against its base on test, cell by cell."""
@@ -604,7 +627,7 @@ def analyze_fig7(frame: pd.DataFrame, output_dir: str) -> core.Analysis:
                    core.QUANTITY: f'{quantity}/{algorithm}',
                    core.VALUE: float(value), core.STD: np.nan,
                    core.NUM_RUNS: int(grid.notna().sum().sum())})
-  notes = []
+  notes = [_fig6_rates_note(rows)]
   grids = {(t, a): analysis.learning_rate_grid(p, accuracy_column=ACCURACY)
            for (t, a), p in frame.groupby([TASK, ALGORITHM], sort=False)}
   for (task, algorithm), gel in grids.items():
@@ -626,7 +649,7 @@ def analyze_fig7(frame: pd.DataFrame, output_dir: str) -> core.Analysis:
 # at the base's tuned (client, server) learning rates. The paper's are Table
 # 6's for FEMNIST (log10: FedAvgCM -3/2 and 0, FedYogi -3/2 and -2); the
 # local ones are the best cells of the baselines in `gel fig7 --scale=local`
-# (results/gel/fig7/: final test accuracy over a 4 x 5 grid).
+# on the validation clients (results/gel/fig7/, whose reading checks them).
 FIG6_RATES = {
     ('emnist', 'fedavgcm'): ('0.0316228', '1'),
     ('emnist', 'fedyogi'): ('0.0316228', '0.01'),

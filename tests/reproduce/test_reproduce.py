@@ -293,7 +293,7 @@ def test_gel_table5_picks_on_validation_the_fastest_rate_every_seed_reached(
   assert os.path.isfile(os.path.join(root, 'accuracy_vs_rounds.png'))
 
 
-def test_gel_fig7_picks_the_best_cell_on_validation(tmp_path):
+def test_gel_fig7_picks_the_best_cell_on_validation(tmp_path, monkeypatch):
   root = str(tmp_path)
   names = []
   # Validation prefers (client 0.01, server 1); test prefers (0.03, 3).
@@ -308,14 +308,28 @@ def test_gel_fig7_picks_the_best_cell_on_validation(tmp_path):
   frame = core.load_finished_runs([
       core.sweep.SweepPoint(n, {}, (), os.path.join(root, n), 20)
       for n in names])
-  table = gel_experiments.analyze_fig7(frame, root).table.set_index(
-      [core.ROW, core.QUANTITY])[core.VALUE]
+  result = gel_experiments.analyze_fig7(frame, root)
+  table = result.table.set_index([core.ROW, core.QUANTITY])[core.VALUE]
   assert table[('task=synthetic',
                 'best_client_learning_rate/fedavgcm_budgeted')] == 0.01
   assert table[('task=synthetic',
                 'best_server_learning_rate/fedavgcm_budgeted')] == 1
   assert table[('task=synthetic',
                 'test_accuracy_at_best/fedavgcm_budgeted')] == 0.5
+  # The reading says whether Figure 6 runs the base at that cell.
+  def fig6_note(rates):
+    monkeypatch.setattr(gel_experiments, 'FIG6_RATES', {
+        ('synthetic', 'fedavgcm'): rates, ('synthetic', 'fedyogi'): rates,
+        ('emnist', 'fedavgcm'): rates})
+    [note] = [n for n in gel_experiments.analyze_fig7(frame, root).notes
+              if n.startswith('`gel fig6`')]
+    return note
+  assert fig6_note(('0.01', '1')).endswith(
+      "server rate 1: this grid's best cell on the validation clients.")
+  note = fig6_note(('0.03', '3'))
+  assert note.endswith("**not** this grid's best cell on the validation"
+                       " clients (0.01, 1); `FIG6_RATES` needs updating.")
+  assert 'fedyogi' not in note  # no FedYogi runs in this grid
 
 
 def test_gel_fig6_compares_each_base_with_gel_at_its_rates(tmp_path):
