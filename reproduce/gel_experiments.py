@@ -653,7 +653,7 @@ def analyze_fig7(frame: pd.DataFrame, output_dir: str) -> core.Analysis:
 FIG6_RATES = {
     ('emnist', 'fedavgcm'): ('0.0316228', '1'),
     ('emnist', 'fedyogi'): ('0.0316228', '0.01'),
-    ('synthetic', 'fedavgcm'): ('0.01', '3'),
+    ('synthetic', 'fedavgcm'): ('0.03', '3'),
     ('synthetic', 'fedyogi'): ('0.03', '0.1'),
 }
 FIG6_BASES = ('fedavgcm', 'fedyogi')
@@ -1004,7 +1004,7 @@ EXPERIMENTS = (
         ' both FedAvgCM and FedYogi: higher accuracy within a fixed number of'
         ' rounds.',
         core.setting_fn(
-            fig6_grids, 3, LOCAL_SUBSTITUTES + ' Learning rates: the best'
+            fig6_grids, LOCAL_SEEDS, LOCAL_SUBSTITUTES + ' Learning rates: the best'
             ' cells of the baselines in `gel fig7 --scale=local` (the paper\'s'
             ' Table 6 is for FEMNIST).'), analyze_fig6,
         effects=fig6_effects),
