@@ -569,7 +569,7 @@ COST_FORMULAS = {'fedavg': (0, 0, 0), 'scaffold': (2, 4, 4),
 COST_ROUNDS = {'local': 60, 'paper': 100}
 COST_SUBSTITUTES = (
     'The digits MLP over 100 IID clients, 10 per round, stands in for'
-    ' CIFAR-100; 60 rounds, 2 partition seeds, one run at a time. The paper'
+    ' CIFAR-100; 60 rounds, 5 partition seeds, one run at a time. The paper'
     ' counts operations; the package measures each round\'s wall time'
     ' (`round_time_sec`, median over rounds after the first 5), which also'
     ' holds what the formulas leave out (the client-state store, the'
@@ -748,7 +748,7 @@ def beta_effects(scale: str) -> tuple[verdicts.Effect, ...]:
                   {M: '5', BETA: '1'}, 1),)
 
 
-def _simple_setting(grids_fn, substitutes, local_seeds=2):
+def _simple_setting(grids_fn, substitutes, local_seeds=5):
   return core.setting_fn(grids_fn, local_seeds=local_seeds,
                          substitutes=substitutes)
 

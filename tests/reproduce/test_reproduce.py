@@ -1099,7 +1099,7 @@ def test_adabest_seeds_vary_the_partition_the_initialization_and_sampling(
                  if a.startswith('--') and '=' in a)
     assert flags['seed'] == flags['partition_seed']
     seeds.add(flags['seed'])
-  assert seeds == {'0', '1'}
+  assert seeds == {'0', '1', '2', '3', '4'}
 
 
 def test_lr_scaling_reads_the_servers_step_after_the_warmup(tmp_path):
