@@ -35,6 +35,8 @@ TASK = 'task'
 LR = analysis.CLIENT_LEARNING_RATE
 TARGET = 'target_accuracy'
 ACCURACY = analysis.TEST_ACCURACY
+TEST_LOSS = 'test/loss'
+PAIRWISE_COSINE = 'mean_pairwise_cosine'
 VALIDATION = analysis.VALIDATION_ACCURACY
 # The tuning grids (Table 5, Figure 7) hold out this fraction of Synthetic's
 # training clients as validation clients and choose on them, never on test.
@@ -630,11 +632,30 @@ def analyze_fig7(frame: pd.DataFrame, output_dir: str) -> core.Analysis:
   notes = [_fig6_rates_note(rows)]
   grids = {(t, a): analysis.learning_rate_grid(p, accuracy_column=ACCURACY)
            for (t, a), p in frame.groupby([TASK, ALGORITHM], sort=False)}
+  validation_grids = {
+      (t, a): analysis.learning_rate_grid(p, accuracy_column=VALIDATION)
+      for (t, a), p in frame.groupby([TASK, ALGORITHM], sort=False)}
   for (task, algorithm), gel in grids.items():
     base = grids.get((task, algorithm.replace('_gel', '_budgeted')))
     if not algorithm.endswith('_gel') or base is None:
       continue
     difference = (gel - base).stack().dropna()
+    if len(difference) >= 2:
+      # The paper: GeL gains most at poorly tuned rates. Split the cells at
+      # the median of the base's validation accuracy (tuning reads
+      # validation, never test).
+      tuned = validation_grids[(task, algorithm.replace('_gel', '_budgeted'))]
+      base_accuracy = tuned.stack().reindex(difference.index)
+      weak = base_accuracy <= base_accuracy.median()
+      notes.append(
+          f'task={task} {algorithm}: GeL\'s gain in final test accuracy is'
+          f' {difference[weak].mean():+.3f} on average in the'
+          f' {int(weak.sum())} cells where {algorithm.replace("_gel", "")} is'
+          f' least well tuned (final validation accuracy at or below its'
+          f' median {base_accuracy.median():.3f}) and'
+          f' {difference[~weak].mean():+.3f} in the other'
+          f' {int((~weak).sum())}; at its best cell on validation'
+          f' {difference.loc[base_accuracy.idxmax()]:+.3f}.')
     if len(difference):
       notes.append(
           f'task={task} {algorithm} vs {algorithm.replace("_gel", "")}: GeL'
@@ -672,6 +693,41 @@ def fig6_grids(scale: str) -> tuple[core.Grid, ...]:
           1000 if task == 'emnist' else _rounds(task, scale),
           axes=(sweep.Axis(ALGORITHM, (f'{base}_budgeted', f'{base}_gel')),)))
   return tuple(grids)
+
+
+def _guessed_steps_reading(frame: pd.DataFrame, base: str, below: bool,
+                           client_rate: str) -> str:
+  """What the guessed steps do to the round, from the logged columns (mean
+  over rounds and seeds): the averaged client update's length
+  (`update_norm`), how aligned the clients' updates are
+  (`mean_pairwise_cosine`) and the test loss; and, when GeL ends below its
+  base, why that reads as overshoot."""
+  columns = (analysis.UPDATE_NORM, PAIRWISE_COSINE, TEST_LOSS)
+  if any(c not in frame for c in columns):
+    return ''
+  mean = frame.groupby(ALGORITHM)[list(columns)].mean()
+  with_gel, without = f'{base}_gel', f'{base}_budgeted'
+  if with_gel not in mean.index or without not in mean.index:
+    return ''
+  (norm_b, cos_b, loss_b), (norm_g, cos_g, loss_g) = (
+      mean.loc[without].to_numpy(float), mean.loc[with_gel].to_numpy(float))
+  text = (f' The guessed steps lengthen the averaged client update'
+          f' {norm_g / norm_b:.2g}x (`{analysis.UPDATE_NORM}` {norm_b:.3g} ->'
+          f' {norm_g:.3g}, mean over rounds and seeds) while the clients\''
+          f' updates stay as unaligned (`{PAIRWISE_COSINE}` {cos_b:.3g} ->'
+          f' {cos_g:.3g}); test loss {loss_b:.3g} -> {loss_g:.3g}.')
+  if below and cos_g <= 1.1 * cos_b and norm_g > norm_b:
+    largest = float(client_rate) >= max(map(float, FIG7_CLIENT_RATES))
+    text += (
+        ' So the extra length is each client\'s own drift, not a shared'
+        ' direction, and at this rate'
+        + (' (the largest client rate of `gel fig7`\'s grid, where its'
+           ' validation accuracy peaks)' if largest else '')
+        + ' the base\'s steps are already long: the guessed steps overshoot,'
+        ' which is how GeL ends below its base here. `gel fig7`\'s reading'
+        ' splits GeL\'s gain by how well its base is tuned (the paper\'s'
+        ' Figure 7: most at poorly tuned rates).')
+  return text
 
 
 def analyze_fig6(frame: pd.DataFrame, output_dir: str) -> core.Analysis:
@@ -715,7 +771,9 @@ def analyze_fig6(frame: pd.DataFrame, output_dir: str) -> core.Analysis:
           f' final accuracy {acc_base:.3f} without GeL, {acc_gel:.3f} with'
           f' ({100 * (acc_gel - acc_base):+.1f} points); rounds to the target'
           f' {reached(r_base)} ({n_base} of {n} seeds reached it) without,'
-          f' {reached(r_gel)} ({n_gel}) with.')
+          f' {reached(r_gel)} ({n_gel}) with.'
+          + _guessed_steps_reading(frame[frame[TASK] == task], base,
+                                   acc_gel < acc_base, client))
   figure = _curves(frame, output_dir, 'accuracy_vs_rounds.png',
                    by=[TASK, ALGORITHM],
                    title='FedAvgCM and FedYogi, with and without GeL, at tuned'

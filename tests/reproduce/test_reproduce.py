@@ -367,6 +367,57 @@ def test_gel_fig6_compares_each_base_with_gel_at_its_rates(tmp_path):
   assert os.path.isfile(os.path.join(root, 'accuracy_vs_rounds.png'))
 
 
+def test_gel_fig6_reads_the_guessed_steps_from_the_logged_columns():
+  def frame(gel_cosine):
+    return pd.DataFrame({
+        'task': ['synthetic'] * 4,
+        'algorithm': ['fedavgcm_budgeted', 'fedavgcm_budgeted',
+                      'fedavgcm_gel', 'fedavgcm_gel'],
+        'update_norm': [0.1, 0.3, 0.4, 0.4],
+        'mean_pairwise_cosine': [0.01, 0.01, gel_cosine, gel_cosine],
+        'test/loss': [0.4, 0.4, 0.6, 0.6]})
+  reading = gel_experiments._guessed_steps_reading
+  text = reading(frame(0.01), 'fedavgcm', True, '0.03')
+  assert text.startswith(' The guessed steps lengthen the averaged client'
+                         ' update 2x (`update_norm` 0.2 -> 0.4')
+  assert '(`mean_pairwise_cosine` 0.01 -> 0.01); test loss 0.4 -> 0.6.' in text
+  assert 'overshoot' in text and 'the largest client rate' in text
+  assert 'the largest client rate' not in reading(frame(0.01), 'fedavgcm',
+                                                  True, '0.01')
+  # GeL above its base, or updates better aligned: no overshoot is read.
+  assert 'overshoot' not in reading(frame(0.01), 'fedavgcm', False, '0.03')
+  assert 'overshoot' not in reading(frame(0.05), 'fedavgcm', True, '0.03')
+  assert reading(frame(0.01).drop(columns='test/loss'), 'fedavgcm', True,
+                 '0.03') == ''
+  assert reading(frame(0.01), 'fedyogi', True, '0.03') == ''
+
+
+def test_gel_fig7_splits_the_gain_by_how_well_the_base_is_tuned(tmp_path):
+  root = str(tmp_path)
+  names = []
+  # (client, server): base validation and test; GeL gains +0.1 in the two
+  # cells the base is least tuned in (validation), -0.05 in the others.
+  for client, server, validation, test, gain in (
+      ('0.01', '1', 0.9, 0.8, -0.05), ('0.03', '3', 0.8, 0.9, -0.05),
+      ('0.01', '3', 0.5, 0.5, 0.1), ('0.03', '1', 0.6, 0.6, 0.1)):
+    for algorithm, accuracy in (('fedavgcm_budgeted', test),
+                                ('fedavgcm_gel', test + gain)):
+      names.append(f'{algorithm}_{client}_{server}')
+      _gel_run(root, names[-1], algorithm, client, 0, {20: accuracy},
+               validation_by_round={20: validation},
+               server_learning_rate=server)
+  frame = core.load_finished_runs([
+      core.sweep.SweepPoint(n, {}, (), os.path.join(root, n), 20)
+      for n in names])
+  [note] = [n for n in gel_experiments.analyze_fig7(frame, root).notes
+            if 'least well tuned' in n]
+  assert note == (
+      "task=synthetic fedavgcm_gel: GeL's gain in final test accuracy is"
+      ' +0.100 on average in the 2 cells where fedavgcm is least well tuned'
+      ' (final validation accuracy at or below its median 0.700) and -0.050'
+      ' in the other 2; at its best cell on validation -0.050.')
+
+
 def test_gel_table2_reads_fedprox_beside_table1s_fedavgcm(tmp_path):
   root = str(tmp_path)
   names = []
