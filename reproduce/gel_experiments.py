@@ -723,8 +723,9 @@ def _guessed_steps_reading(frame: pd.DataFrame, base: str, below: bool,
         ' direction, and at this rate'
         + (' (the largest client rate of `gel fig7`\'s grid, where its'
            ' validation accuracy peaks)' if largest else '')
-        + ' the base\'s steps are already long: the guessed steps overshoot,'
-        ' which is how GeL ends below its base here. `gel fig7`\'s reading'
+        + ' the base\'s steps are already long: the longer steps read as'
+        ' overshoot, which is how GeL ends below its base here. `gel fig7`\'s'
+        ' reading'
         ' splits GeL\'s gain by how well its base is tuned (the paper\'s'
         ' Figure 7: most at poorly tuned rates).')
   return text
