@@ -293,21 +293,29 @@ def test_gel_table5_picks_on_validation_the_fastest_rate_every_seed_reached(
   assert os.path.isfile(os.path.join(root, 'accuracy_vs_rounds.png'))
 
 
-def test_gel_fig7_picks_the_best_cell_on_validation(tmp_path, monkeypatch):
-  root = str(tmp_path)
+def _fig7_grid(root, cells):
+  """FedAvgCM with and without GeL over (client, server) rate cells, each
+  `(client, server, validation, test, gain)`: the base's final validation
+  and test accuracy, and GeL's test accuracy above the base's."""
   names = []
-  # Validation prefers (client 0.01, server 1); test prefers (0.03, 3).
-  for client, server, validation, test in (
-      ('0.01', '1', 0.9, 0.5), ('0.03', '3', 0.6, 0.95),
-      ('0.01', '3', 0.7, 0.7), ('0.03', '1', 0.65, 0.6)):
-    for algorithm in ('fedavgcm_budgeted', 'fedavgcm_gel'):
+  for client, server, validation, test, gain in cells:
+    for algorithm, accuracy in (('fedavgcm_budgeted', test),
+                                ('fedavgcm_gel', test + gain)):
       names.append(f'{algorithm}_{client}_{server}')
-      _gel_run(root, names[-1], algorithm, client, 0, {20: test},
+      _gel_run(root, names[-1], algorithm, client, 0, {20: accuracy},
                validation_by_round={20: validation},
                server_learning_rate=server)
-  frame = core.load_finished_runs([
+  return core.load_finished_runs([
       core.sweep.SweepPoint(n, {}, (), os.path.join(root, n), 20)
       for n in names])
+
+
+def test_gel_fig7_picks_the_best_cell_on_validation(tmp_path, monkeypatch):
+  root = str(tmp_path)
+  # Validation prefers (client 0.01, server 1); test prefers (0.03, 3).
+  frame = _fig7_grid(root, (
+      ('0.01', '1', 0.9, 0.5, 0), ('0.03', '3', 0.6, 0.95, 0),
+      ('0.01', '3', 0.7, 0.7, 0), ('0.03', '1', 0.65, 0.6, 0)))
   result = gel_experiments.analyze_fig7(frame, root)
   table = result.table.set_index([core.ROW, core.QUANTITY])[core.VALUE]
   assert table[('task=synthetic',
@@ -394,21 +402,11 @@ def test_gel_fig6_reads_the_guessed_steps_from_the_logged_columns():
 
 def test_gel_fig7_splits_the_gain_by_how_well_the_base_is_tuned(tmp_path):
   root = str(tmp_path)
-  names = []
   # (client, server): base validation and test; GeL gains +0.1 in the two
   # cells the base is least tuned in (validation), -0.05 in the others.
-  for client, server, validation, test, gain in (
+  frame = _fig7_grid(root, (
       ('0.01', '1', 0.9, 0.8, -0.05), ('0.03', '3', 0.8, 0.9, -0.05),
-      ('0.01', '3', 0.5, 0.5, 0.1), ('0.03', '1', 0.6, 0.6, 0.1)):
-    for algorithm, accuracy in (('fedavgcm_budgeted', test),
-                                ('fedavgcm_gel', test + gain)):
-      names.append(f'{algorithm}_{client}_{server}')
-      _gel_run(root, names[-1], algorithm, client, 0, {20: accuracy},
-               validation_by_round={20: validation},
-               server_learning_rate=server)
-  frame = core.load_finished_runs([
-      core.sweep.SweepPoint(n, {}, (), os.path.join(root, n), 20)
-      for n in names])
+      ('0.01', '3', 0.5, 0.5, 0.1), ('0.03', '1', 0.6, 0.6, 0.1)))
   [note] = [n for n in gel_experiments.analyze_fig7(frame, root).notes
             if 'least well tuned' in n]
   assert note == (
