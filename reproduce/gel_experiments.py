@@ -18,8 +18,8 @@ import io
 import os
 import subprocess
 import sys
-from collections.abc import Mapping, Sequence
-from typing import Any, Optional
+from collections.abc import Mapping
+from typing import Optional
 
 import numpy as np
 import pandas as pd
@@ -585,18 +585,17 @@ def fig7_grids(scale: str) -> tuple[core.Grid, ...]:
       for task in _tasks(scale))
 
 
-def _fig6_rates_note(rows: Sequence[Mapping[str, Any]]) -> str:
+def _fig6_rates_note(
+    best_cells: Mapping[tuple[str, str], tuple[float, float]]) -> str:
   """Whether `gel fig6` runs each base at this grid's best cell on the
-  validation clients (`FIG6_RATES`), from `analyze_fig7`'s rows."""
-  value = {(r[core.ROW], r[core.QUANTITY]): r[core.VALUE] for r in rows}
+  validation clients (`FIG6_RATES`); `best_cells` maps (task, algorithm) to
+  that cell's (client, server) rates."""
   parts = []
   for (task, base), (client, server) in FIG6_RATES.items():
-    best = tuple(value.get((f'task={task}', f'best_{rate}/{base}_budgeted'))
-                 for rate in (LR, analysis.SERVER_LEARNING_RATE))
-    if None in best:
+    best = best_cells.get((task, f'{base}_budgeted'))
+    if best is None:
       continue
-    used = (float(client), float(server))
-    same = np.allclose(used, best, rtol=1e-3)
+    same = np.allclose((float(client), float(server)), best, rtol=1e-3)
     parts.append(
         f'{base} on {task} at client rate {client}, server rate {server}:'
         + (' this grid\'s best cell on the validation clients.' if same else
@@ -611,15 +610,19 @@ def analyze_fig7(frame: pd.DataFrame, output_dir: str) -> core.Analysis:
   """The best cell of each grid on the validation clients (with its test
   accuracy); GeL against its base on test, cell by cell."""
   rows, figures = [], []
+  test_grids, validation_grids, best_cells = {}, {}, {}
   for (task, algorithm), part in frame.groupby([TASK, ALGORITHM], sort=False):
     grid = analysis.learning_rate_grid(part, accuracy_column=VALIDATION)
     test_grid = analysis.learning_rate_grid(part, accuracy_column=ACCURACY)
+    validation_grids[task, algorithm] = grid
+    test_grids[task, algorithm] = test_grid
     name = f'lr_grid_{task}_{algorithm}.png'
     plots.plot_learning_rate_grid(part, os.path.join(output_dir, name),
                                   accuracy_column=ACCURACY,
                                   title=f'{algorithm}: final test accuracy')
     figures.append(name)
     client, server, best = analysis.best_learning_rates(grid)
+    best_cells[task, algorithm] = (float(client), float(server))
     for quantity, value in (('best_final_validation_accuracy', best),
                             ('test_accuracy_at_best',
                              test_grid.loc[client, server]),
@@ -629,14 +632,10 @@ def analyze_fig7(frame: pd.DataFrame, output_dir: str) -> core.Analysis:
                    core.QUANTITY: f'{quantity}/{algorithm}',
                    core.VALUE: float(value), core.STD: np.nan,
                    core.NUM_RUNS: int(grid.notna().sum().sum())})
-  notes = [_fig6_rates_note(rows)]
-  grids = {(t, a): analysis.learning_rate_grid(p, accuracy_column=ACCURACY)
-           for (t, a), p in frame.groupby([TASK, ALGORITHM], sort=False)}
-  validation_grids = {
-      (t, a): analysis.learning_rate_grid(p, accuracy_column=VALIDATION)
-      for (t, a), p in frame.groupby([TASK, ALGORITHM], sort=False)}
-  for (task, algorithm), gel in grids.items():
-    base = grids.get((task, algorithm.replace('_gel', '_budgeted')))
+  notes = [_fig6_rates_note(best_cells)]
+  for (task, algorithm), gel in test_grids.items():
+    base_name = algorithm.replace('_gel', '_budgeted')
+    base = test_grids.get((task, base_name))
     if not algorithm.endswith('_gel') or base is None:
       continue
     difference = (gel - base).stack().dropna()
@@ -644,8 +643,8 @@ def analyze_fig7(frame: pd.DataFrame, output_dir: str) -> core.Analysis:
       # The paper: GeL gains most at poorly tuned rates. Split the cells at
       # the median of the base's validation accuracy (tuning reads
       # validation, never test).
-      tuned = validation_grids[(task, algorithm.replace('_gel', '_budgeted'))]
-      base_accuracy = tuned.stack().reindex(difference.index)
+      base_accuracy = validation_grids[task, base_name].stack().reindex(
+          difference.index)
       weak = base_accuracy <= base_accuracy.median()
       notes.append(
           f'task={task} {algorithm}: GeL\'s gain in final test accuracy is'
@@ -725,9 +724,8 @@ def _guessed_steps_reading(frame: pd.DataFrame, base: str, below: bool,
            ' validation accuracy peaks)' if largest else '')
         + ' the base\'s steps are already long: the longer steps read as'
         ' overshoot, which is how GeL ends below its base here. `gel fig7`\'s'
-        ' reading'
-        ' splits GeL\'s gain by how well its base is tuned (the paper\'s'
-        ' Figure 7: most at poorly tuned rates).')
+        ' reading splits GeL\'s gain by how well its base is tuned (the'
+        ' paper\'s Figure 7: most at poorly tuned rates).')
   return text
 
 
@@ -1063,9 +1061,9 @@ EXPERIMENTS = (
         ' both FedAvgCM and FedYogi: higher accuracy within a fixed number of'
         ' rounds.',
         core.setting_fn(
-            fig6_grids, LOCAL_SEEDS, LOCAL_SUBSTITUTES + ' Learning rates: the best'
-            ' cells of the baselines in `gel fig7 --scale=local` (the paper\'s'
-            ' Table 6 is for FEMNIST).'), analyze_fig6,
+            fig6_grids, LOCAL_SEEDS, LOCAL_SUBSTITUTES + ' Learning rates:'
+            ' the best cells of the baselines in `gel fig7 --scale=local` (the'
+            ' paper\'s Table 6 is for FEMNIST).'), analyze_fig6,
         effects=fig6_effects),
     core.Experiment(
         'gel', 'fig7', 'Figure 7 (learning-rate grids, FedAvgCM and FedYogi)',
