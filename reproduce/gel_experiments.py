@@ -677,6 +677,17 @@ FIG6_RATES = {
     ('synthetic', 'fedyogi'): ('0.03', '0.1'),
 }
 FIG6_BASES = ('fedavgcm', 'fedyogi')
+# The control arm (ours, not the paper's): each base, with and without GeL,
+# also at its tuned client rate divided by this, at the same server rate. The
+# guessed steps lengthen each client's step; where the tuned step is already
+# long that reads as overshoot, and overshoot predicts that GeL gains more at
+# the shorter step. The reading tests that prediction on paired seeds.
+FIG6_CONTROL_DIVISOR = 3
+
+
+def fig6_control_rate(client: str) -> str:
+  """The control arm's client rate for a tuned `client` rate."""
+  return f'{float(client) / FIG6_CONTROL_DIVISOR:.3g}'
 
 
 def fig6_grids(scale: str) -> tuple[core.Grid, ...]:
@@ -687,11 +698,54 @@ def fig6_grids(scale: str) -> tuple[core.Grid, ...]:
       client, server = FIG6_RATES[task, base]
       grids.append(core.Grid(
           f'fig6_{task}_{base}',
-          _flags(task, scale, **{LR: client,
-                                 analysis.SERVER_LEARNING_RATE: server}),
+          _flags(task, scale, **{analysis.SERVER_LEARNING_RATE: server}),
           1000 if task == 'emnist' else _rounds(task, scale),
-          axes=(sweep.Axis(ALGORITHM, (f'{base}_budgeted', f'{base}_gel')),)))
+          axes=(sweep.Axis(ALGORITHM, (f'{base}_budgeted', f'{base}_gel')),
+                sweep.Axis(LR, (client, fig6_control_rate(client))))))
   return tuple(grids)
+
+
+def _at_tuned_rate(frame: pd.DataFrame) -> pd.Series:
+  """Whether each row's run is at its base's `FIG6_RATES` client rate (else:
+  the control arm)."""
+  tuned = {key: float(client) for key, (client, _) in FIG6_RATES.items()}
+  base = frame[ALGORITHM].str.replace(r'_(budgeted|gel)$', '', regex=True)
+  rate = np.array([tuned.get(key, np.nan) for key in zip(frame[TASK], base)])
+  return pd.Series(np.isclose(frame[LR].astype(float), rate, rtol=1e-3),
+                   index=frame.index)
+
+
+def _control_reading(frame: pd.DataFrame, task: str, base: str) -> str:
+  """The control arm's test of the overshoot reading: GeL's gain in final
+  test accuracy at a third of the tuned client rate, and how much it exceeds
+  the gain at the tuned rate (paired seeds, Student-t interval)."""
+  client, server = FIG6_RATES[task, base]
+  control = fig6_control_rate(client)
+  final = verdicts.final(ACCURACY, 'final test accuracy')
+
+  def gains(rate):
+    gel, without = (verdicts.per_seed(
+        frame, {TASK: task, ALGORITHM: f'{base}_{kind}', LR: rate}, final,
+        'seed') for kind in ('gel', 'budgeted'))
+    return {k: gel[k] - without[k] for k in gel.keys() & without.keys()
+            if np.isfinite(gel[k] - without[k])}
+  at_tuned, at_control = gains(client), gains(control)
+  seeds = sorted(at_tuned.keys() & at_control.keys())
+  if len(seeds) < verdicts.MIN_PAIRS:
+    return ''
+  gain = verdicts.interval(np.array([at_control[k] for k in seeds]))
+  more = verdicts.interval(np.array([at_control[k] - at_tuned[k]
+                                     for k in seeds]))
+  text = (f' Control arm (ours): at a third of the client rate ({control},'
+          f' server rate {server}) GeL - {base} final test accuracy is'
+          f' {gain[0]:+.4f} [{gain[1]:+.4f}, {gain[2]:+.4f}], that is'
+          f' {more[0]:+.4f} [{more[1]:+.4f}, {more[2]:+.4f}] above its gain at'
+          f' the tuned rate ({len(seeds)} paired seeds, 95 % CI): ')
+  if more[1] > 0:
+    return text + ("GeL gains more where the base's step is shorter, as"
+                   ' overshoot predicts.')
+  return text + ('the interval does not exclude 0 in that direction, so the'
+                 ' control does not bear overshoot out.')
 
 
 def _guessed_steps_reading(frame: pd.DataFrame, base: str, below: bool,
@@ -730,6 +784,22 @@ def _guessed_steps_reading(frame: pd.DataFrame, base: str, below: bool,
 
 
 def analyze_fig6(frame: pd.DataFrame, output_dir: str) -> core.Analysis:
+  """Each base with and without GeL at its tuned rates (the paper's figure),
+  and the control arm at a third of the client rate (`_control_reading`)."""
+  whole = frame
+  tuned = _at_tuned_rate(frame)
+  frame = frame[tuned]
+  control_rows = []
+  if (~tuned).any():
+    control = per_run_targets(whole[~tuned], [ALGORITHM, TASK, 'seed'])
+    final_control = whole[~tuned & whole[ACCURACY].notna()].groupby(
+        analysis.RUN)[ACCURACY].last()
+    control['final_accuracy'] = control[analysis.RUN].map(final_control)
+    control = core.over_seeds(control, [TASK, ALGORITHM], ['final_accuracy'])
+    control[core.ROW] = [f'task={t}' for t in control[TASK]]
+    control[core.QUANTITY] = [f'final_accuracy_at_a_third_of_the_rate/{a}'
+                              for a in control[ALGORITHM]]
+    control_rows = [control]
   per_run = per_run_targets(frame, [ALGORITHM, TASK, 'seed'])
   final = frame[frame[ACCURACY].notna()].groupby(analysis.RUN)[ACCURACY].last()
   per_run['final_accuracy'] = per_run[analysis.RUN].map(final)
@@ -772,14 +842,17 @@ def analyze_fig6(frame: pd.DataFrame, output_dir: str) -> core.Analysis:
           f' {reached(r_base)} ({n_base} of {n} seeds reached it) without,'
           f' {reached(r_gel)} ({n_gel}) with.'
           + _guessed_steps_reading(frame[frame[TASK] == task], base,
-                                   acc_gel < acc_base, client))
-  figure = _curves(frame, output_dir, 'accuracy_vs_rounds.png',
-                   by=[TASK, ALGORITHM],
+                                   acc_gel < acc_base, client)
+          + _control_reading(whole, task, base))
+  figure = _curves(whole, output_dir, 'accuracy_vs_rounds.png',
+                   by=[TASK, ALGORITHM, LR],
                    title='FedAvgCM and FedYogi, with and without GeL, at tuned'
-                   ' rates')
+                   ' client rates and a third of them')
   columns = [core.ROW, core.QUANTITY, core.VALUE, core.STD, core.NUM_RUNS]
-  return core.Analysis(pd.concat([table[columns], pd.DataFrame(rates)],
-                                 ignore_index=True), [figure], notes)
+  return core.Analysis(
+      pd.concat([table[columns], pd.DataFrame(rates)]
+                + [c[columns] for c in control_rows], ignore_index=True),
+      [figure], notes)
 
 
 # Table 5 (Appendix E.2): the client learning rate tuned for FedAvg and
@@ -973,8 +1046,9 @@ def fig6_effects(scale: str) -> tuple[verdicts.Effect, ...]:
   return tuple(verdicts.Effect(
       f'GeL ends above {base} at its tuned rates ({task})',
       verdicts.final(ACCURACY, 'final test accuracy'),
-      {TASK: task, ALGORITHM: f'{base}_gel'},
-      {TASK: task, ALGORITHM: f'{base}_budgeted'}, 1) for base in FIG6_BASES)
+      {TASK: task, ALGORITHM: f'{base}_gel', LR: FIG6_RATES[task, base][0]},
+      {TASK: task, ALGORITHM: f'{base}_budgeted',
+       LR: FIG6_RATES[task, base][0]}, 1) for base in FIG6_BASES)
 
 
 def fig8_effects(scale: str) -> tuple[verdicts.Effect, ...]:
@@ -1062,8 +1136,12 @@ EXPERIMENTS = (
         ' rounds.',
         core.setting_fn(
             fig6_grids, LOCAL_SEEDS, LOCAL_SUBSTITUTES + ' Learning rates:'
-            ' the best cells of the baselines in `gel fig7 --scale=local` (the'
-            ' paper\'s Table 6 is for FEMNIST).'), analyze_fig6,
+            ' the best cells of the baselines in `gel fig7 --scale=local` on'
+            ' its validation clients (the paper\'s Table 6 is for FEMNIST).'
+            ' A control arm, not in the paper, runs each base with and'
+            ' without GeL at a third of its tuned client rate: it tests the'
+            ' reading of GeL ending below its base as overshoot.'),
+        analyze_fig6,
         effects=fig6_effects),
     core.Experiment(
         'gel', 'fig7', 'Figure 7 (learning-rate grids, FedAvgCM and FedYogi)',

@@ -284,6 +284,16 @@ def assess(frame: pd.DataFrame, effect) -> Assessment:
   return verdict_of_differences(effect, diffs)
 
 
+def interval(diffs: np.ndarray) -> tuple[float, float, float]:
+  """`(mean, low, high)`: the paired differences' mean and its Student-t
+  interval at `CONFIDENCE` (at least 2 differences)."""
+  n = len(diffs)
+  mean = float(np.mean(diffs))
+  half = float(stats.t.ppf(0.5 + CONFIDENCE / 2, n - 1)
+               * np.std(diffs, ddof=1) / math.sqrt(n))
+  return mean, mean - half, mean + half
+
+
 def verdict_of_differences(effect: Effect, diffs: np.ndarray) -> Assessment:
   """The verdict rules (module docstring) on paired differences."""
   n = len(diffs)
@@ -292,10 +302,7 @@ def verdict_of_differences(effect: Effect, diffs: np.ndarray) -> Assessment:
                       math.nan, math.nan, NOT_TESTABLE,
                       f'{n} paired seed{"s" if n != 1 else ""}: no'
                       ' confidence interval')
-  mean = float(diffs.mean())
-  half = float(stats.t.ppf(0.5 + CONFIDENCE / 2, n - 1)
-               * diffs.std(ddof=1) / math.sqrt(n))
-  low, high = mean - half, mean + half
+  mean, low, high = interval(diffs)
   signed_low, signed_high = sorted((effect.direction * low,
                                     effect.direction * high))
   signed_mean = effect.direction * mean

@@ -345,9 +345,9 @@ def test_gel_fig6_compares_each_base_with_gel_at_its_rates(tmp_path):
   names = []
   # FedAvgCM reaches 0.85 at rounds 10 and 14, ends at 0.86; with GeL at 6
   # and 8, ends at 0.88. FedYogi: GeL reaches it, the baseline never.
-  runs = (('fedavgcm_budgeted', '0.01', '3', ({10: 0.85, 20: 0.86},
+  runs = (('fedavgcm_budgeted', '0.03', '3', ({10: 0.85, 20: 0.86},
                                              {14: 0.86, 20: 0.86})),
-          ('fedavgcm_gel', '0.01', '3', ({6: 0.85, 20: 0.88},
+          ('fedavgcm_gel', '0.03', '3', ({6: 0.85, 20: 0.88},
                                         {8: 0.85, 20: 0.88})),
           ('fedyogi_budgeted', '0.03', '0.1', ({20: 0.8}, {20: 0.82})),
           ('fedyogi_gel', '0.03', '0.1', ({12: 0.9, 20: 0.9},
@@ -368,11 +368,53 @@ def test_gel_fig6_compares_each_base_with_gel_at_its_rates(tmp_path):
   assert math.isnan(value('rounds_to_target/fedyogi_budgeted'))
   assert value('final_accuracy/fedyogi_budgeted') == pytest.approx(0.81)
   assert value('server_learning_rate/fedyogi_budgeted') == 0.1
-  assert value('client_learning_rate/fedavgcm_budgeted') == 0.01
+  assert value('client_learning_rate/fedavgcm_budgeted') == 0.03
   assert any('fedavgcm' in n and '+2.0 points' in n for n in result.notes)
+  # No control arm ran: no control rows, no control reading.
+  assert not any('a_third' in q for _, q in table.index)
+  assert not any('Control arm' in n for n in result.notes)
   assert any('fedyogi' in n and 'not reached (0 of 2 seeds reached it)' in n
              for n in result.notes)
   assert os.path.isfile(os.path.join(root, 'accuracy_vs_rounds.png'))
+
+
+def test_gel_fig6_control_arm_tests_overshoot_on_paired_seeds(tmp_path):
+  root = str(tmp_path)
+  assert gel_experiments.fig6_control_rate('0.03') == '0.01'
+
+  def analyze(control_gains):
+    # FedAvgCM at its tuned client rate (0.03): GeL gains +0.02 on both
+    # seeds; at a third of it (0.01), `control_gains`.
+    names = []
+    for rate, gains in (('0.03', (0.02, 0.02)), ('0.01', control_gains)):
+      for seed, gain in enumerate(gains):
+        for algorithm, accuracy in (('fedavgcm_budgeted', 0.8),
+                                    ('fedavgcm_gel', 0.8 + gain)):
+          names.append(f'{algorithm}_{rate}_{seed}')
+          _gel_run(str(tmp_path / str(control_gains)), names[-1], algorithm,
+                   rate, seed, {20: accuracy}, server_learning_rate='3')
+    frame = core.load_finished_runs([
+        core.sweep.SweepPoint(n, {}, (), os.path.join(
+            str(tmp_path / str(control_gains)), n), 20) for n in names])
+    return gel_experiments.analyze_fig6(frame, root)
+
+  result = analyze((0.05, 0.051))
+  table = result.table.set_index([core.ROW, core.QUANTITY])[core.VALUE]
+  # The paper's figure reads the tuned runs only; the control has its rows.
+  assert table[('task=synthetic', 'final_accuracy/fedavgcm_gel')] == (
+      pytest.approx(0.82))
+  assert table[('task=synthetic', 'final_accuracy_at_a_third_of_the_rate/'
+                'fedavgcm_gel')] == pytest.approx(0.8505)
+  [note] = [n for n in result.notes if 'Control arm' in n]
+  assert ("GeL - fedavgcm final test accuracy is +0.0505 [+0.0441, +0.0569],"
+          ' that is +0.0305 [+0.0241, +0.0369] above its gain at the tuned'
+          ' rate (2 paired seeds, 95 % CI): GeL gains more' in note)
+  # A control gain no larger than the tuned one does not bear overshoot out.
+  [note] = [n for n in analyze((0.0, 0.04)).notes if 'Control arm' in n]
+  assert note.endswith('so the control does not bear overshoot out.')
+  # The paper's effect pairs the tuned runs only.
+  effects = gel_experiments.fig6_effects('local')
+  assert all(e.treatment['client_learning_rate'] == '0.03' for e in effects)
 
 
 def test_gel_fig6_reads_the_guessed_steps_from_the_logged_columns():
