@@ -903,6 +903,29 @@ def _adabest_beta_run(root, name, beta, seed, validation, test):
   return core.sweep.SweepPoint(name, {}, (), os.path.join(root, name), 2)
 
 
+def test_adabest_sensitivity_names_the_best_value_on_validation(tmp_path):
+  root = str(tmp_path)
+  # Validation prefers beta 0.2 (both seeds); test prefers 0.6.
+  points = [_adabest_beta_run(root, name, beta, seed, validation, test)
+            for name, beta, seed, validation, test in (
+                ('b2s0', 0.2, 0, 0.9, 0.5), ('b2s1', 0.2, 1, 0.8, 0.6),
+                ('b6s0', 0.6, 0, 0.4, 0.95), ('b6s1', 0.6, 1, 0.5, 0.9))]
+  frame = core.load_finished_runs(points)
+  analyze = adabest_experiments._sensitivity('adabest_beta',
+                                             ['clients_per_round'])
+  result = analyze(frame, root)
+  assert result.notes == [
+      'clients_per_round=1: best adabest_beta on the validation clients 0.2'
+      ' (final validation accuracy 0.850; final test accuracy there 0.550);'
+      ' final test accuracy over adabest_beta 0.550-0.925.']
+  table = result.table.set_index(core.QUANTITY)[core.VALUE]
+  assert table['final_test_accuracy/adabest_beta=0.6'] == pytest.approx(0.925)
+  # Without validation clients no best is named (never one read on test).
+  [note] = analyze(frame.drop(columns='validation/accuracy'), root).notes
+  assert note.startswith('clients_per_round=1: no validation accuracy'
+                         ' logged, so no best adabest_beta is named;')
+
+
 def test_adabest_beta_is_chosen_on_validation_clients_never_on_test(
     tmp_path):
   root = str(tmp_path)
