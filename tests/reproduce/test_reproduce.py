@@ -142,7 +142,7 @@ def test_paper_numbers_belong_to_experiments_and_cite_a_source():
 
 def _gel_run(root, name, algorithm, lr, seed, accuracy_by_round,
              rounds=20, clients=20, params=305, validation_by_round=None,
-             **hparams):
+             update_norm=None, **hparams):
   metrics = {
       'round': list(range(1, rounds + 1)),
       'bytes_down': [4.0 * params * clients] * rounds,
@@ -154,6 +154,8 @@ def _gel_run(root, name, algorithm, lr, seed, accuracy_by_round,
   if validation_by_round is not None:
     metrics['validation/accuracy'] = [validation_by_round.get(r, np.nan)
                                       for r in range(1, rounds + 1)]
+  if update_norm is not None:
+    metrics['update_norm'] = [update_norm] * rounds
   metrics['cumulative_bytes_down'] = np.cumsum(metrics['bytes_down'])
   metrics['cumulative_bytes_up'] = np.cumsum(metrics['bytes_up'])
   metrics['cumulative_gradient_computations'] = [
@@ -371,7 +373,7 @@ def test_gel_fig6_compares_each_base_with_gel_at_its_rates(tmp_path):
   assert value('client_learning_rate/fedavgcm_budgeted') == 0.03
   assert any('fedavgcm' in n and '+2.0 points' in n for n in result.notes)
   # No control arm ran: no control rows, no control reading.
-  assert not any('a_third' in q for _, q in table.index)
+  assert not any('control arm' in r for r, _ in table.index)
   assert not any('Control arm' in n for n in result.notes)
   assert any('fedyogi' in n and 'not reached (0 of 2 seeds reached it)' in n
              for n in result.notes)
@@ -379,39 +381,50 @@ def test_gel_fig6_compares_each_base_with_gel_at_its_rates(tmp_path):
 
 
 def test_gel_fig6_control_arm_tests_overshoot_on_paired_seeds(tmp_path):
-  root = str(tmp_path)
-  assert gel_experiments.fig6_control_rate('0.03') == '0.01'
+  assert gel_experiments.fig6_control_rates('0.03') == ('0.01', '0.003')
 
-  def analyze(control_gains):
+  def analyze(name, control_gains, norms=True):
     # FedAvgCM at its tuned client rate (0.03): GeL gains +0.02 on both
-    # seeds; at a third of it (0.01), `control_gains`.
-    names = []
+    # seeds; at a third of it (0.01), `control_gains`; a tenth: no runs.
+    root, names = str(tmp_path / name), []
     for rate, gains in (('0.03', (0.02, 0.02)), ('0.01', control_gains)):
       for seed, gain in enumerate(gains):
-        for algorithm, accuracy in (('fedavgcm_budgeted', 0.8),
-                                    ('fedavgcm_gel', 0.8 + gain)):
+        for algorithm, accuracy, norm in (
+            ('fedavgcm_budgeted', 0.8, 0.3 if rate == '0.03' else 0.1),
+            ('fedavgcm_gel', 0.8 + gain, 0.2)):
           names.append(f'{algorithm}_{rate}_{seed}')
-          _gel_run(str(tmp_path / str(control_gains)), names[-1], algorithm,
-                   rate, seed, {20: accuracy}, server_learning_rate='3')
+          _gel_run(root, names[-1], algorithm, rate, seed, {20: accuracy},
+                   update_norm=norm if norms else None,
+                   server_learning_rate='3')
     frame = core.load_finished_runs([
-        core.sweep.SweepPoint(n, {}, (), os.path.join(
-            str(tmp_path / str(control_gains)), n), 20) for n in names])
+        core.sweep.SweepPoint(n, {}, (), os.path.join(root, n), 20)
+        for n in names])
     return gel_experiments.analyze_fig6(frame, root)
 
-  result = analyze((0.05, 0.051))
+  result = analyze('more', (0.05, 0.051))
   table = result.table.set_index([core.ROW, core.QUANTITY])[core.VALUE]
   # The paper's figure reads the tuned runs only; the control has its rows.
   assert table[('task=synthetic', 'final_accuracy/fedavgcm_gel')] == (
       pytest.approx(0.82))
-  assert table[('task=synthetic', 'final_accuracy_at_a_third_of_the_rate/'
-                'fedavgcm_gel')] == pytest.approx(0.8505)
+  assert table[('task=synthetic client_learning_rate=0.01 (control arm)',
+                'final_accuracy/fedavgcm_gel')] == pytest.approx(0.8505)
   [note] = [n for n in result.notes if 'Control arm' in n]
-  assert ("GeL - fedavgcm final test accuracy is +0.0505 [+0.0441, +0.0569],"
-          ' that is +0.0305 [+0.0241, +0.0369] above its gain at the tuned'
-          ' rate (2 paired seeds, 95 % CI): GeL gains more' in note)
-  # A control gain no larger than the tuned one does not bear overshoot out.
-  [note] = [n for n in analyze((0.0, 0.04)).notes if 'Control arm' in n]
-  assert note.endswith('so the control does not bear overshoot out.')
+  assert note.endswith(
+      " Control arm (ours; server rate 3, 95 % CIs; the base's `update_norm`"
+      ' at its tuned rate is 0.3): at client rate 0.01 GeL - fedavgcm final'
+      ' test accuracy is +0.0505 [+0.0441, +0.0569], +0.0305 [+0.0241,'
+      " +0.0369] above its gain at the tuned rate (2 paired seeds), GeL's"
+      ' `update_norm` 0.2. GeL gains more where the client step is shorter,'
+      ' as overshoot predicts: that is how GeL ends below its base at the'
+      ' tuned rate.')
+  # A control gain no larger than the tuned one does not bear overshoot out;
+  # without the logged norm the reading leaves it out.
+  [note] = [n for n in analyze('same', (0.0, 0.04), norms=False).notes
+            if 'Control arm' in n]
+  assert 'update_norm' not in note.split('Control arm')[1]
+  assert note.endswith('the control arm does not bear overshoot out, and'
+                       ' this reversal is not explained by the logged'
+                       ' columns.')
   # The paper's effect pairs the tuned runs only.
   effects = gel_experiments.fig6_effects('local')
   assert all(e.treatment['client_learning_rate'] == '0.03' for e in effects)
