@@ -873,8 +873,7 @@ def analyze_fig6(frame: pd.DataFrame, output_dir: str) -> core.Analysis:
           + _control_reading(whole, task, base))
   figure = _curves(whole, output_dir, 'accuracy_vs_rounds.png',
                    by=[TASK, ALGORITHM, LR],
-                   title='FedAvgCM and FedYogi, with and without GeL, at tuned'
-                   ' and smaller client rates')
+                   title='With and without GeL: tuned and smaller client rates')
   columns = [core.ROW, core.QUANTITY, core.VALUE, core.STD, core.NUM_RUNS]
   return core.Analysis(
       pd.concat([table[columns], pd.DataFrame(rates)]
