@@ -715,13 +715,15 @@ def _at_tuned_rate(frame: pd.DataFrame) -> pd.Series:
                    index=frame.index)
 
 
-def _control_reading(frame: pd.DataFrame, task: str, base: str) -> str:
+def _control_reading(frame: pd.DataFrame, task: str, base: str,
+                     below: bool) -> str:
   """The control arm's test of the overshoot reading, at each control rate:
   GeL's gain in final test accuracy, how much it exceeds the gain at the
   tuned rate (paired seeds, Student-t interval), and GeL's averaged client
   update (`update_norm`, mean over rounds and seeds) beside the base's at
   its tuned rate. Overshoot is borne out when some control rate's excess
-  excludes 0 upwards."""
+  excludes 0 upwards; `below`: GeL ends below its base at the tuned rate
+  (the reversal the arm is to explain)."""
   client, server = FIG6_RATES[task, base]
   final = verdicts.final(ACCURACY, 'final test accuracy')
 
@@ -766,11 +768,13 @@ def _control_reading(frame: pd.DataFrame, task: str, base: str) -> str:
              f' {tuned_norm:.3g}') + '): ' + '; '.join(parts) + '. ')
   if borne_out:
     return text + ('GeL gains more where the client step is shorter, as'
-                   ' overshoot predicts: that is how GeL ends below its base'
-                   ' at the tuned rate.')
+                   ' overshoot predicts' + (': that is how GeL ends below its'
+                                            ' base at the tuned rate.'
+                                            if below else '.'))
   return text + ('No control rate\'s interval excludes 0 in that direction:'
-                 ' the control arm does not bear overshoot out, and this'
-                 ' reversal is not explained by the logged columns.')
+                 ' the control arm does not bear overshoot out'
+                 + (', and this reversal is not explained by the logged'
+                    ' columns.' if below else '.'))
 
 
 def _guessed_steps_reading(frame: pd.DataFrame, base: str, below: bool,
@@ -870,7 +874,7 @@ def analyze_fig6(frame: pd.DataFrame, output_dir: str) -> core.Analysis:
           f' {reached(r_gel)} ({n_gel}) with.'
           + _guessed_steps_reading(frame[frame[TASK] == task], base,
                                    acc_gel < acc_base, client)
-          + _control_reading(whole, task, base))
+          + _control_reading(whole, task, base, acc_gel < acc_base))
   figure = _curves(whole, output_dir, 'accuracy_vs_rounds.png',
                    by=[TASK, ALGORITHM, LR],
                    title='With and without GeL: tuned and smaller client rates')
