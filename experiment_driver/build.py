@@ -252,6 +252,7 @@ def loop_config(task: tff.simulation.baselines.BaselineTask,
       print_fn=print_fn,
       hold_examples=not f.WORKER_ADDRESSES.value,
       cohort_accuracy=f.COHORT_ACCURACY.value,
+      per_client_eval=f.PER_CLIENT_EVAL.value,
   )
 
 

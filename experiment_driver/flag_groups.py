@@ -227,6 +227,14 @@ MAX_EVAL_CLIENTS = flags.DEFINE_integer(
     'max_eval_clients', 1000,
     'Evaluate on at most this many validation/test clients (a fixed, seeded'
     ' sample); 0 means all.', lower_bound=0)
+PER_CLIENT_EVAL = flags.DEFINE_bool(
+    'per_client_eval', True,
+    'Score each validation/test client on its own, for the test percentiles'
+    ' of per-client accuracy (large-cohort paper, Section 3.4).'
+    ' --noper_client_eval scores each split\'s examples pooled, in batches'
+    ' of 256: the same example-weighted metrics (test/num_batches aside), no'
+    ' percentiles, and no loop step per client, which is most of an'
+    ' evaluation\'s time where clients are many and small.')
 COHORT_ACCURACY = flags.DEFINE_bool(
     'cohort_accuracy', False,
     'Before each round, evaluate the server model on the round\'s cohort'
@@ -320,14 +328,15 @@ FAMILY_DEPENDENT_FLAGS = (
 # Flags that change where or how fast a run goes, not what it computes: they
 # are not recorded in hparams.json, and a run may be resumed with other
 # values of these. `cohort_accuracy` adds columns (from the rounds run with
-# it) and leaves the model's trajectory as it is.
+# it), `per_client_eval` the test percentiles; both leave the model's
+# trajectory as it is.
 NOT_HPARAMS = frozenset({
     'root_output_dir', 'experiment_name', 'total_rounds',
     'rounds_per_checkpoint', 'checkpoints_to_keep', 'runtime', 'devices',
     'max_concurrent_clients',
     'max_clients_per_call', 'lanes',
     'worker_addresses', 'target_accuracy', 'target_metric', 'baseline_run_dir',
-    'offline', 'progress', 'cohort_accuracy',
+    'offline', 'progress', 'cohort_accuracy', 'per_client_eval',
 })
 
 

@@ -49,6 +49,7 @@ NON_DEFAULT = {
     'max_cohort_size': '15', 'normalize_server_update': 'true',
     'straggler_alpha': '2.0', 'straggler_lambda': '0.5',
     'rounds_per_eval': '3', 'max_eval_clients': '5', 'cohort_accuracy': 'true',
+    'per_client_eval': 'false',
     'root_output_dir': '/tmp/fl_papers_elsewhere', 'experiment_name': 'other',
     'rounds_per_checkpoint': '3', 'checkpoints_to_keep': '5',
     'max_concurrent_clients': '1', 'runtime': 'worker', 'devices': 'CPU:0',
@@ -161,7 +162,7 @@ def _cheap_fingerprint(task, monkeypatch):
       [fn(1, ids, {}) for fn in config.extra_metrics_fns],
       config.total_rounds, config.rounds_per_eval,
       config.rounds_per_checkpoint, config.max_eval_clients, config.seed,
-      config.accuracy_name, config.cohort_accuracy))
+      config.accuracy_name, config.cohort_accuracy, config.per_client_eval))
 
 
 def _process_fingerprint(task, tmp_path):

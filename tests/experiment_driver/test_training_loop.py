@@ -15,6 +15,7 @@ import tasks
 from experiment_driver import outputs
 from experiment_driver import training_loop
 from experiment_driver import value_transfer
+from fl_common import shards
 import tests
 
 _REPO = tests.REPO
@@ -202,3 +203,49 @@ def test_cohort_metrics_score_the_model_on_the_cohorts_training_data():
   assert metrics['cohort/accuracy'] == metrics[
       'cohort/' + tasks.TASKS['synthetic'].accuracy_metric]
   assert 0.0 < metrics['cohort/accuracy'] < 1.0
+
+
+@pytest.mark.parametrize('hold_examples', [True, False])
+def test_pooled_evaluation_gives_the_per_client_evaluations_metrics(
+    hold_examples):
+  # --noper_client_eval: each shard scored as one client, in large batches.
+  # Its example-weighted metrics are the per-client evaluation's sums
+  # finalized; only the batch count and the percentiles differ.
+  task = tasks.create_task('synthetic')
+  name = tasks.TASKS['synthetic'].accuracy_metric
+  rng = np.random.default_rng(5)
+  weights = tf.nest.map_structure(
+      lambda v: rng.normal(size=v.shape).astype(np.float32),
+      tff.learning.models.ModelWeights.from_model(task.model_fn()))
+  per_client, pooled = (
+      training_loop.Evaluator(task, name, max_clients=300, sample_seed=1,
+                              hold_examples=hold_examples,
+                              per_client=per_client)(weights)
+      for per_client in (True, False))
+  batch_counts = {key for key in per_client if key.endswith('num_batches')}
+  percentiles = {key for key in per_client if '_p' in key}
+  assert percentiles == {f'test/accuracy_p{q}' for q in (5, 25, 50, 75, 95)}
+  assert set(pooled) == set(per_client) - percentiles
+  for key in set(pooled) - batch_counts:
+    assert pooled[key] == pytest.approx(per_client[key], rel=1e-5), key
+  assert 0.0 < pooled['test/accuracy'] < 1.0
+  # 300 clients of ~11 examples: one batch each (and more) one by one; at
+  # most a few batches of 256 per shard pooled.
+  for key in batch_counts:
+    assert per_client[key] >= 300
+    assert pooled[key] <= -(-pooled[key.replace('num_batches',
+                                                'num_examples')] // 256) + 4
+
+
+def test_a_pooled_shard_holds_the_same_examples_in_large_batches():
+  shard = {'rows': np.arange(7, dtype=np.int64),
+           'batch_sizes': np.array([2, 1, 0, 0, 3, 1, 0], np.int64)}
+  pooled = shards.pooled(shard, batch_size=3)
+  np.testing.assert_array_equal(pooled['rows'], shard['rows'])
+  np.testing.assert_array_equal(pooled['batch_sizes'], [3, 3, 1, 0])
+  np.testing.assert_array_equal(
+      shards.pooled(shard, batch_size=7)['batch_sizes'], [7, 0])
+  empty = {'rows': np.zeros(0, np.int64), 'batch_sizes': np.zeros(2, np.int64)}
+  np.testing.assert_array_equal(shards.pooled(empty, 4)['batch_sizes'], [0])
+  with pytest.raises(ValueError, match='batch_size'):
+    shards.pooled(shard, 0)
