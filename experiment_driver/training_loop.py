@@ -220,12 +220,15 @@ class Evaluator:
 
   def cohort_shards(self, client_ids: Sequence[str]) -> list[Any]:
     """The training clients `client_ids` in shards for `cohort_metrics`:
-    their whole training data, preprocessed as evaluation data are."""
+    their whole training data, preprocessed as evaluation data are, pooled
+    (`shards.pooled`: only the cohort's aggregate is read)."""
     data, preprocess = self._train
-    return shards.shards_for_round(
-        data, preprocess, list(client_ids),
-        shards.auto_clients_per_shard(len(client_ids)),
-        np.random.default_rng(0), max_shard_bytes=shards.MAX_AUTO_SHARD_BYTES)
+    return [shards.pooled(shard, self.POOLED_BATCH_SIZE)
+            for shard in shards.shards_for_round(
+                data, preprocess, list(client_ids),
+                shards.auto_clients_per_shard(len(client_ids)),
+                np.random.default_rng(0),
+                max_shard_bytes=shards.MAX_AUTO_SHARD_BYTES)]
 
   def cohort_metrics(self, model_weights,
                      cohort_shards: Sequence[Any]) -> dict[str, float]:

@@ -199,6 +199,8 @@ def test_cohort_metrics_score_the_model_on_the_cohorts_training_data():
       correct += int(np.sum(predicted == np.reshape(batch['y'].numpy(), -1)))
       examples += len(predicted)
   assert metrics['cohort/num_examples'] == examples
+  # Pooled: a batch of up to 256 examples (per shard), not one per client.
+  assert metrics['cohort/num_batches'] < len(ids)
   assert metrics['cohort/accuracy'] == pytest.approx(correct / examples)
   assert metrics['cohort/accuracy'] == metrics[
       'cohort/' + tasks.TASKS['synthetic'].accuracy_metric]
