@@ -252,11 +252,13 @@ class Evaluator:
     for name, split_shards in self._splits.items():
       split, per_shard = self._split_metrics(name, model_weights, split_shards)
       metrics.update(split)
+      if name != 'test' or not self._per_client:
+        continue
       # Each shard's finalized metrics have a leading client dimension.
       accuracies = np.concatenate([
           np.asarray(shard['finalized'][self._accuracy_name]).reshape(-1)
           for shard in per_shard])
-      if name == 'test' and self._per_client and len(accuracies) > 1:
+      if len(accuracies) > 1:
         for q, value in per_client_evaluation.accuracy_percentiles(
             accuracies[np.isfinite(accuracies)]).items():
           metrics[f'test/accuracy_p{q}'] = float(value)

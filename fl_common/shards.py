@@ -124,8 +124,7 @@ def pooled(shard: Mapping[str, Any],
   if batch_size < 1:
     raise ValueError(f'batch_size must be >= 1, got {batch_size}.')
   num_examples = int(np.sum(shard['batch_sizes']))
-  full, rest = divmod(num_examples, batch_size)
-  batch_sizes = [batch_size] * full + ([rest] if rest else []) + [0]
+  batch_sizes = _batches(num_examples, batch_size) + [0]
   result = collections.OrderedDict(shard)
   result['batch_sizes'] = np.asarray(batch_sizes, np.int64)
   return result
@@ -207,8 +206,8 @@ def _pass_order(rows: np.ndarray, recipe: BatchRecipe,
   return order
 
 
-def _batches(order: np.ndarray, batch_size: int) -> list[int]:
-  full, rest = divmod(len(order), batch_size)
+def _batches(num_examples: int, batch_size: int) -> list[int]:
+  full, rest = divmod(num_examples, batch_size)
   return [batch_size] * full + ([rest] if rest else [])
 
 
@@ -249,12 +248,12 @@ def shards_from_arrays(
     for rows, budget in group:
       rows = np.asarray(rows)
       order = _pass_order(rows, recipe, rng)
-      sizes = _batches(order, recipe.batch_size)
+      sizes = _batches(len(order), recipe.batch_size)
       if budget is not None:
         orders = [order]
         while len(sizes) < budget and len(order):
           orders.append(_pass_order(rows, recipe, rng))
-          sizes += _batches(orders[-1], recipe.batch_size)
+          sizes += _batches(len(orders[-1]), recipe.batch_size)
         sizes = sizes[:budget]
         order = np.concatenate(orders)[:sum(sizes)]
       batch_sizes += sizes + [0]
