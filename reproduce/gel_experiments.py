@@ -227,12 +227,14 @@ def compare_pair(frame: pd.DataFrame, baseline: str, gel: str,
 
 
 def _curves(frame: pd.DataFrame, output_dir: str, name: str, by, x=None,
-            title='') -> str:
+            title='', panels=()) -> str:
   path = os.path.join(output_dir, name)
   if x is None:
-    plots.plot_accuracy_vs_rounds(frame, path, by=by, title=title)
+    plots.plot_accuracy_vs_rounds(frame, path, by=by, title=title,
+                                  panels=panels)
   else:
-    plots.plot_curves(frame, path, y=ACCURACY, x=x, by=by, title=title)
+    plots.plot_curves(frame, path, y=ACCURACY, x=x, by=by, title=title,
+                      panels=panels)
   return name
 
 
@@ -879,9 +881,13 @@ def analyze_fig6(frame: pd.DataFrame, output_dir: str) -> core.Analysis:
           + _guessed_steps_reading(frame[frame[TASK] == task], base,
                                    acc_gel < acc_base, client)
           + _control_reading(whole, task, base, acc_gel < acc_base))
-  figure = _curves(whole, output_dir, 'accuracy_vs_rounds.png',
-                   by=[TASK, ALGORITHM, LR],
-                   title='With and without GeL: tuned and smaller client rates')
+  # One panel per base, as the paper's Figure 6; lines: with and without
+  # GeL at the tuned and the control arm's client rates.
+  figure = _curves(
+      whole.assign(base=whole[ALGORITHM].str.replace(
+          r'_(budgeted|gel)$', '', regex=True)),
+      output_dir, 'accuracy_vs_rounds.png', by=[ALGORITHM, LR],
+      panels=[TASK, 'base'], title='With and without GeL')
   columns = [core.ROW, core.QUANTITY, core.VALUE, core.STD, core.NUM_RUNS]
   return core.Analysis(
       pd.concat([table[columns], pd.DataFrame(rates)]

@@ -83,39 +83,47 @@ def plot_curves(frame: pd.DataFrame, path: str, y: str,
                 by: Sequence[str] = (analysis.COHORT_SIZE,),
                 ylabel: Optional[str] = None, xlabel: Optional[str] = None,
                 log_x: bool = False, log_y: bool = False,
-                title: Optional[str] = None) -> str:
-  """`y` against `x`, one line per `by` label (mean ± std over its runs)."""
-  curves = analysis.mean_curves(frame, y, x, by)
-  if curves.empty:
+                title: Optional[str] = None,
+                panels: Sequence[str] = ()) -> str:
+  """`y` against `x`, one line per `by` label (mean ± std over its runs), in
+  one panel per `panels` label (side by side, same y axis)."""
+  groups = [(label, analysis.mean_curves(rows, y, x, by))
+            for label, rows in _groups(frame, panels)]
+  groups = [(label, curves) for label, curves in groups if not curves.empty]
+  if not groups:
     raise ValueError(f'no run records {y!r}')
-  fig, ax = plt.subplots(figsize=(6, 4))
-  for label, rows in _groups(curves, by):
-    line, = ax.plot(rows[x], rows[y], label=label or None)
-    if rows['num_runs'].max() > 1:
-      ax.fill_between(rows[x], rows[y] - rows[f'{y}_std'],
-                      rows[y] + rows[f'{y}_std'], color=line.get_color(),
-                      alpha=0.2)
-  ax.set_xlabel(xlabel or x)
-  ax.set_ylabel(ylabel or y)
-  if log_x:
-    ax.set_xscale('log')
-  if log_y:
-    ax.set_yscale('log')
-  if by:
-    ax.legend(fontsize='small')
-  if title:
-    ax.set_title(title)
-  ax.grid(alpha=0.3)
+  fig, axes = plt.subplots(1, len(groups), figsize=(6 * len(groups), 4),
+                           squeeze=False, sharey=True)
+  for ax, (panel, curves) in zip(axes[0], groups):
+    for label, rows in _groups(curves, by):
+      line, = ax.plot(rows[x], rows[y], label=label or None)
+      if rows['num_runs'].max() > 1:
+        ax.fill_between(rows[x], rows[y] - rows[f'{y}_std'],
+                        rows[y] + rows[f'{y}_std'], color=line.get_color(),
+                        alpha=0.2)
+    ax.set_xlabel(xlabel or x)
+    if log_x:
+      ax.set_xscale('log')
+    if log_y:
+      ax.set_yscale('log')
+    if by:
+      ax.legend(fontsize='small')
+    if panel or title:
+      ax.set_title(' / '.join(t for t in (title, panel) if t))
+    ax.grid(alpha=0.3)
+  axes[0][0].set_ylabel(ylabel or y)
   return _save(fig, path)
 
 
 def plot_accuracy_vs_rounds(frame: pd.DataFrame, path: str,
                             accuracy_column: str = analysis.TEST_ACCURACY,
                             by: Sequence[str] = (analysis.COHORT_SIZE,),
-                            title: Optional[str] = None) -> str:
+                            title: Optional[str] = None,
+                            panels: Sequence[str] = ()) -> str:
   """Accuracy per communication round (Figures 2, 14-20)."""
   return plot_curves(frame, path, accuracy_column, analysis.ROUND, by,
-                     xlabel='communication round', title=title)
+                     xlabel='communication round', title=title,
+                     panels=panels)
 
 
 def plot_accuracy_vs_examples(frame: pd.DataFrame, path: str,

@@ -74,6 +74,22 @@ def test_each_plot_writes_a_png(runs_root, tmp_path, plot):
   _assert_png(path)
 
 
+def test_panels_split_the_curves_one_axis_per_value(runs_root, tmp_path,
+                                                   monkeypatch):
+  frame = analysis.load_runs([runs_root])
+  figures = []
+  save = plots._save
+  monkeypatch.setattr(plots, '_save',
+                      lambda fig, path: figures.append(fig) or save(fig, path))
+  plots.plot_accuracy_vs_rounds(frame, str(tmp_path / 'f.png'),
+                                by=['seed'], panels=['straggler_lambda'])
+  axes = figures[0].axes
+  assert len(axes) == 2
+  # Each panel holds its own λ's lines: one per seed.
+  assert [len(ax.get_lines()) for ax in axes] == [2, 2]
+  assert [ax.get_title().split('=')[-1] for ax in axes] == ['1', '10']
+
+
 def test_plots_reject_runs_without_the_data(runs_root, tmp_path):
   frame = analysis.load_runs([runs_root])
   path = str(tmp_path / 'figure.png')
