@@ -28,9 +28,11 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
+import pandas as pd
 import tensorflow as tf
 import tensorflow_federated as tff
 
@@ -51,27 +53,9 @@ def measure_e2e(clients_per_round: int = 800, rounds: int = 100,
   Raises:
     RuntimeError: If the driver run fails (its last lines of stderr).
   """
-  with tempfile.TemporaryDirectory() as root:
-    command = [sys.executable, os.path.join(_REPO, 'run_experiment.py'),
-               '--task=synthetic', f'--clients_per_round={clients_per_round}',
-               f'--total_rounds={rounds}',
-               f'--rounds_per_eval={rounds_per_eval}', f'--seed={seed}',
-               f'--root_output_dir={root}', '--experiment_name=e2e']
-    first_round_done = None
-    with tempfile.TemporaryFile('w+') as stderr:
-      started = time.perf_counter()
-      with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=stderr,
-                            text=True, cwd=_REPO,
-                            stdin=subprocess.DEVNULL) as driver:
-        for line in driver.stdout:  # The driver flushes each round's line.
-          if first_round_done is None and line.startswith('round 1/'):
-            first_round_done = time.perf_counter() - started
-      wall = time.perf_counter() - started
-      if driver.returncode != 0 or first_round_done is None:
-        stderr.seek(0)
-        raise RuntimeError(
-            f'the driver run failed: {stderr.read()[-2000:]}')
-    metrics = run_layout.read_metrics(os.path.join(root, 'e2e'))
+  metrics, wall, first_round_done = run_driver(
+      [f'--clients_per_round={clients_per_round}', f'--total_rounds={rounds}',
+       f'--rounds_per_eval={rounds_per_eval}', f'--seed={seed}'])
   round_seconds = metrics['round_time_sec'].to_numpy()
   eval_seconds = metrics['eval_time_sec'].dropna().to_numpy()
   limit_seconds, setting = fastest_limit_round_seconds(clients_per_round,
@@ -95,6 +79,36 @@ def measure_e2e(clients_per_round: int = 800, rounds: int = 100,
       'limit_onednn': setting,
       'ratio': mean_round / limit_seconds,
   }
+
+
+def run_driver(flags: Sequence[str]) -> tuple[pd.DataFrame, float, float]:
+  """Runs `run_experiment.py --task=synthetic` with `flags` into a temporary
+  directory as a user would: its metrics, its wall time and the time from
+  the command to round 1's line.
+
+  Raises:
+    RuntimeError: If the driver run fails (its last lines of stderr).
+  """
+  with tempfile.TemporaryDirectory() as root:
+    command = [sys.executable, os.path.join(_REPO, 'run_experiment.py'),
+               '--task=synthetic', *flags, f'--root_output_dir={root}',
+               '--experiment_name=e2e']
+    first_round_done = None
+    with tempfile.TemporaryFile('w+') as stderr:
+      started = time.perf_counter()
+      with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=stderr,
+                            text=True, cwd=_REPO,
+                            stdin=subprocess.DEVNULL) as driver:
+        for line in driver.stdout:  # The driver flushes each round's line.
+          if first_round_done is None and line.startswith('round 1/'):
+            first_round_done = time.perf_counter() - started
+      wall = time.perf_counter() - started
+      if driver.returncode != 0 or first_round_done is None:
+        stderr.seek(0)
+        raise RuntimeError(
+            f'the driver run failed: {stderr.read()[-2000:]}')
+    return (run_layout.read_metrics(os.path.join(root, 'e2e')), wall,
+            first_round_done)
 
 
 def fastest_limit_round_seconds(clients_per_round: int,

@@ -29,6 +29,10 @@ Sections, printed as tables in one run:
   command line (`bench.e2e`): wall time, start-up, mean round, the
   projection to 1,500 rounds, and the mean round over the limit's time for
   the same clients' work.
+* `eval` — the time of one evaluation of Synthetic's 1,000 test clients,
+  scored per client and pooled (`--noper_client_eval`), from two driver
+  runs as GeL's reproductions make them (`bench.evaluation`), and the final
+  test accuracy and loss of each (the same: pooling changes only the time).
 * `memory` — peak resident memory of the driver and its worker for FedAvg
   (stateless, one call per client and fused) and AdaBest (stateful clients,
   states in
@@ -55,6 +59,7 @@ from absl import logging
 
 from bench import cores
 from bench import e2e
+from bench import evaluation
 from bench import memory
 from bench import ratios
 from bench import report
@@ -62,7 +67,7 @@ from bench import tff_rounds
 from bench import workloads
 from experiment_driver import runtime
 
-SECTIONS = ('ratios', 'cores', 'memory', 'e2e')
+SECTIONS = ('ratios', 'cores', 'memory', 'e2e', 'eval')
 
 _SECTIONS = flags.DEFINE_list(
     'sections', list(SECTIONS), f'Which of {", ".join(SECTIONS)} to run.')
@@ -113,6 +118,9 @@ _E2E_CLIENTS = flags.DEFINE_integer(
 _E2E_ROUNDS = flags.DEFINE_integer(
     'e2e_rounds', 100, 'Rounds of the e2e section\'s driver run (projected '
     f'to {e2e.PROJECTED_ROUNDS}).', lower_bound=1)
+_EVAL_ROUNDS = flags.DEFINE_integer(
+    'eval_rounds', 20, 'Rounds of each driver run of the eval section, each'
+    ' evaluated.', lower_bound=2)
 _QUICK = flags.DEFINE_bool(
     'quick', False, 'Quicker settings: cohorts 10,50 (small models 20,100), 2'
     ' repeats, speed-up at '
@@ -146,6 +154,12 @@ _E2E_COLUMNS = [('clients', 'clients', 'd'), ('rounds', 'rounds', 'd'),
                 ('limit_round_s', 'limit round s', '.3f'),
                 ('limit_onednn', 'oneDNN', 's'),
                 ('ratio', 'x limit', '.2f')]
+_EVAL_COLUMNS = [('evaluation', 'test clients scored', 's'),
+                 ('rounds', 'rounds', 'd'),
+                 ('eval_s', 'median eval s', '.4f'),
+                 ('test_accuracy', 'final test accuracy', '.4f'),
+                 ('test_loss', 'final test loss', '.4f'),
+                 ('ratio', 'x per client', '.3f')]
 _MEMORY_COLUMNS = [('algorithm', 'algorithm', 's'),
                    ('workload', 'workload', 's'), ('clients', 'clients', 'd'),
                    ('clients_per_call', 'clients/call', 's'),
@@ -253,6 +267,17 @@ def main(argv: Sequence[str]) -> None:
         '--rounds_per_eval=50 (fused shards), against the limit (plain TF, '
         'one thread) on the same clients\' work', tables['e2e'],
         _E2E_COLUMNS), flush=True)
+  if 'eval' in _SECTIONS.value:
+    rounds = 5 if quick else _EVAL_ROUNDS.value
+    tables['eval'] = evaluation.measure_evaluation(rounds)
+    print(flush=True)
+    print(report.format_table(
+        'Evaluation of all 1,000 Synthetic test clients every round, per'
+        ' client vs pooled (--noper_client_eval): python run_experiment.py'
+        ' --task=synthetic --algorithm=fedavgcm_gel --noclipping'
+        f' --clients_per_round=20 --total_rounds={rounds} --rounds_per_eval=1'
+        ' --max_eval_clients=0 --validation_fraction=0 --[no]per_client_eval',
+        tables['eval'], _EVAL_COLUMNS), flush=True)
   if _OUTPUT.value:
     report.write_tables(_OUTPUT.value, tables)
     print(f'\nwrote {_OUTPUT.value}')

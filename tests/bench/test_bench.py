@@ -21,6 +21,7 @@ import tensorflow as tf
 
 from bench import cores
 from bench import e2e
+from bench import evaluation
 from bench import gpu
 from bench import limit
 from bench import memory
@@ -171,6 +172,19 @@ def test_e2e_row_runs_the_driver_and_projects(monkeypatch):
       row['wall_s'] + (e2e.PROJECTED_ROUNDS - 2) * row['round_s'])
   assert row['ratio'] == pytest.approx(row['round_s'] / row['limit_round_s'])
   assert row['limit_onednn'] in ('default', 'on', 'off')
+
+
+def test_eval_rows_score_the_same_model_per_client_and_pooled():
+  rows = evaluation.measure_evaluation(rounds=2, clients_per_round=5)
+  assert [r['evaluation'] for r in rows] == ['per client', 'pooled']
+  # The same seed trains the same model; only the scoring's batching differs.
+  assert rows[1]['test_accuracy'] == pytest.approx(rows[0]['test_accuracy'],
+                                                   rel=1e-6)
+  assert rows[1]['test_loss'] == pytest.approx(rows[0]['test_loss'], rel=1e-5)
+  assert 0 < rows[0]['test_accuracy'] < 1
+  assert rows[0]['ratio'] == 1.0
+  assert rows[1]['ratio'] == pytest.approx(rows[1]['eval_s']
+                                           / rows[0]['eval_s'])
 
 
 def test_limit_rejects_partial_batches():
