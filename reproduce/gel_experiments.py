@@ -532,7 +532,7 @@ def analyze_fig9(frame: pd.DataFrame, output_dir: str) -> core.Analysis:
                    by=[TASK, 'budgets', 'variant'],
                    title='Budget ranges x tau\'')
   notes = _speedup_notes(table) + [
-      _local_work_reading(frame, task)
+      _local_work_reading(frame, task) + _guessed_share_reading(frame, task)
       for task in frame[TASK].dropna().unique()]
   return core.Analysis(table[[core.ROW, core.QUANTITY, core.VALUE, core.STD,
                               core.NUM_RUNS]], [figure], notes)
@@ -571,6 +571,40 @@ def _local_work_reading(frame: pd.DataFrame, task: str) -> str:
         ' extrapolation\'s error. That is how the last budget range\'s'
         ' effect reads; the error itself is not measured apart.')
   return reading
+
+
+def _guessed_share_reading(frame: pd.DataFrame, task: str) -> str:
+  """The paper's trend read on the runs: per budget range, the share of
+  tau that GeL guesses (tau' = tau - tau_i, tau_i uniform on [a, b], so
+  (tau - (a + b) / 2) / tau) beside GeL's (tau' = remaining) paired effect on
+  the rounds to the target; and whether that effect shrinks as the share
+  does (the paper: most where budgets are smallest relative to tau)."""
+  parts, effects = [], []
+  for a, b in FIG9_BUDGETS:
+    tau = b + 5
+    share = (tau - (a + b) / 2) / tau
+    found = verdicts.assess(frame, verdicts.Effect(
+        f'GeL speeds up FedAvgCM at [{a}, {b}] ({task})', _ROUNDS,
+        {TASK: task, ALGORITHM: 'fedavgcm_gel', 'guessed_steps': 'remaining',
+         'budget_min': a, 'budget_max': b},
+        {TASK: task, ALGORITHM: 'fedavgcm_budgeted', 'budget_min': a,
+         'budget_max': b}, -1))
+    if found.pairs < verdicts.MIN_PAIRS:
+      return ''
+    effects.append(found.mean)
+    last = (share, found.low <= 0 <= found.high)
+    parts.append(f'[{a}, {b}] (tau = {tau}): {100 * share:.0f} % guessed,'
+                 f' {found.mean:+.3g} rounds [{found.low:+.3g},'
+                 f' {found.high:+.3g}]')
+  shrinks = all(x <= y for x, y in zip(effects, effects[1:]))
+  return (' GeL\'s share of tau and its effect on the rounds to the target,'
+          ' per budget range: ' + '; '.join(parts) + '. '
+          + ('The effect shrinks with the guessed share, the paper\'s trend'
+             + (f'; where {100 * last[0]:.0f} % of tau is guessed its'
+                ' interval holds 0.' if last[1] else '.')
+             if shrinks else
+             'The effect does not shrink with the guessed share: the paper\'s'
+             ' trend is not seen.'))
 
 
 # Figure 7: (eta_l, eta) grids; local: 4 x 5 cells at 200 rounds, seed 0.

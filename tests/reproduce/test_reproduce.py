@@ -197,17 +197,21 @@ def test_gel_table1_reads_rounds_speedup_savings_from_runs(tmp_path):
   assert os.path.isfile(os.path.join(root, 'accuracy_vs_rounds.png'))
 
 
-def _fig9_frame(root, baseline_rounds):
+def _fig9_frame(root, baseline_rounds, gel_rounds=None):
   """Budgeted-baseline runs of fig9's three budget ranges; `baseline_rounds`
-  maps a range to the round each seed reaches the target (0.85)."""
+  maps a range to the round each seed reaches the target (0.85), and
+  `gel_rounds` likewise GeL's (tau' = remaining) runs."""
   names = []
-  for (a, b), by_seed in baseline_rounds.items():
-    for seed, reached in enumerate(by_seed):
-      name = f'b{a}_{b}_s{seed}'
-      _gel_run(root, name, 'fedavgcm_budgeted', 0.01, seed,
-               {2: 0.5, reached: 0.86, 20: 0.87}, budget_min=a,
-               budget_max=b, guessed_steps=None)
-      names.append(name)
+  for algorithm, rounds in (('fedavgcm_budgeted', baseline_rounds),
+                            ('fedavgcm_gel', gel_rounds or {})):
+    for (a, b), by_seed in rounds.items():
+      for seed, reached in enumerate(by_seed):
+        name = f'{algorithm}_b{a}_{b}_s{seed}'
+        _gel_run(root, name, algorithm, 0.01, seed,
+                 {2: 0.5, reached: 0.86, 20: 0.87}, budget_min=a,
+                 budget_max=b, guessed_steps=(
+                     None if algorithm.endswith('budgeted') else 'remaining'))
+        names.append(name)
   return core.load_finished_runs([
       core.sweep.SweepPoint(n, {}, (), os.path.join(root, n), 20)
       for n in names])
@@ -232,6 +236,28 @@ def test_gel_fig9_reads_whether_more_local_work_still_helps(tmp_path):
       frame, str(tmp_path / 'helps')).notes[-1:]
   assert '[4, 13] to [10, 20]: -5 rounds' in reading
   assert 'no longer' not in reading
+
+
+def test_gel_fig9_reads_the_effect_against_the_guessed_share(tmp_path):
+  baseline = {(1, 5): (18, 19, 20), (4, 13): (10, 11, 12),
+              (10, 20): (8, 8, 8)}
+  # GeL saves 9, then 4 rounds, then -1, 0, +1: the paper's trend, and no
+  # measurable effect where the least of tau is guessed.
+  gel = {(1, 5): (9, 10, 11), (4, 13): (6, 7, 8), (10, 20): (7, 8, 9)}
+  frame = _fig9_frame(str(tmp_path / 'trend'), baseline, gel)
+  [reading] = gel_experiments.analyze_fig9(
+      frame, str(tmp_path / 'trend')).notes[-1:]
+  assert '[1, 5] (tau = 10): 70 % guessed, -9 rounds' in reading
+  assert '[4, 13] (tau = 18): 53 % guessed, -4 rounds' in reading
+  assert '[10, 20] (tau = 25): 40 % guessed, +0 rounds' in reading
+  assert 'shrinks with the guessed share' in reading
+  assert 'where 40 % of tau is guessed its interval holds 0' in reading
+  # The largest effect where the least is guessed: not the paper's trend.
+  gel = {(1, 5): (17, 18, 19), (4, 13): (6, 7, 8), (10, 20): (2, 3, 4)}
+  frame = _fig9_frame(str(tmp_path / 'none'), baseline, gel)
+  [reading] = gel_experiments.analyze_fig9(
+      frame, str(tmp_path / 'none')).notes[-1:]
+  assert 'does not shrink with the guessed share' in reading
 
 
 def test_gel_speedup_is_withheld_when_a_seed_misses_the_target(tmp_path):
