@@ -583,12 +583,7 @@ def _guessed_share_reading(frame: pd.DataFrame, task: str) -> str:
   for a, b in FIG9_BUDGETS:
     tau = b + 5
     share = (tau - (a + b) / 2) / tau
-    found = verdicts.assess(frame, verdicts.Effect(
-        f'GeL speeds up FedAvgCM at [{a}, {b}] ({task})', _ROUNDS,
-        {TASK: task, ALGORITHM: 'fedavgcm_gel', 'guessed_steps': 'remaining',
-         'budget_min': a, 'budget_max': b},
-        {TASK: task, ALGORITHM: 'fedavgcm_budgeted', 'budget_min': a,
-         'budget_max': b}, -1))
+    found = verdicts.assess(frame, _fig9_effect(task, a, b))
     if found.pairs < verdicts.MIN_PAIRS:
       return ''
     effects.append(found.mean)
@@ -746,12 +741,18 @@ def fig6_grids(scale: str) -> tuple[core.Grid, ...]:
   return tuple(grids)
 
 
+def _base(frame: pd.DataFrame) -> pd.Series:
+  """Each row's base algorithm: `fedyogi` for `fedyogi_gel` and
+  `fedyogi_budgeted`."""
+  return frame[ALGORITHM].str.replace(r'_(budgeted|gel)$', '', regex=True)
+
+
 def _at_tuned_rate(frame: pd.DataFrame) -> pd.Series:
   """Whether each row's run is at its base's `FIG6_RATES` client rate (else:
   the control arm)."""
   tuned = {key: float(client) for key, (client, _) in FIG6_RATES.items()}
-  base = frame[ALGORITHM].str.replace(r'_(budgeted|gel)$', '', regex=True)
-  rate = np.array([tuned.get(key, np.nan) for key in zip(frame[TASK], base)])
+  rate = np.array([tuned.get(key, np.nan)
+                   for key in zip(frame[TASK], _base(frame))])
   return pd.Series(np.isclose(frame[LR].astype(float), rate, rtol=1e-3),
                    index=frame.index)
 
@@ -918,8 +919,7 @@ def analyze_fig6(frame: pd.DataFrame, output_dir: str) -> core.Analysis:
   # One panel per base, as the paper's Figure 6; lines: with and without
   # GeL at the tuned and the control arm's client rates.
   figure = _curves(
-      whole.assign(base=whole[ALGORITHM].str.replace(
-          r'_(budgeted|gel)$', '', regex=True)),
+      whole.assign(base=_base(whole)),
       output_dir, 'accuracy_vs_rounds.png', by=[ALGORITHM, LR],
       panels=[TASK, 'base'], title='With and without GeL')
   columns = [core.ROW, core.QUANTITY, core.VALUE, core.STD, core.NUM_RUNS]
@@ -1133,14 +1133,20 @@ def fig8_effects(scale: str) -> tuple[verdicts.Effect, ...]:
       {TASK: task, ALGORITHM: 'fedavgcm_budgeted'})
 
 
-def fig9_effects(scale: str) -> tuple[verdicts.Effect, ...]:
-  task = _tasks(scale)[0]
-  return tuple(e for a, b in FIG9_BUDGETS for e in _speedup_effects(
+def _fig9_effect(task: str, a: int, b: int) -> verdicts.Effect:
+  """GeL (tau' = remaining) against FedAvgCM at budgets [a, b]: fewer
+  rounds to the target."""
+  return _speedup_effects(
       f'GeL speeds up FedAvgCM at budgets [{a}, {b}] ({task})',
       {TASK: task, ALGORITHM: 'fedavgcm_gel', 'guessed_steps': 'remaining',
        'budget_min': a, 'budget_max': b},
       {TASK: task, ALGORITHM: 'fedavgcm_budgeted', 'budget_min': a,
-       'budget_max': b})[:1])
+       'budget_max': b})[0]
+
+
+def fig9_effects(scale: str) -> tuple[verdicts.Effect, ...]:
+  task = _tasks(scale)[0]
+  return tuple(_fig9_effect(task, a, b) for a, b in FIG9_BUDGETS)
 
 
 def fig7_effects(scale: str) -> tuple[verdicts.Effect, ...]:
