@@ -192,6 +192,11 @@ def main(argv: Sequence[str]) -> None:
     raise app.UsageError('--budget_seconds only sets the ratios section\'s '
                          'timed calls; it does nothing with --quick or '
                          'without --sections=ratios.')
+  if flags.FLAGS['eval_rounds'].present and (
+      quick or 'eval' not in _SECTIONS.value):
+    raise app.UsageError('--eval_rounds only sets the eval section\'s driver'
+                         ' runs; it does nothing with --quick or without'
+                         ' --sections=eval.')
   cohorts = [10, 50] if quick else _ints(_COHORTS.value, 'cohorts')
   small_cohorts = [20, 100] if quick else _ints(_SMALL_MODEL_COHORTS.value,
                                                 'small_model_cohorts')

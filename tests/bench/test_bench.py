@@ -12,6 +12,8 @@ import collections
 import csv
 import json
 import os
+import subprocess
+import sys
 import time
 
 import numpy as np
@@ -540,3 +542,13 @@ def test_bench_gpu_times_each_device_and_says_where_ops_ran(tmp_path):
                           rows)
   text = open(path).read()
   assert head in text and 'emnist_cnn' in text and 'per client of 2' in text
+
+
+@pytest.mark.parametrize('args', [['--sections=ratios'], ['--quick']])
+def test_eval_rounds_is_refused_where_it_would_do_nothing(args):
+  result = subprocess.run(
+      [sys.executable, '-m', 'bench.round_time', '--eval_rounds=3', *args],
+      capture_output=True, text=True, cwd=os.path.dirname(os.path.dirname(
+          os.path.dirname(os.path.abspath(__file__)))), check=False)
+  assert result.returncode != 0
+  assert '--eval_rounds only sets the eval section' in result.stderr
