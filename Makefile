@@ -25,7 +25,7 @@ demo: install
 # together: each module starts its own TFF worker, ~1.5 GB per process).
 TEST_JOBS ?= 2
 test: install
-	$(PY) -m pytest -q -n $(TEST_JOBS) --dist loadfile --durations=25 tests
+	$(PY) -m pytest -q -n $(TEST_JOBS) --dist loadfile --durations=60 tests
 
 # Writes the latest figures to results/bench/ (README.md is the report).
 BENCH_DIR := results/bench

@@ -380,7 +380,7 @@ def fig8_grids(scale: str) -> tuple[core.Grid, ...]:
 
 def _variant(frame: pd.DataFrame) -> pd.Series:
   """`fedavgcm_budgeted`, or GeL with its tau' (`fedavgcm_gel/remaining`)."""
-  guessed = frame['guessed_steps'] if 'guessed_steps' in frame else ''
+  guessed = frame.get('guessed_steps', pd.Series(None, index=frame.index))
   return pd.Series(
       [a if a.endswith('_budgeted') else f'{a}/tau\'={g}'
        for a, g in zip(frame[ALGORITHM], guessed)], index=frame.index)
@@ -578,10 +578,17 @@ def _guessed_share_reading(frame: pd.DataFrame, task: str) -> str:
   tau that GeL guesses (tau' = tau - tau_i, tau_i uniform on [a, b], so
   (tau - (a + b) / 2) / tau) beside GeL's (tau' = remaining) paired effect on
   the rounds to the target; and whether that effect shrinks as the share
-  does (the paper: most where budgets are smallest relative to tau)."""
+  does (the paper: most where budgets are smallest relative to tau). tau is
+  the GeL runs' own `expected_steps` (recorded in their hparams); none is
+  read unless each range's runs share one."""
   parts, effects = [], []
   for a, b in FIG9_BUDGETS:
-    tau = b + 5
+    taus = frame.loc[(frame[TASK] == task) & (frame['budget_min'] == a)
+                     & (frame['budget_max'] == b), 'expected_steps'].dropna(
+                     ).unique() if 'expected_steps' in frame else ()
+    if len(taus) != 1:
+      return ''
+    tau = int(taus[0])
     share = (tau - (a + b) / 2) / tau
     found = verdicts.assess(frame, _fig9_effect(task, a, b))
     if found.pairs < verdicts.MIN_PAIRS:

@@ -197,20 +197,24 @@ def test_gel_table1_reads_rounds_speedup_savings_from_runs(tmp_path):
   assert os.path.isfile(os.path.join(root, 'accuracy_vs_rounds.png'))
 
 
-def _fig9_frame(root, baseline_rounds, gel_rounds=None):
+def _fig9_frame(root, baseline_rounds, gel_rounds=None, tau=None):
   """Budgeted-baseline runs of fig9's three budget ranges; `baseline_rounds`
   maps a range to the round each seed reaches the target (0.85), and
-  `gel_rounds` likewise GeL's (tau' = remaining) runs."""
+  `gel_rounds` likewise GeL's (tau' = remaining) runs, whose hparams record
+  `expected_steps` as the driver derives it (b + 5) unless `tau` maps the
+  range to another."""
   names = []
   for algorithm, rounds in (('fedavgcm_budgeted', baseline_rounds),
                             ('fedavgcm_gel', gel_rounds or {})):
+    gel = not algorithm.endswith('budgeted')
     for (a, b), by_seed in rounds.items():
+      expected = {'guessed_steps': 'remaining', 'expected_steps': (
+          tau or {}).get((a, b), b + 5)} if gel else {}
       for seed, reached in enumerate(by_seed):
         name = f'{algorithm}_b{a}_{b}_s{seed}'
         _gel_run(root, name, algorithm, 0.01, seed,
                  {2: 0.5, reached: 0.86, 20: 0.87}, budget_min=a,
-                 budget_max=b, guessed_steps=(
-                     None if algorithm.endswith('budgeted') else 'remaining'))
+                 budget_max=b, **expected)
         names.append(name)
   return core.load_finished_runs([
       core.sweep.SweepPoint(n, {}, (), os.path.join(root, n), 20)
@@ -258,6 +262,12 @@ def test_gel_fig9_reads_the_effect_against_the_guessed_share(tmp_path):
   [reading] = gel_experiments.analyze_fig9(
       frame, str(tmp_path / 'none')).notes[-1:]
   assert 'does not shrink with the guessed share' in reading
+  # tau is the runs' own expected_steps, not a rule restated here.
+  frame = _fig9_frame(str(tmp_path / 'tau'), baseline, gel,
+                      tau={(4, 13): 34})
+  [reading] = gel_experiments.analyze_fig9(
+      frame, str(tmp_path / 'tau')).notes[-1:]
+  assert '[4, 13] (tau = 34): 75 % guessed' in reading
 
 
 def test_gel_speedup_is_withheld_when_a_seed_misses_the_target(tmp_path):
