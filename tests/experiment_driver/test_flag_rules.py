@@ -20,6 +20,7 @@ the optimizer by the optimizers' own tests.
 
 import contextlib
 import dataclasses
+import itertools
 import os
 
 from absl import flags
@@ -100,6 +101,7 @@ ALGORITHMS = ('fedopt', 'fedsgd', 'adabest', 'feddyn', 'scaffold',
               'fedyogi_budgeted')
 _AXES = ('task', 'algorithm')
 _ROUNDS = 2
+_STAGES = 1 + _ROUNDS  # what is built, then each round (`_process_stages`)
 # Flags compared on the trained process even where what the driver builds
 # around it already differs: the optimizer record of `_cheap_fingerprint`
 # counts only once these prove that each role's optimizer is used.
@@ -186,11 +188,22 @@ def _cheap_fingerprint(task, monkeypatch):
       config.accuracy_name, config.cohort_accuracy, config.per_client_eval))
 
 
-def _process_fingerprint(task, tmp_path):
-  """The learning process trained `_ROUNDS` rounds, with the family's hooks."""
+def _process_stages(task, tmp_path):
+  """The learning process's fingerprint in `_STAGES` stages, each computed
+  when asked for (so that a flag is told apart by the first that differs):
+  what was built (how it executes, the family's run summary), then each of
+  `_ROUNDS` rounds trained (metrics with the family's hooks; the last with
+  the model weights). The flags must be those of the run at each step."""
   tmp_path.mkdir(parents=True)
   ctx = build.build_context(task)
   setup = build.build_algorithm(ctx)
+  summary = None
+  if setup.finish_fn:
+    run_dir = tmp_path / 'run'
+    run_dir.mkdir(exist_ok=True)
+    _write_metrics(str(run_dir), accuracy=[0.01, 0.6, 0.95])
+    summary = sorted(setup.finish_fn(str(run_dir)).items())
+  yield repr((summary, setup.execution))
   process = setup.process
   ids = sorted(task.datasets.train_data.client_ids)[:ctx.clients_per_round]
   store = None
@@ -198,7 +211,6 @@ def _process_fingerprint(task, tmp_path):
     store = client_state_store.ClientStateStore(
         str(tmp_path / 'client_states'), process.initial_client_state())
   state = process.initialize()
-  seen = []
   for round_num in range(1, _ROUNDS + 1):
     tf.random.set_seed(round_num)
     if setup.client_datasets_fn:
@@ -217,32 +229,34 @@ def _process_fingerprint(task, tmp_path):
     if setup.round_metrics_fn:
       metrics.update(setup.round_metrics_fn(round_num, ids, metrics))
     # How many TFF clients the round had (shards or single clients) too.
-    seen.append((len(datasets),
-                 sorted((k, round(float(v), 6)) for k, v in metrics.items())))
-  weights = [np.round(np.asarray(w), 6).tolist()
-             for w in process.get_model_weights(state).trainable]
-  summary = None
-  if setup.finish_fn:
-    run_dir = tmp_path / 'run'
-    run_dir.mkdir(exist_ok=True)
-    _write_metrics(str(run_dir), accuracy=[0.01, 0.6, 0.95])
-    summary = sorted(setup.finish_fn(str(run_dir)).items())
-  return repr((seen, weights, summary, setup.execution))
+    seen = (len(datasets),
+            sorted((k, round(float(v), 6)) for k, v in metrics.items()))
+    if round_num == _ROUNDS:
+      seen += ([np.round(np.asarray(w), 6).tolist()
+                for w in process.get_model_weights(state).trainable],)
+    yield repr(seen)
 
 
 @pytest.mark.parametrize('algorithm', ALGORITHMS)
 def test_each_flag_changes_the_run_or_is_refused(algorithm, small_task,
                                                  monkeypatch, tmp_path):
-  cache, trained = {}, {}
+  cache, runs, last, dirs = {}, {}, [None], itertools.count()
 
-  def train(given):
-    """The process fingerprint, computed when first needed."""
+  def stage(given, k):
+    """Stage `k` of the process fingerprint, computed when first needed.
+
+    A run's stages are computed in one stretch, as a run would be: one
+    continued after another run's is made again from its start."""
     key = tuple(sorted(given.items()))
-    if key not in trained:
+    done = runs.get(key, ((),))[0]
+    if len(done) <= k and (not done or last[0] != key):
+      runs[key] = ([], _process_stages(small_task, tmp_path / str(next(dirs))))
+    done, stages = runs[key]
+    while len(done) <= k:
+      last[0] = key
       with _command_line(algorithm=algorithm, **given):
-        trained[key] = _process_fingerprint(small_task, tmp_path / str(
-            len(trained)))
-    return trained[key]
+        done.append(next(stages))
+    return done[k]
 
   def with_rates(given):
     """`given`, with learning rates where its optimizer has none tuned for
@@ -269,7 +283,7 @@ def test_each_flag_changes_the_run_or_is_refused(algorithm, small_task,
           cache[key] = ('refused', str(e))
         else:
           cache[key] = (_cheap_fingerprint(small_task, monkeypatch),
-                        lambda: train(given))
+                        lambda k: stage(given, k))
     return cache[key]
 
   silently_ignored = []
@@ -287,7 +301,10 @@ def test_each_flag_changes_the_run_or_is_refused(algorithm, small_task,
       assert without[0] != 'refused', (context, without)
       if with_flag[0] != without[0] and name not in _TRAINED_ALWAYS:
         continue
-      if with_flag[1]() == without[1]():
+      # The run without it whole, then the run with it up to the first
+      # stage that differs.
+      base = [without[1](k) for k in range(_STAGES)]
+      if all(with_flag[1](k) == base[k] for k in range(_STAGES)):
         silently_ignored.append((name, context))
   assert not silently_ignored, (
       f'--algorithm={algorithm}: flags accepted but without effect:'
