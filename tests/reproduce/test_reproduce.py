@@ -482,8 +482,9 @@ def test_gel_fig6_reads_the_guessed_steps_from_the_logged_columns():
         'test/loss': [0.4, 0.4, 0.6, 0.6]})
   reading = gel_experiments._guessed_steps_reading
   text = reading(frame(0.01), 'fedavgcm', True, '0.03')
-  assert text.startswith(' The guessed steps lengthen the averaged client'
+  assert text.startswith(' GeL lengthens the averaged client'
                          ' update 2x (`update_norm` 0.2 -> 0.4')
+  assert 'momentum' not in text  # FedAvgCM's clients already run SGDM
   assert '(`mean_pairwise_cosine` 0.01 -> 0.01); test loss 0.4 -> 0.6.' in text
   assert 'overshoot' in text and 'the largest client rate' in text
   assert 'the largest client rate' not in reading(frame(0.01), 'fedavgcm',
@@ -494,6 +495,11 @@ def test_gel_fig6_reads_the_guessed_steps_from_the_logged_columns():
   assert reading(frame(0.01).drop(columns='test/loss'), 'fedavgcm', True,
                  '0.03') == ''
   assert reading(frame(0.01), 'fedyogi', True, '0.03') == ''
+  # FedYogi's clients run SGD, its GeL variant's SGDM (Table 3): the reading
+  # does not credit the longer update to the guessed steps alone.
+  yogi = frame(0.01).replace({'fedavgcm_budgeted': 'fedyogi_budgeted',
+                              'fedavgcm_gel': 'fedyogi_gel'})
+  assert 'SGDM with momentum 0.9' in reading(yogi, 'fedyogi', True, '0.03')
 
 
 def test_gel_fig7_splits_the_gain_by_how_well_the_base_is_tuned(tmp_path):
