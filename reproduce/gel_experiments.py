@@ -583,9 +583,10 @@ def _guessed_share_reading(frame: pd.DataFrame, task: str) -> str:
   read unless each range's runs share one."""
   parts, effects = [], []
   for a, b in FIG9_BUDGETS:
-    taus = frame.loc[(frame[TASK] == task) & (frame['budget_min'] == a)
-                     & (frame['budget_max'] == b), 'expected_steps'].dropna(
-                     ).unique() if 'expected_steps' in frame else ()
+    in_range = ((frame[TASK] == task) & (frame['budget_min'] == a)
+                & (frame['budget_max'] == b))
+    taus = (frame.loc[in_range, 'expected_steps'].dropna().unique()
+            if 'expected_steps' in frame else ())
     if len(taus) != 1:
       return ''
     tau = int(taus[0])

@@ -248,7 +248,7 @@ def test_each_flag_changes_the_run_or_is_refused(algorithm, small_task,
     A run's stages are computed in one stretch, as a run would be: one
     continued after another run's is made again from its start."""
     key = tuple(sorted(given.items()))
-    done = runs.get(key, ((),))[0]
+    done = runs[key][0] if key in runs else []
     if len(done) <= k and (not done or last[0] != key):
       runs[key] = ([], _process_stages(small_task, tmp_path / str(next(dirs))))
     done, stages = runs[key]
