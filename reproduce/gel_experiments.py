@@ -730,6 +730,11 @@ SGD_CLIENT_BASES = ('fedavg', 'fedyogi')
 # is already long that reads as overshoot, and overshoot predicts that GeL
 # gains more at a shorter step. The reading tests that on paired seeds.
 FIG6_CONTROL_DIVISORS = (3, 10)
+# The SGDM arm (ours): for a base in SGD_CLIENT_BASES, its GeL variant with
+# no guessed steps at the tuned rates, i.e. the base with the SGDM clients
+# GeL gives it. It splits GeL's difference from the base into the clients'
+# momentum (arm - base) and the guessed steps (GeL - arm), on paired seeds.
+SGDM_ARM_GUESSED_STEPS = '0'
 
 
 def fig6_control_rates(client: str) -> tuple[str, ...]:
@@ -749,6 +754,14 @@ def fig6_grids(scale: str) -> tuple[core.Grid, ...]:
           1000 if task == 'emnist' else _rounds(task, scale),
           axes=(sweep.Axis(ALGORITHM, (f'{base}_budgeted', f'{base}_gel')),
                 sweep.Axis(LR, (client, *fig6_control_rates(client))))))
+      if base in SGD_CLIENT_BASES:
+        grids.append(core.Grid(
+            f'fig6_{task}_{base}_sgdm',
+            _flags(task, scale, **{analysis.SERVER_LEARNING_RATE: server}),
+            1000 if task == 'emnist' else _rounds(task, scale),
+            axes=(sweep.Axis(ALGORITHM, (f'{base}_gel',)),
+                  sweep.Axis('guessed_steps', (SGDM_ARM_GUESSED_STEPS,)),
+                  sweep.Axis(LR, (client,)))))
   return tuple(grids)
 
 
@@ -831,12 +844,13 @@ def _control_reading(frame: pd.DataFrame, task: str, base: str,
 
 
 def _guessed_steps_reading(frame: pd.DataFrame, base: str, below: bool,
-                           client_rate: str) -> str:
+                           client_rate: str, sgdm_arm: bool = False) -> str:
   """What the guessed steps do to the round, from the logged columns (mean
   over rounds and seeds): the averaged client update's length
   (`update_norm`), how aligned the clients' updates are
   (`mean_pairwise_cosine`) and the test loss; and, when GeL ends below its
-  base, why that reads as overshoot."""
+  base, why that reads as overshoot. `sgdm_arm`: the SGDM arm ran for this
+  base (`_sgdm_arm_reading` then splits the momentum from the guesses)."""
   columns = (analysis.UPDATE_NORM, PAIRWISE_COSINE, TEST_LOSS)
   if any(c not in frame for c in columns):
     return ''
@@ -855,8 +869,9 @@ def _guessed_steps_reading(frame: pd.DataFrame, base: str, below: bool,
     text += (f' Not by the guessed steps alone: {base}\'s clients run plain'
              ' SGD and its GeL variant\'s run SGDM with momentum 0.9 (the'
              ' paper\'s Table 3), which alone lengthens a client\'s steps'
-             ' up to 10x at the same rate; the runs do not measure the two'
-             ' apart.')
+             ' up to 10x at the same rate'
+             + ('; the SGDM arm below measures the two apart.' if sgdm_arm
+                else '; the runs do not measure the two apart.'))
   if below and cos_g <= 1.1 * cos_b and norm_g > norm_b:
     largest = float(client_rate) >= max(map(float, FIG7_CLIENT_RATES))
     text += (
@@ -871,9 +886,81 @@ def _guessed_steps_reading(frame: pd.DataFrame, base: str, below: bool,
   return text
 
 
+def _is_sgdm_arm(frame: pd.DataFrame) -> pd.Series:
+  """Whether each row's run is the SGDM arm (GeL with no guessed steps)."""
+  if 'guessed_steps' not in frame:
+    return pd.Series(False, index=frame.index)
+  return (frame[ALGORITHM].str.endswith('_gel')
+          & (frame['guessed_steps'].astype(str) == SGDM_ARM_GUESSED_STEPS))
+
+
+def _sgdm_arm_reading(frame: pd.DataFrame, arm: pd.DataFrame, task: str,
+                      base: str) -> str:
+  """The SGDM arm's split of GeL - base at the tuned rates (`frame`: the
+  paper's runs, `arm`: the arm's) into the clients' momentum (arm - base)
+  and the guessed steps (GeL - arm): each a paired-seed Student-t interval
+  of the final test accuracy, with `update_norm` (mean over rounds and
+  seeds) beside it, and which of the two the intervals single out."""
+  client = FIG6_RATES[task, base][0]
+  final = verdicts.final(ACCURACY, 'final test accuracy')
+  select = {TASK: task, LR: client}
+  by_seed = {
+      'base': verdicts.per_seed(
+          frame, {**select, ALGORITHM: f'{base}_budgeted'}, final, 'seed'),
+      'gel': verdicts.per_seed(
+          frame, {**select, ALGORITHM: f'{base}_gel'}, final, 'seed'),
+      'arm': verdicts.per_seed(
+          arm, {**select, ALGORITHM: f'{base}_gel'}, final, 'seed')}
+  seeds = sorted(set.intersection(*(set(v) for v in by_seed.values())))
+  seeds = [k for k in seeds
+           if all(np.isfinite(v[k]) for v in by_seed.values())]
+  if len(seeds) < verdicts.MIN_PAIRS:
+    return ''
+
+  def norm(runs, algorithm):
+    if analysis.UPDATE_NORM not in runs:
+      return np.nan
+    chosen = runs[(runs[TASK] == task) & (runs[ALGORITHM] == algorithm)
+                  & np.isclose(runs[LR].astype(float), float(client))]
+    return chosen[analysis.UPDATE_NORM].mean()
+
+  def split(after, before):
+    return verdicts.interval(np.array(
+        [by_seed[after][k] - by_seed[before][k] for k in seeds]))
+  momentum, guesses = split('arm', 'base'), split('gel', 'arm')
+  norms = (norm(frame, f'{base}_budgeted'), norm(arm, f'{base}_gel'),
+           norm(frame, f'{base}_gel'))
+  has_norms = not any(np.isnan(n) for n in norms)
+  ci = lambda d: f'{d[0]:+.4f} [{d[1]:+.4f}, {d[2]:+.4f}]'
+  text = (
+      f' SGDM arm (ours: {base}\'s GeL variant with no guessed steps, i.e.'
+      f' {base} with SGDM clients, at client rate {client}; {len(seeds)}'
+      f' paired seeds, 95 % CIs): the clients\' momentum alone changes the'
+      f' final test accuracy by {ci(momentum)}'
+      + (f' (`{analysis.UPDATE_NORM}` {norms[0]:.3g} -> {norms[1]:.3g})'
+         if has_norms else '')
+      + f', the guessed steps on top of it by {ci(guesses)}'
+      + (f' (`{analysis.UPDATE_NORM}` {norms[1]:.3g} -> {norms[2]:.3g})'
+         if has_norms else '') + '. ')
+  excludes = lambda d: d[1] > 0 or d[2] < 0
+  if excludes(momentum) and not excludes(guesses):
+    return text + (
+        f'The difference is the momentum Table 3 gives {base} + GeL\'s'
+        ' clients, not the guessed steps, whose interval includes 0.')
+  if excludes(guesses) and not excludes(momentum):
+    return text + ('The difference is the guessed steps; the momentum\'s'
+                   ' interval includes 0.')
+  if excludes(guesses):
+    return text + 'Both intervals exclude 0: each contributes.'
+  return text + 'Neither interval excludes 0 on these seeds.'
+
+
 def analyze_fig6(frame: pd.DataFrame, output_dir: str) -> core.Analysis:
   """Each base with and without GeL at its tuned rates (the paper's figure),
-  and the control arm at smaller client rates (`_control_reading`)."""
+  the control arm at smaller client rates (`_control_reading`) and the
+  SGDM arm (`_sgdm_arm_reading`)."""
+  in_arm = _is_sgdm_arm(frame)
+  arm, frame = frame[in_arm], frame[~in_arm]
   whole = frame
   tuned = _at_tuned_rate(frame)
   frame = frame[tuned]
@@ -889,6 +976,15 @@ def analyze_fig6(frame: pd.DataFrame, output_dir: str) -> core.Analysis:
     control[core.QUANTITY] = [f'final_accuracy/{a}'
                               for a in control[ALGORITHM]]
     control_rows = [control]
+  if len(arm):
+    arm_rows = analysis.accuracy_by_run(
+        arm, ACCURACY, by=[ALGORITHM, TASK, LR, 'seed']).rename(
+            columns={'accuracy': 'final_accuracy'})
+    arm_rows = core.over_seeds(arm_rows, [TASK, ALGORITHM], ['final_accuracy'])
+    arm_rows[core.ROW] = [f'task={t} (SGDM arm)' for t in arm_rows[TASK]]
+    arm_rows[core.QUANTITY] = [f'final_accuracy/{a} tau\'=0'
+                               for a in arm_rows[ALGORITHM]]
+    control_rows.append(arm_rows)
   per_run = per_run_targets(frame, [ALGORITHM, TASK, 'seed'])
   final = frame[frame[ACCURACY].notna()].groupby(analysis.RUN)[ACCURACY].last()
   per_run['final_accuracy'] = per_run[analysis.RUN].map(final)
@@ -930,13 +1026,19 @@ def analyze_fig6(frame: pd.DataFrame, output_dir: str) -> core.Analysis:
           f' ({100 * (acc_gel - acc_base):+.1f} points); rounds to the target'
           f' {reached(r_base)} ({n_base} of {n} seeds reached it) without,'
           f' {reached(r_gel)} ({n_gel}) with.'
-          + _guessed_steps_reading(frame[frame[TASK] == task], base,
-                                   acc_gel < acc_base, client)
+          + _guessed_steps_reading(
+              frame[frame[TASK] == task], base, acc_gel < acc_base, client,
+              sgdm_arm=bool(((arm[TASK] == task)
+                             & (_base(arm) == base)).any()))
+          + _sgdm_arm_reading(frame, arm, task, base)
           + _control_reading(whole, task, base, acc_gel < acc_base))
   # One panel per base, as the paper's Figure 6; lines: with and without
-  # GeL at the tuned and the control arm's client rates.
+  # GeL at the tuned and the control arm's client rates, and the SGDM arm.
+  lines = pd.concat([whole.assign(base=_base(whole)), arm.assign(
+      base=_base(arm),
+      **{ALGORITHM: arm[ALGORITHM] + f' tau\'={SGDM_ARM_GUESSED_STEPS}'})])
   figure = _curves(
-      whole.assign(base=_base(whole)),
+      lines,
       output_dir, 'accuracy_vs_rounds.png', by=[ALGORITHM, LR],
       panels=[TASK, 'base'], title='With and without GeL')
   columns = [core.ROW, core.QUANTITY, core.VALUE, core.STD, core.NUM_RUNS]
@@ -1137,7 +1239,8 @@ def fig6_effects(scale: str) -> tuple[verdicts.Effect, ...]:
   return tuple(verdicts.Effect(
       f'GeL ends above {base} at its tuned rates ({task})',
       verdicts.final(ACCURACY, 'final test accuracy'),
-      {TASK: task, ALGORITHM: f'{base}_gel', LR: FIG6_RATES[task, base][0]},
+      {TASK: task, ALGORITHM: f'{base}_gel', LR: FIG6_RATES[task, base][0],
+       'guessed_steps': 'remaining'},
       {TASK: task, ALGORITHM: f'{base}_budgeted',
        LR: FIG6_RATES[task, base][0]}, 1) for base in FIG6_BASES)
 
@@ -1238,7 +1341,11 @@ EXPERIMENTS = (
             ' A control arm, not in the paper, runs each base with and'
             ' without GeL at a third and a tenth of its tuned client rate:'
             ' it tests the reading of GeL ending below its base as'
-            ' overshoot.'),
+            ' overshoot. An SGDM arm, also ours, runs FedYogi\'s GeL variant'
+            ' with no guessed steps at the tuned rates (FedYogi\'s clients'
+            ' run SGD, its GeL variant\'s SGDM, Table 3): it splits GeL\'s'
+            ' difference from FedYogi into the clients\' momentum and the'
+            ' guessed steps.'),
         analyze_fig6,
         effects=fig6_effects),
     core.Experiment(

@@ -24,6 +24,7 @@ from reproduce import adabest_experiments
 from reproduce import core
 from reproduce import gel_experiments
 from reproduce import large_cohort_experiments
+from reproduce import verdicts
 from tests import run_directories
 
 SCALES = ('local', 'paper', 'smoke')
@@ -471,6 +472,65 @@ def test_gel_fig6_control_arm_tests_overshoot_on_paired_seeds(tmp_path):
   assert all(e.treatment['client_learning_rate'] == '0.03' for e in effects)
 
 
+def test_gel_fig6_sgdm_arm_splits_momentum_from_the_guessed_steps(tmp_path):
+  # FedYogi's grids: the base, GeL, and (FedYogi's clients run SGD) the SGDM
+  # arm, GeL with no guessed steps, at the tuned rates.
+  [arm_grid] = [g for g in gel_experiments.fig6_grids('local')
+                if g.name.endswith('_sgdm')]
+  assert arm_grid.name == 'fig6_synthetic_fedyogi_sgdm'
+  assert [(a.flag, a.values) for a in arm_grid.axes] == [
+      ('algorithm', ('fedyogi_gel',)), ('guessed_steps', ('0',)),
+      ('client_learning_rate', ('0.03',))]
+  assert arm_grid.flags['server_learning_rate'] == '0.1'
+
+  def analyze(name, gel):
+    # Final test accuracy per seed: the base, the arm (its clients' momentum
+    # costs 0.020, 0.021, 0.022) and GeL (`gel`).
+    root, names = str(tmp_path / name), []
+    for (algorithm, guessed), by_seed, norm in zip(
+        (('fedyogi_budgeted', None), ('fedyogi_gel', '0'),
+         ('fedyogi_gel', 'remaining')),
+        ((0.950, 0.951, 0.953), (0.930, 0.930, 0.931), gel),
+        (0.04, 0.2, 0.22)):
+      for seed, value in enumerate(by_seed):
+        names.append(f'{algorithm}_{guessed}_{seed}')
+        extra = {} if guessed is None else {'guessed_steps': guessed}
+        _gel_run(root, names[-1], algorithm, '0.03', seed, {20: value},
+                 update_norm=norm, server_learning_rate='0.1', **extra)
+    frame = core.load_finished_runs([
+        core.sweep.SweepPoint(n, {}, (), os.path.join(root, n), 20)
+        for n in names])
+    return frame, gel_experiments.analyze_fig6(frame, root)
+
+  frame, result = analyze('both', (0.933, 0.932, 0.934))
+  table = result.table.set_index([core.ROW, core.QUANTITY])[core.VALUE]
+  # The paper's rows read GeL (tau' = remaining) only; the arm has its row.
+  assert table[('task=synthetic', 'final_accuracy/fedyogi_gel')] == (
+      pytest.approx(0.933))
+  assert table[('task=synthetic (SGDM arm)',
+                "final_accuracy/fedyogi_gel tau'=0")] == pytest.approx(
+                    0.930333, abs=1e-6)
+  [note] = [n for n in result.notes if 'SGDM arm (ours' in n]
+  # Momentum: -0.021 +- t(0.975, 2) 4.303 * 0.001 / sqrt(3); guesses:
+  # +0.00267 +- 4.303 * 0.000577 / sqrt(3).
+  assert ("the clients' momentum alone changes the final test accuracy by"
+          ' -0.0210 [-0.0235, -0.0185] (`update_norm` 0.04 -> 0.2), the'
+          ' guessed steps on top of it by +0.0027 [+0.0012, +0.0041]'
+          ' (`update_norm` 0.2 -> 0.22). Both intervals exclude 0: each'
+          ' contributes.') in note
+  # Guessed steps that change nothing: the momentum is singled out.
+  _, result = analyze('momentum', (0.931, 0.929, 0.931))
+  [note] = [n for n in result.notes if 'SGDM arm (ours' in n]
+  assert note.endswith('The difference is the momentum Table 3 gives fedyogi'
+                       " + GeL's clients, not the guessed steps, whose"
+                       ' interval includes 0.')
+  # The paper's effect pairs GeL (tau' = remaining) with the base, not the
+  # arm: two GeL runs per seed would otherwise be refused.
+  [_, yogi] = gel_experiments.fig6_effects('local')
+  assessed = verdicts.assess(frame, yogi)
+  assert assessed.pairs == 3
+
+
 def test_gel_fig6_reads_the_guessed_steps_from_the_logged_columns():
   def frame(gel_cosine):
     return pd.DataFrame({
@@ -499,7 +559,12 @@ def test_gel_fig6_reads_the_guessed_steps_from_the_logged_columns():
   # does not credit the longer update to the guessed steps alone.
   yogi = frame(0.01).replace({'fedavgcm_budgeted': 'fedyogi_budgeted',
                               'fedavgcm_gel': 'fedyogi_gel'})
-  assert 'SGDM with momentum 0.9' in reading(yogi, 'fedyogi', True, '0.03')
+  text = reading(yogi, 'fedyogi', True, '0.03')
+  assert 'SGDM with momentum 0.9' in text
+  assert 'the runs do not measure the two apart' in text
+  text = reading(yogi, 'fedyogi', True, '0.03', sgdm_arm=True)
+  assert 'the SGDM arm below measures the two apart' in text
+  assert 'do not measure' not in text
 
 
 def test_gel_fig7_splits_the_gain_by_how_well_the_base_is_tuned(tmp_path):
