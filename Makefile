@@ -22,10 +22,12 @@ demo: install
 	  --root_output_dir=$(DEMO_DIR) --experiment_name=demo
 
 # Test modules run on TEST_JOBS processes (pytest-xdist, a module's tests
-# together: each module starts its own TFF worker, ~1.5 GB per process).
+# together: each module starts its own TFF worker, ~1.5 GB per process), in
+# the order tests/conftest.py gives them (longest first).
 TEST_JOBS ?= 2
 test: install
-	$(PY) -m pytest -q -n $(TEST_JOBS) --dist loadfile --durations=60 tests
+	$(PY) -m pytest -q -n $(TEST_JOBS) --dist loadfile --no-loadscope-reorder \
+	  --durations=60 tests
 
 # Writes the latest figures to results/bench/ (README.md is the report).
 BENCH_DIR := results/bench

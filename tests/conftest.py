@@ -6,8 +6,14 @@ unless it installs another: the tests of TFF's worker start their own
 `worker_binary` (`runtime.worker_runtime`), stopped when they end (and by
 the kernel if pytest itself dies). Tests that start the driver as a
 subprocess check that it leaves no worker behind.
+
+Under pytest-xdist's `--dist loadfile` (`make test`) whole modules go to
+the processes in collection order, so the longest modules are collected
+first (`LONGEST_MODULES`) and short ones fill the end; the run ends with the
+modules' summed durations, the figures that list comes from.
 """
 
+import collections
 import os
 import sys
 
@@ -38,3 +44,53 @@ def tff_runtime():
   runtime.refuse_unmanaged_default_context()
   with runtime.local_runtime() as devices:
     yield devices
+
+
+# The longest modules, longest first, from the summed durations `make test`
+# prints (CI's log); the others follow, most tests first. A module that
+# grows long only finishes later than it could: nothing else depends on it.
+LONGEST_MODULES = (
+    'tests/test_run_faults.py',
+    'tests/experiment_driver/test_flag_rules.py',
+    'tests/test_docs.py',
+    'tests/test_run_experiment.py',
+    'tests/test_extending.py',
+    'tests/experiment_driver/runtime/test_runtime.py',
+    'tests/experiment_driver/runtime/test_remote_workers.py',
+    'tests/test_install.py',
+    'tests/experiment_driver/test_training_loop.py',
+    'tests/test_builders_conformance.py',
+)
+
+
+def _module(nodeid: str) -> str:
+  return nodeid.split('::', 1)[0]
+
+
+def pytest_collection_modifyitems(items):
+  """Orders the modules: `LONGEST_MODULES` first, then by test count (as
+  pytest-xdist's own `--loadscope-reorder` would); tests keep their order
+  within a module."""
+  counts = collections.Counter(_module(item.nodeid) for item in items)
+  rank = {module: i for i, module in enumerate(LONGEST_MODULES)}
+  order = {id(item): i for i, item in enumerate(items)}
+  items.sort(key=lambda item: (
+      rank.get(_module(item.nodeid), len(rank)),
+      -counts[_module(item.nodeid)], _module(item.nodeid), order[id(item)]))
+
+
+_module_seconds = collections.Counter()
+
+
+def pytest_runtest_logreport(report):
+  _module_seconds[_module(report.nodeid)] += report.duration
+
+
+def pytest_terminal_summary(terminalreporter):
+  """The 20 longest modules, setup, call and teardown summed: the figures
+  `LONGEST_MODULES` is ordered by."""
+  if len(_module_seconds) < 2:
+    return
+  terminalreporter.write_sep('=', 'longest modules (s, all phases summed)')
+  for module, seconds in _module_seconds.most_common(20):
+    terminalreporter.write_line(f'{seconds:8.1f}  {module}')
