@@ -92,8 +92,8 @@ class Grid:
 
   `name` starts every run's experiment name; two grids of one paper with the
   same name must be the same grid (their runs are shared). `seed_flag` is the
-  driver flag that takes the seeds `0..seeds-1` as a last axis (`None`: the
-  grid has no seed axis).
+  driver flag that takes the seeds `first_seed..first_seed+seeds-1` as a
+  last axis (`None`: the grid has no seed axis).
   """
 
   name: str
@@ -108,6 +108,9 @@ class Grid:
   # At most this many of the experiment's seeds (a costly grid beside cheap
   # ones); None: all of them.
   max_seeds: Optional[int] = None
+  # The first seed: a replication on fresh seeds starts past the seeds the
+  # experiment's other grids use.
+  first_seed: int = 0
   # Flags a smoke run adds (e.g. a downloading task's small stand-in, so
   # that the smoke scale needs no network).
   smoke_flags: Mapping[str, Optional[str]] = dataclasses.field(
@@ -200,8 +203,8 @@ def setting_fn(grids_fn: Callable[[str], tuple[Grid, ...]],
   return setting
 
 
-def seed_values(count: int) -> tuple[str, ...]:
-  return tuple(str(seed) for seed in range(count))
+def seed_values(count: int, first: int = 0) -> tuple[str, ...]:
+  return tuple(str(seed) for seed in range(first, first + count))
 
 
 def _smoke_grid(grid: Grid) -> Grid:
@@ -253,7 +256,8 @@ def build_points(experiment: Experiment, scale: str, root: str,
                                    name_prefix=grid.name, flags=grid.flags,
                                    command=command)
       continue
-    for seed in seed_values(min(seeds, grid.max_seeds or seeds)):
+    for seed in seed_values(min(seeds, grid.max_seeds or seeds),
+                            grid.first_seed):
       points += sweep.build_points(
           (*grid.axes, sweep.Axis(grid.seed_flag, (seed,))), directory,
           grid.total_rounds, name_prefix=grid.name,

@@ -19,7 +19,7 @@ import os
 import subprocess
 import sys
 from collections.abc import Mapping
-from typing import Optional
+from typing import Any, Optional
 
 import numpy as np
 import pandas as pd
@@ -735,6 +735,13 @@ FIG6_CONTROL_DIVISORS = (3, 10)
 # GeL gives it. It splits GeL's difference from the base into the clients'
 # momentum (arm - base) and the guessed steps (GeL - arm), on paired seeds.
 SGDM_ARM_GUESSED_STEPS = '0'
+# The replication (ours), at the local scale: the bases whose control arm
+# the first LOCAL_SEEDS seeds left inconclusive (results/gel/fig6) run again
+# on fresh seeds, with and without GeL at the tuned client rate and at the
+# smallest control rate: the overshoot reading tested on seeds that did not
+# suggest it.
+FIG6_REPLICATED_BASES = ('fedyogi',)
+FIG6_REPLICATION = 'replication'
 
 
 def fig6_control_rates(client: str) -> tuple[str, ...]:
@@ -762,6 +769,14 @@ def fig6_grids(scale: str) -> tuple[core.Grid, ...]:
             axes=(sweep.Axis(ALGORITHM, (f'{base}_gel',)),
                   sweep.Axis('guessed_steps', (SGDM_ARM_GUESSED_STEPS,)),
                   sweep.Axis(LR, (client,)))))
+      if scale != 'paper' and base in FIG6_REPLICATED_BASES:
+        grids.append(core.Grid(
+            f'fig6_{task}_{base}_{FIG6_REPLICATION}',
+            _flags(task, scale, **{analysis.SERVER_LEARNING_RATE: server}),
+            _rounds(task, scale),
+            axes=(sweep.Axis(ALGORITHM, (f'{base}_budgeted', f'{base}_gel')),
+                  sweep.Axis(LR, (client, fig6_control_rates(client)[-1]))),
+            first_seed=LOCAL_SEEDS))
   return tuple(grids)
 
 
@@ -781,17 +796,48 @@ def _at_tuned_rate(frame: pd.DataFrame) -> pd.Series:
                    index=frame.index)
 
 
+def _gains(frame: pd.DataFrame, task: str, base: str,
+           rate: str) -> dict[Any, float]:
+  """GeL - base final test accuracy per seed at client `rate`."""
+  final = verdicts.final(ACCURACY, 'final test accuracy')
+  gel, without = (verdicts.per_seed(
+      frame, {TASK: task, ALGORITHM: f'{base}_{kind}', LR: rate}, final,
+      'seed') for kind in ('gel', 'budgeted'))
+  return {k: gel[k] - without[k] for k in gel.keys() & without.keys()
+          if np.isfinite(gel[k] - without[k])}
+
+
+def _gain_and_excess(frame: pd.DataFrame, task: str, base: str, rate: str):
+  """On the seeds run at both the tuned rate and `rate`: Student-t
+  intervals of GeL's gain at the tuned rate, at `rate`, and of the excess
+  (gain at `rate` - gain at the tuned rate), and the seed count; None
+  under `verdicts.MIN_PAIRS` seeds."""
+  at_tuned = _gains(frame, task, base, FIG6_RATES[task, base][0])
+  at_rate = _gains(frame, task, base, rate)
+  seeds = sorted(at_tuned.keys() & at_rate.keys())
+  if len(seeds) < verdicts.MIN_PAIRS:
+    return None
+  interval = lambda values: verdicts.interval(np.array(values))
+  return (interval([at_tuned[k] for k in seeds]),
+          interval([at_rate[k] for k in seeds]),
+          interval([at_rate[k] - at_tuned[k] for k in seeds]), len(seeds))
+
+
+def _ci(interval) -> str:
+  return f'{interval[0]:+.4f} [{interval[1]:+.4f}, {interval[2]:+.4f}]'
+
+
 def _control_reading(frame: pd.DataFrame, task: str, base: str,
-                     below: bool) -> str:
+                     below: bool, replicated: bool = False) -> str:
   """The control arm's test of the overshoot reading, at each control rate:
   GeL's gain in final test accuracy, how much it exceeds the gain at the
   tuned rate (paired seeds, Student-t interval), and GeL's averaged client
   update (`update_norm`, mean over rounds and seeds) beside the base's at
   its tuned rate. Overshoot is borne out when some control rate's excess
   excludes 0 upwards; `below`: GeL ends below its base at the tuned rate
-  (the reversal the arm is to explain)."""
+  (the reversal the arm is to explain); `replicated`: a replication on
+  fresh seeds follows (`_replication_reading`)."""
   client, server = FIG6_RATES[task, base]
-  final = verdicts.final(ACCURACY, 'final test accuracy')
 
   def update_norm(kind, rate):
     if analysis.UPDATE_NORM not in frame:
@@ -801,29 +847,18 @@ def _control_reading(frame: pd.DataFrame, task: str, base: str,
                  & np.isclose(frame[LR].astype(float), float(rate))]
     return runs[analysis.UPDATE_NORM].mean()
 
-  def gains(rate):
-    gel, without = (verdicts.per_seed(
-        frame, {TASK: task, ALGORITHM: f'{base}_{kind}', LR: rate}, final,
-        'seed') for kind in ('gel', 'budgeted'))
-    return {k: gel[k] - without[k] for k in gel.keys() & without.keys()
-            if np.isfinite(gel[k] - without[k])}
-  at_tuned = gains(client)
   tuned_norm = update_norm('budgeted', client)
   parts, borne_out = [], False
   for rate in fig6_control_rates(client):
-    at_control = gains(rate)
-    seeds = sorted(at_tuned.keys() & at_control.keys())
-    if len(seeds) < verdicts.MIN_PAIRS:
+    found = _gain_and_excess(frame, task, base, rate)
+    if found is None:
       continue
-    gain = verdicts.interval(np.array([at_control[k] for k in seeds]))
-    more = verdicts.interval(np.array([at_control[k] - at_tuned[k]
-                                       for k in seeds]))
+    _, gain, more, seeds = found
     borne_out |= more[1] > 0
     parts.append(
         f'at client rate {rate} GeL - {base} final test accuracy is'
-        f' {gain[0]:+.4f} [{gain[1]:+.4f}, {gain[2]:+.4f}], {more[0]:+.4f}'
-        f' [{more[1]:+.4f}, {more[2]:+.4f}] above its gain at the tuned rate'
-        f' ({len(seeds)} paired seeds)'
+        f' {_ci(gain)}, {_ci(more)} above its gain at the tuned rate'
+        f' ({seeds} paired seeds)'
         + ('' if np.isnan(tuned_norm) else
            f', GeL\'s `{analysis.UPDATE_NORM}` {update_norm("gel", rate):.3g}'))
   if not parts:
@@ -837,10 +872,40 @@ def _control_reading(frame: pd.DataFrame, task: str, base: str,
                    ' overshoot predicts' + (': that is how GeL ends below its'
                                             ' base at the tuned rate.'
                                             if below else '.'))
+  if replicated:
+    return text + ('No control rate\'s interval excludes 0 in that direction'
+                   ' on these seeds: the replication below tests overshoot'
+                   ' on fresh ones.')
   return text + ('No control rate\'s interval excludes 0 in that direction:'
                  ' the control arm does not bear overshoot out'
                  + (', and this reversal is not explained by the logged'
                     ' columns.' if below else '.'))
+
+
+def _replication_reading(frame: pd.DataFrame, task: str, base: str,
+                         below: bool) -> str:
+  """The replication's test of overshoot (`frame`: its runs only): GeL's
+  gain at the tuned rate and at the smallest control rate, and the excess,
+  on fresh seeds; borne out when the excess excludes 0 upwards."""
+  rate = fig6_control_rates(FIG6_RATES[task, base][0])[-1]
+  found = _gain_and_excess(frame, task, base, rate)
+  if found is None:
+    return ''
+  tuned, gain, more, seeds = found
+  text = (f' Replication (ours; {seeds} fresh paired seeds, run after the'
+          ' seeds above left the control arm inconclusive, with the'
+          f' comparison fixed in advance: the tuned rate against {rate}):'
+          f' GeL - {base} final test accuracy is {_ci(tuned)} at the tuned'
+          f' rate and {_ci(gain)} at client rate {rate}, {_ci(more)} above'
+          ' it. ')
+  if more[1] > 0:
+    return text + ('On fresh seeds GeL gains more where the client step is'
+                   ' shorter, as overshoot predicts'
+                   + (f': GeL ends below {base} at its tuned rate by'
+                      ' overshooting.' if below else '.'))
+  return text + ('On fresh seeds too the interval includes 0: overshoot is'
+                 ' not borne out' + (', and this reversal is not explained'
+                                     ' by the runs.' if below else '.'))
 
 
 def _guessed_steps_reading(frame: pd.DataFrame, base: str, below: bool,
@@ -892,6 +957,12 @@ def _is_sgdm_arm(frame: pd.DataFrame) -> pd.Series:
     return pd.Series(False, index=frame.index)
   return (frame[ALGORITHM].str.endswith('_gel')
           & (frame['guessed_steps'].astype(str) == SGDM_ARM_GUESSED_STEPS))
+
+
+def _in_replication(frame: pd.DataFrame) -> pd.Series:
+  """Whether each row's run is of a replication grid."""
+  names = frame[analysis.EXPERIMENT_NAME].astype(str)
+  return names.str.contains(f'_{FIG6_REPLICATION}(?:__|$)', regex=True)
 
 
 def _sgdm_arm_reading(frame: pd.DataFrame, arm: pd.DataFrame, task: str,
@@ -961,6 +1032,8 @@ def analyze_fig6(frame: pd.DataFrame, output_dir: str) -> core.Analysis:
   SGDM arm (`_sgdm_arm_reading`)."""
   in_arm = _is_sgdm_arm(frame)
   arm, frame = frame[in_arm], frame[~in_arm]
+  replicated = _in_replication(frame)
+  replication, frame = frame[replicated], frame[~replicated]
   whole = frame
   tuned = _at_tuned_rate(frame)
   frame = frame[tuned]
@@ -985,6 +1058,15 @@ def analyze_fig6(frame: pd.DataFrame, output_dir: str) -> core.Analysis:
     arm_rows[core.QUANTITY] = [f'final_accuracy/{a} tau\'=0'
                                for a in arm_rows[ALGORITHM]]
     control_rows.append(arm_rows)
+  if len(replication):
+    rows = analysis.accuracy_by_run(
+        replication, ACCURACY, by=[ALGORITHM, TASK, LR, 'seed']).rename(
+            columns={'accuracy': 'final_accuracy'})
+    rows = core.over_seeds(rows, [TASK, LR, ALGORITHM], ['final_accuracy'])
+    rows[core.ROW] = [f'task={t} {LR}={float(r):g} ({FIG6_REPLICATION})'
+                      for t, r in zip(rows[TASK], rows[LR])]
+    rows[core.QUANTITY] = [f'final_accuracy/{a}' for a in rows[ALGORITHM]]
+    control_rows.append(rows)
   per_run = per_run_targets(frame, [ALGORITHM, TASK, 'seed'])
   final = frame[frame[ACCURACY].notna()].groupby(analysis.RUN)[ACCURACY].last()
   per_run['final_accuracy'] = per_run[analysis.RUN].map(final)
@@ -1031,7 +1113,10 @@ def analyze_fig6(frame: pd.DataFrame, output_dir: str) -> core.Analysis:
               sgdm_arm=bool(((arm[TASK] == task)
                              & (_base(arm) == base)).any()))
           + _sgdm_arm_reading(frame, arm, task, base)
-          + _control_reading(whole, task, base, acc_gel < acc_base))
+          + _control_reading(whole, task, base, acc_gel < acc_base,
+                             replicated=bool(len(replication)))
+          + _replication_reading(replication, task, base,
+                                 acc_gel < acc_base))
   # One panel per base, as the paper's Figure 6; lines: with and without
   # GeL at the tuned and the control arm's client rates, and the SGDM arm.
   lines = pd.concat([whole.assign(base=_base(whole)), arm.assign(
@@ -1236,13 +1321,15 @@ def _gradients_to_target(run: pd.DataFrame) -> float:
 
 def fig6_effects(scale: str) -> tuple[verdicts.Effect, ...]:
   task = 'emnist' if scale == 'paper' else 'synthetic'
+  # The paper's grids' runs, GeL with its guessed steps (not the arms').
   return tuple(verdicts.Effect(
       f'GeL ends above {base} at its tuned rates ({task})',
       verdicts.final(ACCURACY, 'final test accuracy'),
-      {TASK: task, ALGORITHM: f'{base}_gel', LR: FIG6_RATES[task, base][0],
-       'guessed_steps': 'remaining'},
-      {TASK: task, ALGORITHM: f'{base}_budgeted',
-       LR: FIG6_RATES[task, base][0]}, 1) for base in FIG6_BASES)
+      {verdicts.GRID: f'fig6_{task}_{base}', TASK: task,
+       ALGORITHM: f'{base}_gel', LR: FIG6_RATES[task, base][0]},
+      {verdicts.GRID: f'fig6_{task}_{base}', TASK: task,
+       ALGORITHM: f'{base}_budgeted', LR: FIG6_RATES[task, base][0]}, 1)
+      for base in FIG6_BASES)
 
 
 def fig8_effects(scale: str) -> tuple[verdicts.Effect, ...]:
@@ -1345,7 +1432,10 @@ EXPERIMENTS = (
             ' with no guessed steps at the tuned rates (FedYogi\'s clients'
             ' run SGD, its GeL variant\'s SGDM, Table 3): it splits GeL\'s'
             ' difference from FedYogi into the clients\' momentum and the'
-            ' guessed steps.'),
+            ' guessed steps. A replication, also ours, runs FedYogi with and'
+            ' without GeL at its tuned client rate and a tenth of it on 10'
+            ' fresh seeds: the overshoot reading tested on seeds that did not'
+            ' suggest it.'),
         analyze_fig6,
         effects=fig6_effects),
     core.Experiment(

@@ -493,7 +493,8 @@ def test_gel_fig6_sgdm_arm_splits_momentum_from_the_guessed_steps(tmp_path):
         ((0.950, 0.951, 0.953), (0.930, 0.930, 0.931), gel),
         (0.04, 0.2, 0.22)):
       for seed, value in enumerate(by_seed):
-        names.append(f'{algorithm}_{guessed}_{seed}')
+        grid = 'fig6_synthetic_fedyogi' + ('_sgdm' if guessed == '0' else '')
+        names.append(f'{grid}__{algorithm}_{guessed}_{seed}')
         extra = {} if guessed is None else {'guessed_steps': guessed}
         _gel_run(root, names[-1], algorithm, '0.03', seed, {20: value},
                  update_norm=norm, server_learning_rate='0.1', **extra)
