@@ -386,6 +386,16 @@ def test_gel_fig7_picks_the_best_cell_on_validation(tmp_path, monkeypatch):
   assert 'fedyogi' not in note  # no FedYogi runs in this grid
 
 
+@pytest.fixture
+def fixture_fig6_rates(monkeypatch):
+  """The fig6 fixtures' tuned rates, whatever `gel fig7` last tuned."""
+  monkeypatch.setattr(gel_experiments, 'FIG6_RATES', {
+      **gel_experiments.FIG6_RATES,
+      ('synthetic', 'fedavgcm'): ('0.03', '3'),
+      ('synthetic', 'fedyogi'): ('0.03', '0.1')})
+
+
+@pytest.mark.usefixtures('fixture_fig6_rates')
 def test_gel_fig6_compares_each_base_with_gel_at_its_rates(tmp_path):
   root = str(tmp_path)
   names = []
@@ -424,6 +434,7 @@ def test_gel_fig6_compares_each_base_with_gel_at_its_rates(tmp_path):
   assert os.path.isfile(os.path.join(root, 'accuracy_vs_rounds.png'))
 
 
+@pytest.mark.usefixtures('fixture_fig6_rates')
 def test_gel_fig6_control_arm_tests_overshoot_on_paired_seeds(tmp_path):
   assert gel_experiments.fig6_control_rates('0.03') == ('0.01', '0.003')
 
@@ -479,6 +490,7 @@ def test_gel_fig6_control_arm_tests_overshoot_on_paired_seeds(tmp_path):
   assert all(e.treatment['client_learning_rate'] == '0.03' for e in effects)
 
 
+@pytest.mark.usefixtures('fixture_fig6_rates')
 def test_gel_fig6_sgdm_arm_splits_momentum_from_the_guessed_steps(tmp_path):
   # FedYogi's grids: the base, GeL, and (FedYogi's clients run SGD) the SGDM
   # arm, GeL with no guessed steps, at the tuned rates.
@@ -539,6 +551,7 @@ def test_gel_fig6_sgdm_arm_splits_momentum_from_the_guessed_steps(tmp_path):
   assert assessed.pairs == 3
 
 
+@pytest.mark.usefixtures('fixture_fig6_rates')
 def test_gel_fig6_replication_tests_overshoot_on_fresh_seeds(tmp_path):
   [grid] = [g for g in gel_experiments.fig6_grids('local')
             if g.name == 'fig6_synthetic_fedyogi_replication']
