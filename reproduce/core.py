@@ -555,10 +555,16 @@ def write_report(experiment: Experiment, scale: str, root: str,
       '',
   ]
   if judged.assessments:
+    by_cell = [a.effect for a in judged.assessments
+               if isinstance(a.effect, verdicts.Effect)
+               and not a.effect.pairs_by_seed]
+    pairing = ('seed' if not by_cell else
+               'seed or, where the table counts cells, by a grid\'s cell (equal'
+               f' {", ".join(by_cell[0].pair_flags)})')
     lines += ['## Effects', '',
               'Each effect pairs the treatment\'s and the baseline\'s runs by'
-              ' seed; the interval is the paired differences\' 95 % Student-t'
-              ' interval.', '',
+              f' {pairing}; the interval is the paired differences\' 95 %'
+              ' Student-t interval.', '',
               markdown_table(verdicts.effects_table(judged.assessments)), '']
   if setting.substitutes:
     lines += ['**What this scale substitutes for the paper\'s setting.** '

@@ -192,6 +192,24 @@ class Effect:
     if self.direction not in (1, -1):
       raise ValueError(f'direction must be +1 or -1, got {self.direction}')
 
+  @property
+  def pair_flags(self) -> tuple[str, ...]:
+    return (self.pair_by,) if isinstance(self.pair_by, str) else tuple(
+        self.pair_by)
+
+  @property
+  def pairs_by_seed(self) -> bool:
+    """Whether runs pair by one seed flag (`seed`, AdaBest's
+    `partition_seed`), not by the cells of a grid."""
+    return len(self.pair_flags) == 1 and self.pair_flags[0].endswith('seed')
+
+  def pair_unit(self) -> str:
+    """What its pairs are, as the reports count them: `seeds`, or a grid's
+    cells named by the flags that pair them."""
+    if self.pairs_by_seed:
+      return 'seeds'
+    return f'cells ({" x ".join(self.pair_flags)})'
+
 
 @dataclasses.dataclass(frozen=True)
 class Assessment:
@@ -357,7 +375,8 @@ def effects_table(assessments: Sequence[Assessment]) -> pd.DataFrame:
     rows.append({
         'effect (paper)': a.effect.claim,
         'quantity': a.effect.quantity.name,
-        'paired seeds': a.pairs,
+        'paired seeds': (a.pairs if a.effect.pairs_by_seed
+                         else f'{a.pairs} cells'),
         'treatment − baseline, 95 % CI': (
             f'{_format(a.mean)} [{_format(a.low)}, {_format(a.high)}]'),
         'paper': ('—' if a.effect.paper_size is None
@@ -379,5 +398,5 @@ def package_sentence(assessments: Sequence[Assessment]) -> str:
       clauses.append(
           f'{a.effect.claim}: {a.effect.quantity.name} differs by'
           f' {_format(a.mean)} (95 % CI [{_format(a.low)},'
-          f' {_format(a.high)}], {a.pairs} paired seeds)')
+          f' {_format(a.high)}], {a.pairs} paired {a.effect.pair_unit()})')
   return '; '.join(clauses) + '.' if clauses else ''

@@ -53,6 +53,29 @@ def test_pairing_by_seed_cancels_the_seeds_noise():
   assert result.verdict == verdicts.REPRODUCED
 
 
+def test_the_reports_count_a_grids_cells_not_seeds():
+  # One seed, two rate cells: the pairs are cells, and the reports say so;
+  # a single seed flag (AdaBest's partition_seed) still counts seeds.
+  frame = _runs({('t', 0): 0.9, ('b', 0): 0.5})
+  frame = pd.concat([frame.assign(rate=0.1),
+                     frame.assign(rate=0.3, run=frame['run'] + '_r')])
+  by_cell = _effect(pair_by=('rate', 'seed'))
+  result = verdicts.assess(frame, by_cell)
+  assert result.pairs == 2
+  assert verdicts.package_sentence([result]).endswith(
+      '2 paired cells (rate x seed)).')
+  assert verdicts.effects_table([result])['paired seeds'].tolist() == [
+      '2 cells']
+  by_seed = verdicts.assess(frame, _effect(pair_by='rate'))
+  assert not _effect(pair_by='rate').pairs_by_seed
+  assert _effect(pair_by='partition_seed').pair_unit() == 'seeds'
+  seeds = verdicts.assess(_runs({('t', 0): 0.9, ('t', 1): 0.8,
+                                 ('b', 0): 0.5, ('b', 1): 0.5}), _effect())
+  assert verdicts.package_sentence([seeds]).endswith('2 paired seeds).')
+  assert verdicts.effects_table([seeds])['paired seeds'].tolist() == [2]
+  assert by_seed.pairs == 2
+
+
 def test_each_verdict_of_one_effect():
   up = np.array([0.10, 0.12, 0.11])
   assert verdicts.verdict_of_differences(_effect(), up).verdict == (
