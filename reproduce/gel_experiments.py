@@ -882,9 +882,11 @@ def _control_reading(frame: pd.DataFrame, task: str, base: str,
                    ' on these seeds: the replication below tests overshoot'
                    ' on fresh ones.')
   return text + ('No control rate\'s interval excludes 0 in that direction:'
-                 ' the control arm does not bear overshoot out'
-                 + (', and this reversal is not explained by the logged'
-                    ' columns.' if below else '.'))
+                 + (' the control arm does not bear overshoot out, and this'
+                    ' reversal is not explained by the logged columns.'
+                    if below else
+                    ' the control arm shows no overshoot at the tuned'
+                    ' rate.'))
 
 
 def _replication_reading(frame: pd.DataFrame, task: str, base: str,
@@ -1118,8 +1120,10 @@ def analyze_fig6(frame: pd.DataFrame, output_dir: str) -> core.Analysis:
               sgdm_arm=bool(((arm[TASK] == task)
                              & (_base(arm) == base)).any()))
           + _sgdm_arm_reading(frame, arm, task, base)
-          + _control_reading(whole, task, base, acc_gel < acc_base,
-                             replicated=bool(len(replication)))
+          + _control_reading(
+              whole, task, base, acc_gel < acc_base,
+              replicated=bool(((replication[TASK] == task)
+                               & (_base(replication) == base)).any()))
           + _replication_reading(replication, task, base,
                                  acc_gel < acc_base))
   # One panel per base, as the paper's Figure 6; lines: with and without

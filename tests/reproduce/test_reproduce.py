@@ -573,12 +573,18 @@ def test_gel_fig6_replication_tests_overshoot_on_fresh_seeds(tmp_path):
     cells += [('fig6_synthetic_fedyogi_replication', seed, rate, gain)
               for seed, gain in zip((10, 11, 12), replicated_gains)
               for rate, gain in (('0.03', -0.02), ('0.003', gain))]
+    # FedAvgCM (not replicated): GeL 0.01 above at its tuned rate, about as
+    # much at a third of it.
+    cells += [('fig6_synthetic_fedavgcm', seed, rate, gain)
+              for seed in (0, 1) for rate, gain in (('0.03', 0.01),
+                                                    ('0.01', 0.01 + seed / 1e3))]
     for grid, seed, rate, gain in cells:
-      for algorithm, accuracy in (('fedyogi_budgeted', 0.9),
-                                  ('fedyogi_gel', 0.9 + gain)):
+      base = grid.split('_')[2]
+      for algorithm, accuracy in ((f'{base}_budgeted', 0.9),
+                                  (f'{base}_gel', 0.9 + gain)):
         names.append(f'{grid}__{algorithm}_{rate}_{seed}')
         _gel_run(root, names[-1], algorithm, rate, seed, {20: accuracy},
-                 server_learning_rate='0.1',
+                 server_learning_rate='0.1' if base == 'fedyogi' else '3',
                  **({} if algorithm.endswith('budgeted')
                     else {'guessed_steps': 'remaining'}))
     frame = core.load_finished_runs([
@@ -588,6 +594,12 @@ def test_gel_fig6_replication_tests_overshoot_on_fresh_seeds(tmp_path):
 
   frame, result = analyze('borne_out', (0.0, 0.001, 0.003))
   [note] = [n for n in result.notes if 'fedyogi' in n]
+  # Only the replicated base's reading points to a replication.
+  [avgcm] = [n for n in result.notes if n.startswith('task=synthetic fedavgcm')]
+  assert 'replication' not in avgcm.lower()
+  assert avgcm.endswith('No control rate\'s interval excludes 0 in that'
+                        ' direction: the control arm shows no overshoot at the'
+                        ' tuned rate.')
   # The paper's rows and the control arm read seeds 0-1 only.
   table = result.table.set_index([core.ROW, core.QUANTITY])
   assert table.loc[('task=synthetic', 'final_accuracy/fedyogi_gel'),
