@@ -194,21 +194,17 @@ class Effect:
 
   @property
   def pair_flags(self) -> tuple[str, ...]:
-    return (self.pair_by,) if isinstance(self.pair_by, str) else tuple(
-        self.pair_by)
+    return (self.pair_by,) if isinstance(self.pair_by, str) else self.pair_by
 
   @property
   def pairs_by_seed(self) -> bool:
-    """Whether runs pair by one seed flag (`seed`, AdaBest's
-    `partition_seed`), not by the cells of a grid."""
+    """One seed flag (`seed`, `partition_seed`), not a grid's cells."""
     return len(self.pair_flags) == 1 and self.pair_flags[0].endswith('seed')
 
   def pair_unit(self) -> str:
-    """What its pairs are, as the reports count them: `seeds`, or a grid's
-    cells named by the flags that pair them."""
-    if self.pairs_by_seed:
-      return 'seeds'
-    return f'cells ({" x ".join(self.pair_flags)})'
+    """What its pairs are: seeds, or cells named by their flags."""
+    return ('seeds' if self.pairs_by_seed
+            else f'cells ({" x ".join(self.pair_flags)})')
 
 
 @dataclasses.dataclass(frozen=True)
