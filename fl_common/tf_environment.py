@@ -35,6 +35,15 @@ TensorFlow (the packages' `__init__`s and the entry points do):
   regression does, the MLPs and CNNs do not. The setting shifts float32
   results by ~1e-7, as any change of kernels does.
 
+* **No Keras 3 while TFF is imported.** TFF imports tensorflow_model_
+  optimization, whose pruning registry tries `from keras.src.engine import
+  base_layer` on the Keras 3 package, which has no such module: the import
+  always fails, and catches the failure, after loading all of Keras 3 (~1 s
+  of every process's start). While `tensorflow_federated` is being imported,
+  `keras` is refused at once (`_NoKeras3DuringTffImport`), which ends in the
+  same failure and the same fallback without loading it. Nothing else is
+  affected: `import keras` works before and after.
+
 And one at exit: if TFF was imported, its default context is dropped while
 Python can still run it (`atexit`), so that a process that never started a
 runtime (`python -m tasks.prepare_data --help`) ends without TFF's
@@ -134,6 +143,22 @@ def _quiet_import() -> None:
       os.close(saved)
 
 
+class _NoKeras3DuringTffImport:
+  """A `sys.meta_path` finder refusing the `keras` package while
+  `tensorflow_federated` is being imported (module docstring)."""
+
+  @staticmethod
+  def find_spec(name, path=None, target=None):
+    del path, target
+    if name != 'keras':
+      return None
+    spec = getattr(sys.modules.get('tensorflow_federated'), '__spec__', None)
+    if getattr(spec, '_initializing', False):
+      raise ModuleNotFoundError(
+          'keras (Keras 3) is not loaded while TFF is imported', name=name)
+    return None
+
+
 def _drop_tff_default_context() -> None:
   if 'tensorflow_federated' in sys.modules:
     from fl_common import default_context  # pylint: disable=g-import-not-at-top
@@ -143,4 +168,6 @@ def _drop_tff_default_context() -> None:
 _use_legacy_keras()
 _choose_onednn()
 _quiet_import()
+if not any(isinstance(f, _NoKeras3DuringTffImport) for f in sys.meta_path):
+  sys.meta_path.insert(0, _NoKeras3DuringTffImport())
 atexit.register(_drop_tff_default_context)

@@ -110,15 +110,28 @@ def _dataset(client_id, nan=False):
       collections.OrderedDict(x=x, y=y)).batch(2)
 
 
+# Built processes by (builder name, seed, per-client twin). A process is a set
+# of TFF computations, the same whichever runtime runs them and however
+# often: building one (tracing every computation) is most of a two-round
+# test, so the conformance tests and the runtime tests build each once.
+_BUILT = {}
+
+
 class Run:
   """A process trained round by round, stateful clients included."""
 
-  def __init__(self, name, tmp_path, seed=0, per_client_twin=False):
+  def __init__(self, name, tmp_path, seed=0, per_client_twin=False,
+               fresh=False):
+    """`fresh` builds the process anew; otherwise a process built before
+    with the same arguments in this test process is used again (`_BUILT`)."""
     tf.keras.utils.set_random_seed(seed)
     self.name = name
     self.on_shards = name.startswith('fused_') and not per_client_twin
-    builder = PER_CLIENT_TWINS[name] if per_client_twin else BUILDERS[name]
-    self.process = builder(tiny_models.linear_model_fn(NUM_FEATURES))
+    key = (name, seed, per_client_twin)
+    if fresh or key not in _BUILT:
+      builder = PER_CLIENT_TWINS[name] if per_client_twin else BUILDERS[name]
+      _BUILT[key] = builder(tiny_models.linear_model_fn(NUM_FEATURES))
+    self.process = _BUILT[key]
     self.runner = None
     if isinstance(self.process, stateful_process.StatefulClientLearningProcess):
       self.runner = adabest_tff.StatefulClientRunner(

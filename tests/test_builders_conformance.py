@@ -79,7 +79,7 @@ def test_state_survives_a_checkpoint_round_trip(name, tmp_path):
 def test_same_seed_same_result(name, tmp_path):
   results = []
   for _ in range(2):
-    run = _Run(name, tmp_path, seed=7)
+    run = _Run(name, tmp_path, seed=7, fresh=True)  # built twice
     run.round(['a', 'b'])
     run.round(['b', 'c'])
     results.append(run.weights())
