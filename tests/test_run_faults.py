@@ -182,9 +182,16 @@ def test_interrupt_is_one_line_and_the_rerun_resumes(reference_runs, tmp_path,
   lines = [l for l in stderr.splitlines() if l.strip()]
   assert len(lines) == 1 and lines[0].startswith(f'{word} at round')
   assert 'rerun the same command to resume' in lines[0]
-  _run(*args)
-  pd.testing.assert_frame_equal(_metrics(tmp_path / 'i'),
-                                _metrics(reference_runs['fedopt']))
+  # What the signal left: the rounds before it, each as the uninterrupted
+  # run wrote it. The three signals share one handler, so one of them (the
+  # cheapest to type) is resumed to the end as well.
+  left = _metrics(tmp_path / 'i')
+  reference = _metrics(reference_runs['fedopt'])
+  assert 2 <= len(left) < len(reference)
+  pd.testing.assert_frame_equal(left, reference.iloc[:len(left)])
+  if sig == signal.SIGINT:
+    _run(*args)
+    pd.testing.assert_frame_equal(_metrics(tmp_path / 'i'), reference)
 
 
 def _tensorboard_steps(run_dir, tag):
