@@ -6,6 +6,8 @@ clipping norm, server optimizer state, FedNova's effective steps, the
 gradient count, diagnostics and training metrics, with step budgets,
 uneven client sizes, an empty client, a NaN client and uneven shards."""
 
+import functools
+
 import numpy as np
 import pytest
 import tensorflow_federated as tff
@@ -30,11 +32,7 @@ def _round_datasets(round_num):
       steps)], steps
 
 
-@pytest.mark.parametrize('base', gel.BASES)
-@pytest.mark.parametrize('use_gel, lanes', [(True, 1), (False, 1),
-                                            (True, 3), (False, 2)])
-def test_a_fused_round_equals_the_per_client_round(base, use_gel, lanes):
-  model_fn = tiny_models.linear_model_fn(_NUM_FEATURES)
+def _builder_kwargs(base, use_gel):
   kwargs = dict(base=base, client_learning_rate=0.05,
                 model_aggregator=diagnosed_mean.diagnosed_mean_factory(
                     clipping=True, initial_clipping_norm=0.05))
@@ -42,10 +40,27 @@ def test_a_fused_round_equals_the_per_client_round(base, use_gel, lanes):
     kwargs['server_optimizer'] = gel.build_server_optimizer(base, 0.1)
   if use_gel:
     kwargs['expected_steps'] = 6
-    per_client = gel.build_gel(model_fn, **kwargs)
+  return kwargs
+
+
+@functools.cache
+def _per_client(base, use_gel):
+  """The per-client process, built once for the lanes it is compared with."""
+  build = gel.build_gel if use_gel else gel.build_budgeted_baseline
+  return build(tiny_models.linear_model_fn(_NUM_FEATURES),
+               **_builder_kwargs(base, use_gel))
+
+
+@pytest.mark.parametrize('base', gel.BASES)
+@pytest.mark.parametrize('use_gel, lanes', [(True, 1), (False, 1),
+                                            (True, 3), (False, 2)])
+def test_a_fused_round_equals_the_per_client_round(base, use_gel, lanes):
+  model_fn = tiny_models.linear_model_fn(_NUM_FEATURES)
+  kwargs = _builder_kwargs(base, use_gel)
+  per_client = _per_client(base, use_gel)
+  if use_gel:
     on_shards = gel.build_fused_gel(model_fn, lanes=lanes, **kwargs)
   else:
-    per_client = gel.build_budgeted_baseline(model_fn, **kwargs)
     on_shards = gel.build_fused_budgeted_baseline(model_fn, lanes=lanes,
                                                   **kwargs)
   assert (on_shards.initialize.type_signature ==

@@ -5,6 +5,7 @@ training metrics, with uneven client sizes, an empty client, a NaN client
 and shards of uneven length."""
 
 import collections
+import functools
 
 import numpy as np
 import pytest
@@ -37,6 +38,20 @@ def _processes(weighting, clipping, server_optimizer):
       model_fn, **kwargs)
 
 
+@functools.cache
+def _processes_for(weighting, clipping, server):
+  """`_processes` with a named server optimizer, built once for every
+  `clients_per_shard` it is tried with (how shards are cut is an argument
+  of the round, not of the process)."""
+  server_optimizer = {
+      'adam': tff.learning.optimizers.build_adam(
+          0.05, epsilon=fused_checks.ADAM_EPSILON),
+      'sgd': tff.learning.optimizers.build_sgdm(1.0),
+      'sgdm': tff.learning.optimizers.build_sgdm(0.5, momentum=0.9),
+  }[server]
+  return _processes(weighting, clipping, server_optimizer)
+
+
 @pytest.mark.parametrize('weighting, clipping, server', [
     (tff.learning.ClientWeighting.NUM_EXAMPLES, True, 'adam'),
     (tff.learning.ClientWeighting.NUM_EXAMPLES, False, 'sgd'),
@@ -45,13 +60,7 @@ def _processes(weighting, clipping, server_optimizer):
 @pytest.mark.parametrize('clients_per_shard', [1, 3, 4, 7])
 def test_a_fused_round_equals_the_per_client_round(weighting, clipping, server,
                                                    clients_per_shard):
-  server_optimizer = {
-      'adam': tff.learning.optimizers.build_adam(
-          0.05, epsilon=fused_checks.ADAM_EPSILON),
-      'sgd': tff.learning.optimizers.build_sgdm(1.0),
-      'sgdm': tff.learning.optimizers.build_sgdm(0.5, momentum=0.9),
-  }[server]
-  per_client, on_shards = _processes(weighting, clipping, server_optimizer)
+  per_client, on_shards = _processes_for(weighting, clipping, server)
   # Uneven sizes (odd ones end in a short batch), an empty client, a NaN one.
   sizes = [5, 1, 0, 8, 3, 4, 2]
   datasets = fused_checks.client_datasets(sizes, nan_client=4)
