@@ -38,8 +38,8 @@ TensorFlow (the packages' `__init__`s and the entry points do):
 * **No Keras 3 while TFF is imported.** TFF imports tensorflow_model_
   optimization, whose pruning registry tries `from keras.src.engine import
   base_layer` on the Keras 3 package, which has no such module: the import
-  always fails, and catches the failure, after loading all of Keras 3 (~1 s
-  of every process's start). While `tensorflow_federated` is being imported,
+  always fails, and catches the failure, after loading all of Keras 3 at
+  every process's start. While `tensorflow_federated` is being imported,
   `keras` is refused at once (`_NoKeras3DuringTffImport`), which ends in the
   same failure and the same fallback without loading it. Nothing else is
   affected: `import keras` works before and after.

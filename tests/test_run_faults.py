@@ -183,8 +183,8 @@ def test_interrupt_is_one_line_and_the_rerun_resumes(reference_runs, tmp_path,
   assert len(lines) == 1 and lines[0].startswith(f'{word} at round')
   assert 'rerun the same command to resume' in lines[0]
   # What the signal left: the rounds before it, each as the uninterrupted
-  # run wrote it. The three signals share one handler, so one of them (the
-  # cheapest to type) is resumed to the end as well.
+  # run wrote it. The three signals share one handler, so one of them
+  # (Ctrl-C's) is resumed to the end as well.
   left = _metrics(tmp_path / 'i')
   reference = _metrics(reference_runs['fedopt'])
   assert 2 <= len(left) < len(reference)
