@@ -23,11 +23,13 @@ demo: install
 
 # Test modules run on TEST_JOBS processes (pytest-xdist, a module's tests
 # together: each module starts its own TFF worker, ~1.5 GB per process), in
-# the order tests/conftest.py gives them (longest first).
+# the order tests/conftest.py gives them (longest first). PYTEST_FLAGS adds
+# pytest flags (CI: `--ignore` for the modules it ran under Bazel already).
 TEST_JOBS ?= 2
+PYTEST_FLAGS ?=
 test: install
 	$(PY) -m pytest -q -n $(TEST_JOBS) --dist loadfile --no-loadscope-reorder \
-	  --durations=60 tests
+	  --durations=60 $(PYTEST_FLAGS) tests
 
 # Writes the latest figures to results/bench/ (README.md is the report).
 BENCH_DIR := results/bench

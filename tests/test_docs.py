@@ -117,3 +117,38 @@ def test_notebook_example_runs():
   assert result.returncode == 0, result.stderr[-3000:]
   for name in ('fedavg', 'fedlamb', 'adabest', 'scaffold', 'fedavgcm_gel'):
     assert re.search(rf'^{name} loss \d', result.stdout, re.M), result.stdout
+
+
+def test_ci_runs_the_bazel_sample_under_bazel_only(tmp_path):
+  """`.ci/run` leaves out of `make test` the modules it ran under Bazel:
+  exactly those tagged "ci" in tests/BUILD, each an existing module; a name
+  that is not a module is one error line."""
+  script = os.path.join(_REPO, '.ci', 'bazel_sample.py')
+  build = os.path.join(_REPO, 'tests', 'BUILD')
+  if not (os.path.exists(script) and os.path.exists(build)):
+    pytest.skip('.ci and BUILD files are not in the runfiles under'
+                ' `bazel test`; `make test` checks them')
+  result = subprocess.run([sys.executable, script], capture_output=True,
+                          text=True, timeout=60, stdin=subprocess.DEVNULL)
+  assert result.returncode == 0, result.stderr
+  ignored = [flag.split('=', 1)[1] for flag in result.stdout.split()]
+  with open(build) as f:
+    sample = re.search(r'^_CI_SAMPLE = \[(.*?)\]', f.read(), re.S | re.M)
+  assert ignored == [f'tests/{name}.py'
+                     for name in re.findall(r'"([^"]+)"', sample.group(1))]
+  assert ignored and all(os.path.isfile(os.path.join(_REPO, path))
+                         for path in ignored)
+  with open(os.path.join(_REPO, '.ci', 'run')) as f:
+    assert 'make test PYTEST_FLAGS="$sample_flags"' in f.read()
+  # A copy whose sample names a module that does not exist.
+  os.makedirs(tmp_path / '.ci')
+  os.makedirs(tmp_path / 'tests')
+  (tmp_path / '.ci' / 'bazel_sample.py').write_text(open(script).read())
+  (tmp_path / 'tests' / 'BUILD').write_text('_CI_SAMPLE = ["test_gone"]\n')
+  result = subprocess.run(
+      [sys.executable, str(tmp_path / '.ci' / 'bazel_sample.py')],
+      capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+  assert result.returncode == 1 and result.stdout == ''
+  assert result.stderr.splitlines() == [
+      'error: _CI_SAMPLE in tests/BUILD names no module or modules that do'
+      ' not exist: tests/test_gone.py']
