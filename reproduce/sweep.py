@@ -7,8 +7,10 @@
 A grid is a base command (default `python run_experiment.py`) plus named axes,
 each a driver flag and its values; every point of their product is one
 `<command> <driver flags> --<axis>=<value>... --root_output_dir=...
---experiment_name=<name> --total_rounds=...` subprocess, run one after
+--experiment_name=<name> --total_rounds=...` process, run one after
 another or `--parallel=N` at a time. Flags after `--` go to every point.
+A run of the driver forks from a Python that has imported TensorFlow
+already (`experiment_driver.prestart`), which saves most of each run's start.
 
 The experiment name is derived from the grid values
 (`<prefix>__<flag>=<value>__...`), so rerunning the sweep finds each point's
@@ -49,13 +51,13 @@ import math
 import os
 import re
 import shlex
-import subprocess
 import sys
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Optional
 
+from experiment_driver import prestart
 from fl_common import default_context
 from fl_common import run_layout
 
@@ -288,17 +290,15 @@ def _last_line(path: str) -> str:
   return lines[-1] if lines else ''
 
 
-def _run_point(point: SweepPoint, log_dir: str) -> PointResult:
+def _run_point(point: SweepPoint, log_dir: str,
+               prestarter: prestart.Prestarter) -> PointResult:
   stdout_path = os.path.join(log_dir, f'{point.experiment_name}.stdout')
   stderr_path = os.path.join(log_dir, f'{point.experiment_name}.stderr')
   start = time.monotonic()
-  with open(stdout_path, 'w') as out, open(stderr_path, 'w') as err:
-    try:
-      exit_code = subprocess.run(point.command, stdout=out, stderr=err,
-                                 stdin=subprocess.DEVNULL,
-                                 check=False).returncode
-    except OSError as e:  # the command cannot be started at all
-      return PointResult(point, 'failed', None, f'{type(e).__name__}: {e}')
+  try:
+    exit_code = prestarter.run(point.command, stdout_path, stderr_path)
+  except OSError as e:  # the command cannot be started at all
+    return PointResult(point, 'failed', None, f'{type(e).__name__}: {e}')
   elapsed = time.monotonic() - start
   if exit_code == 0:
     return PointResult(point, 'succeeded', 0, elapsed_sec=elapsed)
@@ -351,7 +351,7 @@ def run_sweep(points: Sequence[SweepPoint],
       return PointResult(point, 'skipped')
     report(index, 'running' + (' (resuming)' if os.path.isdir(point.run_dir)
                                else ''))
-    result = _run_point(point, log_dir)
+    result = _run_point(point, log_dir, prestarter)
     if on_result is not None:
       with lock:
         on_result(result)
@@ -362,7 +362,8 @@ def run_sweep(points: Sequence[SweepPoint],
                     f' {result.last_error_line}')
     return result
 
-  with concurrent.futures.ThreadPoolExecutor(max_workers=parallel) as pool:
+  with prestart.Prestarter() as prestarter, \
+      concurrent.futures.ThreadPoolExecutor(max_workers=parallel) as pool:
     return list(pool.map(run, range(len(points))))
 
 

@@ -8,12 +8,14 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 from collections.abc import Mapping
 from typing import Any, Optional
 
 import pandas as pd
 
 from fl_common import run_layout
+from experiment_driver import prestart
 
 
 def write_run(root: str, name: str, hparams: dict[str, Any],
@@ -47,13 +49,23 @@ def driver_command(*args: str) -> list[str]:
   return [sys.executable, os.path.join(REPO, 'run_experiment.py'), *args]
 
 
+# Driver runs fork from a Python that imported TensorFlow already, as the
+# sweeps' do (`experiment_driver.prestart`); a test that needs a process of its own
+# making (its pid, signals, a kill) starts `driver_command` itself.
+_PRESTARTER = prestart.Prestarter()
+
+
 def run_driver(*args: str, check: bool = True,
                env: Optional[Mapping[str, str]] = None
                ) -> subprocess.CompletedProcess:
   """Runs the driver to its end; with `check`, a non-zero exit fails."""
-  result = subprocess.run(driver_command(*args), capture_output=True,
-                          text=True, cwd=REPO, timeout=600,
-                          stdin=subprocess.DEVNULL, env=env)
+  command = driver_command(*args)
+  with tempfile.TemporaryDirectory() as logs:
+    out, err = os.path.join(logs, 'stdout'), os.path.join(logs, 'stderr')
+    code = _PRESTARTER.run(command, out, err, cwd=REPO, env=env, timeout=600)
+    with open(out) as f_out, open(err) as f_err:
+      result = subprocess.CompletedProcess(command, code, f_out.read(),
+                                           f_err.read())
   if check and result.returncode != 0:
     raise AssertionError(f'exit {result.returncode}:\n{result.stderr[-3000:]}')
   return result
