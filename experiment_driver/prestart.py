@@ -4,7 +4,7 @@ Each point of a sweep is `python run_experiment.py ...` in a process of its
 own, so that a crash, a leak or a hung run is that point's alone. Each such
 process spends ~10 s importing TensorFlow, TFF and what TFF pulls in before
 it reads its first flag: at the smoke scale more than its rounds, and over
-the local reproductions (~2,000 runs) hours. A `Prestarter` keeps a server
+the local reproductions (~1,700 runs) hours. A `Prestarter` keeps a server
 process that has done most of those imports, and forks it for each run. The
 run is still a process of its own, with its own pid, exit code, log files
 and signals; it starts from TensorFlow imported instead of from nothing.
