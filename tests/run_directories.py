@@ -14,8 +14,8 @@ from typing import Any, Optional
 
 import pandas as pd
 
-from fl_common import run_layout
 from experiment_driver import prestart
+from fl_common import run_layout
 
 
 def write_run(root: str, name: str, hparams: dict[str, Any],
@@ -50,8 +50,8 @@ def driver_command(*args: str) -> list[str]:
 
 
 # Driver runs fork from a Python that imported TensorFlow already, as the
-# sweeps' do (`experiment_driver.prestart`); a test that needs a process of its own
-# making (its pid, signals, a kill) starts `driver_command` itself.
+# sweeps' do (`experiment_driver.prestart`); a test that needs a process of
+# its own making (its pid, signals, a kill) starts `driver_command` itself.
 _PRESTARTER = prestart.Prestarter()
 
 
