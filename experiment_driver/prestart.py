@@ -1,22 +1,23 @@
-"""Driver runs forked from a Python that has imported TensorFlow already.
+"""Driver runs forked from a Python that has imported the driver already.
 
 Each point of a sweep is `python run_experiment.py ...` in a process of its
 own, so that a crash, a leak or a hung run is that point's alone. Each such
 process spends ~10 s importing TensorFlow, TFF and what TFF pulls in before
 it reads its first flag: at the smoke scale more than its rounds, and over
 the local reproductions (~1,700 runs) hours. A `Prestarter` keeps a server
-process that has done most of those imports, and forks it for each run. The
-run is still a process of its own, with its own pid, exit code, log files
-and signals; it starts from TensorFlow imported instead of from nothing.
+process that has done those imports, and forks it for each run. The run is
+still a process of its own, with its own pid, exit code, log files and
+signals; it starts at its first flag instead of from nothing.
 
-What the server imports, and what not (`PRELOADED`): TensorFlow through
-`fl_common.tf_environment` (Keras 2, a quiet terminal, oneDNN), and the
-libraries TFF imports that start no thread and run no TensorFlow op:
-tensorflow_privacy, tensorflow_probability, dp_accounting, scipy, pandas,
-TFDS. Not TFF itself: importing it starts the asyncio thread of its default
-context, and a forked child has only the thread that forked it. Nothing in
-the server runs a TensorFlow op, so TensorFlow's runtime (its thread pools)
-starts in each run, as it does in a fresh process.
+What the server imports: TensorFlow through `fl_common.tf_environment`
+(Keras 2, a quiet terminal, oneDNN), TFF, and every module
+`run_experiment.py` imports (`driver_imports`), so that a run starts at its
+first flag. None of them runs a TensorFlow op, so TensorFlow's runtime (its
+thread pools) starts in each run, as it does in a fresh process. Importing
+TFF starts one thread, the event loop of its default context; a forked
+child has only the thread that forked it, so the server drops that context
+and ends the thread first (`default_context.end_import_thread`), as each
+driver run drops it on starting.
 
 One server per oneDNN setting: TensorFlow reads `TF_ENABLE_ONEDNN_OPTS`
 when it is imported, and the driver chooses it by task
@@ -36,7 +37,9 @@ joins the run's non-daemon threads before its `atexit` handlers run, as a
 Python process does at exit (and as `multiprocessing` does in its children).
 """
 
+import ast
 import atexit
+import importlib
 import json
 import os
 import random
@@ -53,10 +56,19 @@ from fl_common import tf_environment
 
 _REPO_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DRIVER = os.path.join(_REPO_DIR, 'run_experiment.py')
-# Imported by the server after TensorFlow (module docstring).
-PRELOADED = ('absl.app', 'absl.flags', 'numpy', 'pandas', 'scipy.signal',
-             'scipy.stats', 'dp_accounting', 'tensorflow_probability',
-             'tensorflow_privacy', 'tensorflow_datasets')
+
+
+def driver_imports() -> list[str]:
+  """The modules `run_experiment.py` imports at its top level."""
+  with open(DRIVER) as f:
+    tree = ast.parse(f.read(), DRIVER)
+  names = []
+  for node in tree.body:
+    if isinstance(node, ast.Import):
+      names += [alias.name for alias in node.names]
+    elif isinstance(node, ast.ImportFrom) and node.module:
+      names += [f'{node.module}.{alias.name}' for alias in node.names]
+  return names
 
 
 def onednn_key(command: Sequence[str],
@@ -280,8 +292,13 @@ def _child(request: dict) -> None:
 def _serve() -> None:
   """Reads requests until end of input; forks a child for each and answers
   with its exit code when it ends."""
-  for name in PRELOADED:
-    __import__(name)
+  from fl_common import default_context  # pylint: disable=g-import-not-at-top
+  default_context.end_import_thread()
+  for name in driver_imports():
+    try:
+      importlib.import_module(name)
+    except ModuleNotFoundError:  # `from package import name`: not a module
+      importlib.import_module(name.rsplit('.', 1)[0])
   # Ctrl-C reaches the runs (the same process group) and ends each as it
   # ends a fresh driver; the server goes when its client closes its input.
   signal.signal(signal.SIGINT, signal.SIG_IGN)

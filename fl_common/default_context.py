@@ -16,7 +16,9 @@ import gc
 
 import tensorflow_federated as tff
 # Below TFF's public API: the context that raises on use, as TFF installs
-# when no runtime is set; `tff.framework` exports no such context.
+# when no runtime is set; `tff.framework` exports no such context. And the
+# runner whose thread the import's context runs on (`end_import_thread`).
+from fl_common.tff_private import async_utils
 from fl_common.tff_private import runtime_error_context
 
 
@@ -28,3 +30,20 @@ def refuse_unmanaged_default_context() -> None:
   tff.framework.set_default_context(
       runtime_error_context.RuntimeErrorContext())
   gc.collect()
+
+
+def end_import_thread() -> None:
+  """Refuses the default context (as above) and ends the thread it ran on.
+
+  The context TFF's import installs runs its event loop on a thread of an
+  `AsyncThreadRunner`, which the thread itself keeps alive: dropping the
+  context leaves the thread running until the process ends. A process that
+  forks after importing TFF (`experiment_driver.prestart`) ends it first, so
+  that it forks with no thread but its own. TFF has no public way to stop
+  it: this calls the runner's own finalizer (what its `__del__` would).
+  """
+  runner = getattr(tff.framework.get_context_stack().current,
+                   '_async_runner', None)
+  refuse_unmanaged_default_context()
+  if isinstance(runner, async_utils.AsyncThreadRunner):
+    runner._finalizer(runner._event_loop, runner._thread)  # pylint: disable=protected-access

@@ -9,7 +9,7 @@ each a driver flag and its values; every point of their product is one
 `<command> <driver flags> --<axis>=<value>... --root_output_dir=...
 --experiment_name=<name> --total_rounds=...` process, run one after
 another or `--parallel=N` at a time. Flags after `--` go to every point.
-A run of the driver forks from a Python that has imported TensorFlow
+A run of the driver forks from a Python that has imported the driver
 already (`experiment_driver.prestart`), which saves most of each run's start.
 
 The experiment name is derived from the grid values

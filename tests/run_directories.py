@@ -49,7 +49,7 @@ def driver_command(*args: str) -> list[str]:
   return [sys.executable, os.path.join(REPO, 'run_experiment.py'), *args]
 
 
-# Driver runs fork from a Python that imported TensorFlow already, as the
+# Driver runs fork from a Python that imported the driver already, as the
 # sweeps' do (`experiment_driver.prestart`); a test that needs a process of
 # its own making (its pid, signals, a kill) starts `driver_command` itself.
 _PRESTARTER = prestart.Prestarter()

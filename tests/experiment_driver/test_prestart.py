@@ -144,3 +144,21 @@ def test_idle_servers_past_the_limit_end_and_close_ends_the_rest(tmp_path):
     assert [bool(_servers(m)) for m in markers] == [False, True]
   time.sleep(1)
   assert not any(_servers(m) for m in markers)
+
+
+def test_the_server_imports_the_drivers_modules_and_forks_with_one_thread():
+  assert {'experiment_driver.build', 'experiment_driver.training_loop',
+          'tasks', 'tensorflow'} <= set(prestart.driver_imports())
+  # What the server does before it serves, in a Python of its own (ending
+  # the thread of this process's runtime would stop the suite's).
+  script = ('import threading, tensorflow_federated as tff\n'
+            'before = threading.active_count()\n'
+            'from fl_common import default_context\n'
+            'default_context.end_import_thread()\n'
+            'print(before, threading.active_count())\n'
+            'tff.tensorflow.computation(lambda: 1)()\n')
+  result = subprocess.run([sys.executable, '-c', script], capture_output=True,
+                          text=True, cwd=run_directories.REPO, check=False)
+  assert result.stdout.split() == ['2', '1']
+  # And the default context refuses to run, as in a driver run.
+  assert result.returncode == 1 and 'RuntimeError' in result.stderr
