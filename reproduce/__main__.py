@@ -17,6 +17,7 @@ import time
 from collections.abc import Sequence
 from typing import Optional
 
+from experiment_driver import prestart
 from experiment_driver import runtime
 import reproduce
 from reproduce import core
@@ -113,13 +114,22 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print(f'{e.paper} {e.name}: {status:8}'
               f'  {core.sweep.shlex.join(point.command)}')
     return 0
+  # One prestarter for all the experiments: its servers import the driver
+  # once, not once per experiment (`experiment_driver.prestart`).
+  with prestart.Prestarter() as prestarter:
+    return _run_and_report(args, experiments, prestarter)
+
+
+def _run_and_report(args, experiments, prestarter) -> int:
+  """Runs (unless `--report_only`) and reports each experiment in turn."""
   failed = False
   for e in experiments:
     print(f'== {e.paper} {e.name}: {e.source} ({args.scale})', flush=True)
     if not args.report_only:
       start = time.monotonic()
       results = core.run_experiment(e, args.scale, args.root_output_dir,
-                                    args.seeds, args.parallel)
+                                    args.seeds, args.parallel,
+                                    prestarter=prestarter)
       if results or not e.measure:
         for line in core.sweep.summary_lines(results):
           print(line)

@@ -47,6 +47,7 @@ from typing import Optional
 import numpy as np
 import pandas as pd
 
+from experiment_driver import prestart
 from experiment_driver import release_managers
 from experiment_driver import run_files
 from fl_common import run_layout
@@ -320,10 +321,12 @@ def _measure(experiment: Experiment, scale: str, root: str,
 def run_experiment(experiment: Experiment, scale: str, root: str,
                    seeds: Optional[int] = None, parallel: int = 2,
                    print_fn: Callable[[str], None] = print,
+                   prestarter: Optional[prestart.Prestarter] = None,
                    ) -> list[sweep.PointResult]:
   """Runs the experiment's unfinished points (`parallel` at a time, at most
   `experiment.max_parallel`), recording each one's wall time as it ends; a
-  measured experiment is measured again (it takes seconds)."""
+  measured experiment is measured again (it takes seconds). `prestarter`
+  (`reproduce.sweep.run_sweep`) lets several experiments share its servers."""
   points = build_points(experiment, scale, root, seeds)
   if experiment.measure is not None:
     _measure(experiment, scale, root, print_fn)
@@ -335,7 +338,8 @@ def run_experiment(experiment: Experiment, scale: str, root: str,
                            sweep.LOG_DIR_NAME),
       print_fn=print_fn,
       on_result=lambda result: _record_timing(experiment, scale, root,
-                                              result))
+                                              result),
+      prestarter=prestarter)
 
 
 def code_sentence(finished: Sequence[sweep.SweepPoint]) -> str:

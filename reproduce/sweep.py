@@ -43,6 +43,7 @@ on all of it.
 
 import argparse
 import concurrent.futures
+import contextlib
 import csv
 import dataclasses
 import itertools
@@ -311,6 +312,7 @@ def run_sweep(points: Sequence[SweepPoint],
               log_dir: Optional[str] = None,
               print_fn: Callable[[str], None] = print,
               on_result: Optional[Callable[[PointResult], None]] = None,
+              prestarter: Optional[prestart.Prestarter] = None,
               ) -> list[PointResult]:
   """Runs the unfinished points, `parallel` at a time, in grid order.
 
@@ -322,6 +324,8 @@ def run_sweep(points: Sequence[SweepPoint],
     print_fn: Receives one line per event.
     on_result: Called with each run point's result as it ends (one at a
       time), so that what a sweep records survives its interruption.
+    prestarter: Runs the points (and is left open), so that several sweeps
+      share its servers; default: one of the sweep's own, closed at its end.
 
   Returns:
     One result per point, in the order of `points`.
@@ -362,8 +366,11 @@ def run_sweep(points: Sequence[SweepPoint],
                     f' {result.last_error_line}')
     return result
 
-  with prestart.Prestarter() as prestarter, \
-      concurrent.futures.ThreadPoolExecutor(max_workers=parallel) as pool:
+  with contextlib.ExitStack() as stack:
+    if prestarter is None:
+      prestarter = stack.enter_context(prestart.Prestarter())
+    pool = stack.enter_context(
+        concurrent.futures.ThreadPoolExecutor(max_workers=parallel))
     return list(pool.map(run, range(len(points))))
 
 

@@ -14,6 +14,8 @@ import sys
 
 import pytest
 
+from tests import run_directories
+
 _REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _DOCS = ['README.md', *sorted(
     os.path.relpath(p, _REPO) for p in glob.glob(os.path.join(_REPO, 'docs',
@@ -71,10 +73,7 @@ def test_driver_command_runs_or_fails_as_shown(doc, command, error, tmp_path):
                                             r'|rounds_per_eval)=', a)]
     args += ['--total_rounds=2', '--rounds_per_eval=2']
   args += [f'--root_output_dir={tmp_path}']
-  result = subprocess.run(
-      [sys.executable, os.path.join(_REPO, 'run_experiment.py'), *args],
-      capture_output=True, text=True, timeout=600, cwd=_REPO,
-      stdin=subprocess.DEVNULL)
+  result = run_directories.run_driver(*args, check=False)
   if error is None and not any(a.startswith('--worker_addresses')
                                for a in args):
     assert result.returncode == 0, (doc, command, result.stderr[-2000:])

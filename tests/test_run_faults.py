@@ -58,7 +58,7 @@ def test_a_second_run_into_a_locked_directory_stops_and_touches_nothing(
           '--max_eval_clients=20', f'--root_output_dir={tmp_path}',
           '--experiment_name=s']
   first = subprocess.Popen(_command(*args), stdout=subprocess.PIPE,
-                           stderr=subprocess.DEVNULL, text=True, cwd=_REPO)
+                           stderr=subprocess.PIPE, text=True, cwd=_REPO)
   try:
     for line in first.stdout:
       if line.startswith('round 2/'):
@@ -67,12 +67,24 @@ def test_a_second_run_into_a_locked_directory_stops_and_touches_nothing(
     assert second.returncode == 2
     (line,) = _stderr_lines(second)
     assert line.startswith('error: ') and f'pid {first.pid}' in line
-    for rest in first.stdout:
-      pass
+    # The first trains on: three more rounds, then it is stopped as a user
+    # would stop it (not its 600 rounds: they would only cost time).
+    for line in first.stdout:
+      if line.startswith('round '):
+        last = int(line.split()[1].split('/')[0])
+        break
+    for line in first.stdout:
+      if line.startswith(f'round {last + 3}/'):
+        first.send_signal(signal.SIGTERM)
+        break
+    _, stderr = first.communicate(timeout=120)
   finally:
-    first.wait(timeout=600)
-  assert first.returncode == 0
-  assert list(_metrics(tmp_path / 's')['round']) == list(range(1, 601))
+    first.kill()
+    first.wait()
+  assert first.returncode == 143, stderr[-2000:]
+  rounds = list(_metrics(tmp_path / 's')['round'])
+  assert rounds == list(range(1, len(rounds) + 1))
+  assert len(rounds) >= last + 2  # rounds after the second run stopped
 
 
 @pytest.mark.parametrize('name', ['fedopt', 'adabest'])

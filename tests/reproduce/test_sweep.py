@@ -9,6 +9,7 @@ import textwrap
 import pandas as pd
 import pytest
 
+from experiment_driver import prestart
 from reproduce import sweep
 
 # Records each call, fails for --clients_per_round=13, else writes rounds
@@ -187,6 +188,35 @@ def test_run_sweep_in_parallel_keeps_grid_order(tmp_path, fake_driver):
   assert len(calls()) == 6
   with pytest.raises(ValueError, match='parallel must be >= 1, got 0'):
     sweep.run_sweep(points, parallel=0)
+
+
+def test_sweeps_given_a_prestarter_run_through_it_and_leave_it_open(
+    tmp_path, fake_driver):
+  command, calls = fake_driver
+
+  class Recording(prestart.Prestarter):
+    def __init__(self):
+      super().__init__()
+      self.commands, self.closed = [], False
+
+    def run(self, command, *args, **kwargs):
+      self.commands.append(command)
+      return super().run(command, *args, **kwargs)
+
+    def close(self):
+      self.closed = True
+      super().close()
+
+  shared = Recording()
+  for seed in ('0', '1'):  # two sweeps, as `reproduce all` runs experiments
+    points = sweep.build_points(
+        [sweep.Axis('seed', (seed,)), sweep.Axis('clients_per_round', ('5',))],
+        str(tmp_path / 'runs'), total_rounds=2, command=command)
+    (result,) = sweep.run_sweep(points, print_fn=lambda _: None,
+                                prestarter=shared)
+    assert result.status == 'succeeded'
+  assert len(shared.commands) == len(calls()) == 2 and not shared.closed
+  shared.close()
 
 
 def test_a_command_that_cannot_start_is_a_failed_point(tmp_path):
