@@ -297,7 +297,9 @@ def _serve() -> None:
   for name in driver_imports():
     try:
       importlib.import_module(name)
-    except ModuleNotFoundError:  # `from package import name`: not a module
+    except ModuleNotFoundError as e:  # `from package import name`
+      if e.name != name:  # a module it imports is missing: say so
+        raise
       importlib.import_module(name.rsplit('.', 1)[0])
   # Ctrl-C reaches the runs (the same process group) and ends each as it
   # ends a fresh driver; the server goes when its client closes its input.
