@@ -785,8 +785,7 @@ EXPERIMENTS = (
         'Figure 1 (5 of 1,000 clients per round)',
         'At low participation FedDyn\'s ‖x‖ and ‖h‖ grow without bound and its'
         ' accuracy collapses after peaking; AdaBest stays stable.',
-        _simple_setting(instability_grids, INSTABILITY_SUBSTITUTES,
-                        local_seeds=3),
+        _simple_setting(instability_grids, INSTABILITY_SUBSTITUTES),
         analyze_instability, effects=instability_effects),
     core.Experiment(
         'adabest', 'fig_easy_task',
