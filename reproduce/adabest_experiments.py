@@ -371,12 +371,14 @@ def analyze_instability(frame: pd.DataFrame, output_dir: str
                    core.VALUE: part[column].mean(),
                    core.STD: part[column].std(), core.NUM_RUNS: len(part)})
   figures = []
-  for column in ['test/accuracy', *_norm_columns(frame)]:
+  # Figure 1 reads the test loss (log scale) above ‖x‖ and the accuracy.
+  loss = [analysis.TEST_LOSS] if analysis.TEST_LOSS in frame else []
+  for column in [analysis.TEST_ACCURACY, *loss, *_norm_columns(frame)]:
     name = column.replace('/', '_') + '.png'
     plots.plot_curves(frame, os.path.join(output_dir, name), column, by=by,
                       log_y=column != 'test/accuracy', title=column)
     figures.append(name)
-    if column == 'test/accuracy':
+    if column == analysis.TEST_ACCURACY:
       continue
     last = frame.dropna(subset=[column]).groupby(analysis.RUN).agg(
         algorithm=(ALGORITHM, 'first'), value=(column, 'last'))
@@ -689,6 +691,10 @@ def analyze_cost(frame: pd.DataFrame, output_dir: str) -> core.Analysis:
 _ACCURACY = verdicts.final(analysis.TEST_ACCURACY, 'final test accuracy')
 _COLLAPSE = verdicts.drop_from_peak(analysis.TEST_ACCURACY,
                                     'peak minus final test accuracy')
+# Figure 1's top panel: the test loss (log scale) climbs back from its
+# minimum as ‖x‖ grows, before the accuracy falls.
+_LOSS_RISE = verdicts.rise_from_minimum(analysis.TEST_LOSS,
+                                        'final over minimum test loss')
 _FEDAVG = {'algorithm': 'adabest', BETA: '0', 'adabest_mu': '0'}
 _EFFECT_SEED = 'partition_seed'
 
@@ -721,6 +727,8 @@ def instability_effects(scale: str) -> tuple[verdicts.Effect, ...]:
       _effect('FedDyn collapses after its peak more than AdaBest', _COLLAPSE,
               feddyn, adabest, 1),
       _effect('FedDyn ends below AdaBest', _ACCURACY, feddyn, adabest, -1),
+      _effect('FedDyn\'s test loss climbs back from its minimum more than'
+              ' AdaBest\'s', _LOSS_RISE, feddyn, adabest, 1),
       _effect('FedDyn\'s ‖x‖ ends above AdaBest\'s (the mechanism)',
               _MODEL_NORM, feddyn, adabest, 1),
   )

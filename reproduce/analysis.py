@@ -59,6 +59,7 @@ EXPERIMENT_NAME = 'experiment_name'  # its last component
 ROUND = run_layout.ROUND_COLUMN
 COHORT_SIZE = 'clients_per_round'
 TEST_ACCURACY = 'test/accuracy'
+TEST_LOSS = 'test/loss'
 VALIDATION_ACCURACY = 'validation/accuracy'
 UPDATE_NORM = 'update_norm'
 CATASTROPHIC_FAILURE = 'catastrophic_failure'

@@ -1327,6 +1327,9 @@ def test_adabest_instability_reads_the_growth_of_the_norms(tmp_path):
                              ('sca', 'scaffold', [2.0] * 10)):
     metrics = {'round': rounds, 'clients_per_round': [5] * 10,
                'test/accuracy': [0.9] * 10,
+               # Figure 1's top panel: FedDyn's test loss climbs back.
+               'test/loss': [abs(r - 4) + 1.0 for r in rounds]
+                            if algorithm == 'feddyn' else [1.0] * 10,
                'model_norms/global_model_norm': x}
     if algorithm != 'scaffold':
       metrics['finalizer/oracle_gradient_estimate_norm'] = [0.5] * 10
@@ -1342,6 +1345,13 @@ def test_adabest_instability_reads_the_growth_of_the_norms(tmp_path):
   assert "The server's ‖h‖: adabest 0.5, 0.5, 0.5; feddyn 0.5, 0.5, 0.5." in (
       note)
   assert note.endswith('(by more than 10%): feddyn (x2.00).')
+  table = result.table.set_index([core.ROW, core.QUANTITY])[core.VALUE]
+  assert table[('feddyn', 'final test/loss')] == pytest.approx(7.0)
+  assert 'test_loss.png' in result.figures
+  frame = core.load_finished_runs(points)
+  [rise] = [e.quantity for e in adabest_experiments.instability_effects('local')
+            if 'test loss' in e.claim]
+  assert rise.of_run(frame[frame['algorithm'] == 'feddyn']) == pytest.approx(7)
 
 
 def test_optimizers_report_the_1500_round_runs_apart(tmp_path):
