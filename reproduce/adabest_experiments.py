@@ -692,9 +692,10 @@ _ACCURACY = verdicts.final(analysis.TEST_ACCURACY, 'final test accuracy')
 _COLLAPSE = verdicts.drop_from_peak(analysis.TEST_ACCURACY,
                                     'peak minus final test accuracy')
 # Figure 1's top panel: the test loss (log scale) climbs back from its
-# minimum as ‖x‖ grows, before the accuracy falls.
-_LOSS_RISE = verdicts.rise_from_minimum(analysis.TEST_LOSS,
-                                        'final over minimum test loss')
+# minimum as ‖x‖ grows. Its last value over its smallest (still improving: 1).
+_LOSS_RISE = verdicts.of_column(analysis.TEST_LOSS,
+                                lambda v: v.iloc[-1] / v.min(),
+                                'final over minimum test loss')
 _FEDAVG = {'algorithm': 'adabest', BETA: '0', 'adabest_mu': '0'}
 _EFFECT_SEED = 'partition_seed'
 

@@ -112,13 +112,6 @@ def drop_from_peak(column: str, name: Optional[str] = None) -> Quantity:
                    name or f'peak minus final {column}')
 
 
-def rise_from_minimum(column: str, name: Optional[str] = None) -> Quantity:
-  """The run's last value of `column` over its smallest (a loss that climbs
-  back after its minimum is > 1; a run still improving has 1)."""
-  return of_column(column, lambda v: v.iloc[-1] / v.min(),
-                   name or f'final over minimum {column}')
-
-
 def area_under(column: str, name: Optional[str] = None) -> Quantity:
   """The mean of `column` over the run's evaluations (the area under its
   curve over the evaluated rounds, normalized): faster learning, higher."""

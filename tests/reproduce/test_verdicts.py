@@ -147,7 +147,6 @@ def test_quantities():
   assert verdicts.final('acc').of_run(run) == 0.6
   assert verdicts.peak('acc').of_run(run) == 0.8
   assert verdicts.drop_from_peak('acc').of_run(run) == pytest.approx(0.2)
-  assert verdicts.rise_from_minimum('acc').of_run(run) == pytest.approx(3)
   assert verdicts.area_under('acc').of_run(run) == pytest.approx(1.6 / 3)
   assert verdicts.rounds_to('acc', 'target').of_run(run) == 3
   # Never reached: censored at one past the last round, not dropped.
