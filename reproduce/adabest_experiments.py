@@ -413,13 +413,15 @@ _NORM_NAMES = {'model_norms/global_model_norm': '‖x‖',
 
 
 def _norm_growth_note(frame: pd.DataFrame) -> str:
-  """How ‖x‖, ‖h‖ and mean ‖h_i‖ move over the run, per algorithm: their
-  mean over seeds at a tenth, half and all of the rounds (the paper's
-  mechanism is their growth, Section 3.4 and Figure 1)."""
+  """How ‖x‖, ‖h‖, mean ‖h_i‖ and the test loss move over the run, per
+  algorithm: their mean over seeds at a tenth, half and all of the rounds
+  (the paper's mechanism is the norms' growth, Section 3.4; Figure 1 shows
+  the test loss growing with them)."""
   last = int(frame[analysis.ROUND].max())
   rounds = sorted({max(1, last // 10), max(1, last // 2), last})
   parts = []
-  for column, name in _NORM_NAMES.items():
+  for column, name in {**_NORM_NAMES,
+                       analysis.TEST_LOSS: 'the test loss'}.items():
     if column not in frame:
       continue
     values = frame[frame[analysis.ROUND].isin(rounds)].groupby(
@@ -430,7 +432,7 @@ def _norm_growth_note(frame: pd.DataFrame) -> str:
     if per_algorithm:
       parts.append(f'{name[0].upper()}{name[1:]}: ' + '; '.join(
           per_algorithm))
-  note = (f'Norms at rounds {", ".join(map(str, rounds))} (mean over seeds).'
+  note = (f'At rounds {", ".join(map(str, rounds))} (mean over seeds).'
           ' ' + '. '.join(parts) + '.')
   if 'model_norms/global_model_norm' in frame and len(rounds) == 3:
     x = frame[frame[analysis.ROUND].isin(rounds[1:])].groupby(

@@ -1339,11 +1339,13 @@ def test_adabest_instability_reads_the_growth_of_the_norms(tmp_path):
                                         10))
   result = adabest_experiments.analyze_instability(
       core.load_finished_runs(points), root)
-  [note] = [n for n in result.notes if n.startswith('Norms at rounds')]
-  assert note.startswith('Norms at rounds 1, 5, 10 (mean over seeds).')
+  [note] = [n for n in result.notes if n.startswith('At rounds')]
+  assert note.startswith('At rounds 1, 5, 10 (mean over seeds).')
   assert '‖x‖: adabest 3, 3, 3; feddyn 1, 5, 10; scaffold 2, 2, 2.' in note
   assert "The server's ‖h‖: adabest 0.5, 0.5, 0.5; feddyn 0.5, 0.5, 0.5." in (
       note)
+  assert ('The test loss: adabest 1, 1, 1; feddyn 4, 2, 7; scaffold 1, 1, 1.'
+          in note)
   assert note.endswith('(by more than 10%): feddyn (x2.00).')
   table = result.table.set_index([core.ROW, core.QUANTITY])[core.VALUE]
   assert table[('feddyn', 'final test/loss')] == pytest.approx(7.0)
