@@ -1350,6 +1350,8 @@ def test_adabest_instability_reads_the_growth_of_the_norms(tmp_path):
   table = result.table.set_index([core.ROW, core.QUANTITY])[core.VALUE]
   assert table[('feddyn', 'final test/loss')] == pytest.approx(7.0)
   assert 'test_loss.png' in result.figures
+  assert ('The test loss ended at its minimum times (mean over seeds):'
+          ' adabest 1, feddyn 7, scaffold 1.') in result.notes
   frame = core.load_finished_runs(points)
   [rise] = [e.quantity for e in adabest_experiments.instability_effects('local')
             if 'test loss' in e.claim]
