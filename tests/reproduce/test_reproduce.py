@@ -1117,13 +1117,13 @@ def test_adabest_table2_labels_fedavg_partitions_and_lines_up_with_the_paper(
       ['94.04 ± 1.37', '91 ± 1.41 (n=2)']]
 
 
-def _adabest_beta_run(root, name, beta, seed, validation, test):
+def _adabest_beta_run(root, name, beta, seed, validation, test, clients=1):
   """An AdaBest run at `beta` ending at these validation and test
   accuracies; its sweep point."""
   run_directories.write_run(root, name, {
       'algorithm': 'adabest', 'task': 'digits', 'partition_seed': seed,
       'adabest_beta': beta, 'adabest_mu': 0.02}, {
-          'round': [1, 2], 'clients_per_round': [1, 1],
+          'round': [1, 2], 'clients_per_round': [clients, clients],
           'validation/accuracy': [0.1, validation],
           'test/accuracy': [0.1, test]})
   return core.sweep.SweepPoint(name, {}, (), os.path.join(root, name), 2)
@@ -1150,6 +1150,26 @@ def test_adabest_sensitivity_names_the_best_value_on_validation(tmp_path):
   [note] = analyze(frame.drop(columns='validation/accuracy'), root).notes
   assert note.startswith('clients_per_round=1: no validation accuracy'
                          ' logged, so no best adabest_beta is named;')
+
+
+def test_fig_beta_says_whether_the_instability_runs_use_its_choice(
+    tmp_path):
+  tuned = float(adabest_experiments.INSTABILITY_TUNED_BETA)
+  other = float(adabest_experiments.INSTABILITY_BETA)
+  for validation_prefers, same in ((tuned, True), (other, False)):
+    root = str(tmp_path / str(same))
+    # Test prefers the other beta each time: never the one read.
+    points = [_adabest_beta_run(
+        root, f'b{beta}s{seed}', beta, seed,
+        0.9 if beta == validation_prefers else 0.5,
+        0.5 if beta == validation_prefers else 0.9, clients=5)
+              for beta in (tuned, other) for seed in (0, 1)]
+    notes = adabest_experiments.analyze_beta(
+        core.load_finished_runs(points), root).notes
+    assert notes[-1].startswith(
+        f'At 5 of 1,000 the validation clients choose beta'
+        f' {validation_prefers:g}; `fig_feddyn_instability` runs AdaBest at'
+        f' {tuned:g}: ' + ('the same.' if same else 'not the same:'))
 
 
 def test_adabest_beta_is_chosen_on_validation_clients_never_on_test(
