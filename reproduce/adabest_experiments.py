@@ -427,7 +427,7 @@ def analyze_instability(frame: pd.DataFrame, output_dir: str
     if drops[algorithm] <= COLLAPSE_DROP:
       notes.append(
           f'{algorithm} fell {drops[algorithm]:.3f} from its best test'
-          ' accuracy (mean over seeds), where Figure 1\'s FedDyn collapses;'
+          ' accuracy (mean over seeds), where the paper\'s FedDyn collapses;'
           ' the paper expects less stability on harder tasks (Section'
           ' 3.5).')
   notes.append(

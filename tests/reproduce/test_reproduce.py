@@ -1371,7 +1371,7 @@ def test_adabest_instability_reads_the_growth_of_the_norms(tmp_path):
   assert note.endswith("The server's ‖h‖ still growing over the second half"
                        ' (by more than 10%): none.')
   assert ('feddyn fell 0.000 from its best test accuracy (mean over seeds),'
-          " where Figure 1's FedDyn collapses; the paper expects less"
+          " where the paper's FedDyn collapses; the paper expects less"
           ' stability on harder tasks (Section 3.5).') in result.notes
   table = result.table.set_index([core.ROW, core.QUANTITY])[core.VALUE]
   assert table[('feddyn', 'final test/loss')] == pytest.approx(7.0)
