@@ -577,6 +577,16 @@ def analyze_scaling(frame: pd.DataFrame, output_dir: str) -> core.Analysis:
                               core.NUM_RUNS]], figures, notes)
 
 
+def _validation_means(frame: pd.DataFrame, keys) -> pd.Series:
+  """Final validation accuracy per `keys` cell, mean over seeds (empty
+  when no run logs it)."""
+  if analysis.VALIDATION_ACCURACY not in frame:
+    return pd.Series(dtype=float)
+  return analysis.accuracy_by_run(
+      frame, analysis.VALIDATION_ACCURACY, by=keys).groupby(keys)[
+          'accuracy'].mean()
+
+
 def _sensitivity(flag: str, by):
   """Final test accuracy over `flag`'s values per `by` row (mean over
   seeds). The reading names each row's best value on the validation clients
@@ -585,11 +595,7 @@ def _sensitivity(flag: str, by):
   point on test would be a selection on test."""
   def analyze(frame: pd.DataFrame, output_dir: str) -> core.Analysis:
     per_run = analysis.accuracy_by_run(frame, by=[*by, flag])
-    validation = pd.Series(dtype=float)
-    if analysis.VALIDATION_ACCURACY in frame:
-      validation = analysis.accuracy_by_run(
-          frame, analysis.VALIDATION_ACCURACY, by=[*by, flag]).groupby(
-              [*by, flag])['accuracy'].mean()
+    validation = _validation_means(frame, [*by, flag])
     stats = core.over_seeds(per_run, [*by, flag], ['accuracy'])
     stats[core.ROW] = [' '.join(
         f'{c}={r[c]:g}' if isinstance(r[c], (int, float)) else f'{c}={r[c]}'
@@ -818,12 +824,8 @@ def analyze_beta(frame: pd.DataFrame, output_dir: str) -> core.Analysis:
   `fig_feddyn_instability` runs at 5 of 1,000 is still the one chosen here
   on the validation clients."""
   result = _sensitivity(BETA, [M])(frame, output_dir)
-  if analysis.VALIDATION_ACCURACY not in frame:
-    return result
-  at_five = frame[frame[M].astype(float) == 5]
-  validation = analysis.accuracy_by_run(
-      at_five, analysis.VALIDATION_ACCURACY, by=[BETA]).groupby(BETA)[
-          'accuracy'].mean().dropna()
+  validation = _validation_means(frame[frame[M].astype(float) == 5],
+                                 [BETA]).dropna()
   if validation.empty:
     return result
   chosen = f'{validation.idxmax():g}'
