@@ -1172,6 +1172,45 @@ def test_fig_beta_says_whether_the_instability_runs_use_its_choice(
         f' {tuned:g}: ' + ('the same.' if same else 'not the same:'))
 
 
+def test_fig_mu_reads_x_per_mu_and_its_effects_pair_the_largest_mu(
+    tmp_path):
+  root = str(tmp_path)
+  points = []
+  # FedDyn's ‖x‖ grows with mu and its accuracy falls at 0.16; AdaBest's
+  # stays. Two seeds.
+  for algorithm in ('feddyn', 'adabest'):
+    for mu in (0.02, 0.16):
+      for seed in (0, 1):
+        name = f'{algorithm}_{mu}_{seed}'
+        grows = algorithm == 'feddyn' and mu == 0.16
+        run_directories.write_run(root, name, {
+            'algorithm': algorithm, 'adabest_mu': mu, 'partition_seed': seed,
+            'seed': seed}, {
+                'round': [1, 2, 3], 'clients_per_round': [5] * 3,
+                'validation/accuracy': [0.5, 0.8, 0.8],
+                'test/accuracy': [0.5, 0.9, 0.6 if grows else 0.9],
+                'model_norms/global_model_norm':
+                    [1.0, 10.0, 100.0 + seed] if grows else [1.0, 2.0, 3.0]})
+        points.append(core.sweep.SweepPoint(
+            name, {}, (), os.path.join(root, name), 3))
+  frame = core.load_finished_runs(points)
+  result = adabest_experiments.analyze_mu(frame, root)
+  table = result.table.set_index([core.ROW, core.QUANTITY])[core.VALUE]
+  assert table[('algorithm=feddyn', 'final ‖x‖/adabest_mu=0.16')] == (
+      pytest.approx(100.5))
+  assert table[('algorithm=adabest', 'final ‖x‖/adabest_mu=0.16')] == 3.0
+  assert 'model_norm_vs_rounds_per_mu.png' in result.figures
+  assert result.notes[-1] == (
+      'Final ‖x‖ over mu (mean over seeds): adabest 3 (mu=0.02) to 3'
+      ' (mu=0.02); feddyn 3 (mu=0.02) to 100 (mu=0.16).')
+  effects = {e.claim: e for e in adabest_experiments.mu_effects('local')}
+  accuracy, collapse, norm = (
+      verdicts.assess(frame, effect) for effect in effects.values())
+  assert accuracy.mean == pytest.approx(0.3)
+  assert collapse.mean == pytest.approx(0.3)
+  assert norm.mean == pytest.approx(97.5)
+
+
 def test_adabest_beta_is_chosen_on_validation_clients_never_on_test(
     tmp_path):
   root = str(tmp_path)
