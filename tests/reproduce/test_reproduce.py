@@ -1279,6 +1279,43 @@ def test_adabest_fig3_reads_each_population_and_balance_per_algorithm(
   assert 'clients=100 unbalanced: feddyn' in result.notes[0]
 
 
+def test_adabest_fig3_effects_read_400_clients_at_the_validation_choice(
+    tmp_path):
+  tuned = float(adabest_experiments.SCALING_TUNED_BETA)
+  effects = adabest_experiments.scaling_effects('local')
+  [balanced] = [e for e in effects if e.claim.endswith('(400 clients,'
+                                                       ' balanced)')]
+  assert float(balanced.treatment['adabest_beta']) == tuned
+  for validation_prefers, same in ((tuned, True), (0.2, False)):
+    root = str(tmp_path / str(same))
+    points = []
+    for seed in (0, 1):
+      for name, beta, validation, test in (
+          ('avg', 0.0, 0.5, 0.6), ('lo', 0.2, None, 0.9),
+          ('tuned', tuned, None, 0.7 + seed / 10)):
+        if validation is None:  # Test prefers 0.2 always: never read.
+          validation = 0.9 if beta == validation_prefers else 0.5
+        name = f'{name}_{seed}'
+        run_directories.write_run(root, name, {
+            'algorithm': 'adabest', 'task': 'digits', 'num_clients': 400,
+            'unbalanced_sigma': 0.0, 'partition_seed': seed, 'seed': seed,
+            'adabest_beta': beta, 'adabest_mu': 0.0 if beta == 0 else 0.02},
+                                  {'round': [1, 2],
+                                   'clients_per_round': [10, 10],
+                                   'validation/accuracy': [0.1, validation],
+                                   'test/accuracy': [0.1, test]})
+        points.append(core.sweep.SweepPoint(
+            name, {}, (), os.path.join(root, name), 2))
+    frame = core.load_finished_runs(points)
+    notes = adabest_experiments.analyze_scaling(frame, root).notes
+    assert ('the validation clients\' choice in both settings' in notes[-1]
+            ) == same
+    if same:
+      assessed = verdicts.assess(frame, balanced)
+      assert assessed.pairs == 2
+      assert assessed.mean == pytest.approx(0.15)
+
+
 def test_adabest_cost_ranks_median_round_times_after_the_warmup(tmp_path):
   root = str(tmp_path)
   points = []
