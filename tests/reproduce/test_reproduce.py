@@ -1211,6 +1211,32 @@ def test_fig_mu_reads_x_per_mu_and_its_effects_pair_the_largest_mu(
   assert norm.mean == pytest.approx(97.5)
 
 
+def test_fig_beta_effects_pair_participations_by_partition_seed(tmp_path):
+  root = str(tmp_path)
+  # beta 1 at 50 clients a round ends 0.3 above beta 1 at 5, per seed.
+  points = [_adabest_beta_run(root, f'm{m}s{seed}', 1.0, seed, 0.5,
+                              0.2 + seed / 10 + (0.3 if m == 50 else 0),
+                              clients=m)
+            for m in (5, 50) for seed in (0, 1, 2)]
+  frame = core.load_finished_runs(points)
+  # One beta per participation: its choice cannot rise.
+  assert ('The validation clients\' beta per clients a round: 1 at 5, 1 at'
+          ' 50; it does not rise with participation throughout.') in (
+              adabest_experiments.analyze_beta(frame, root).notes)
+  # With beta 0.5 the validation clients' choice at 5 (test prefers 1).
+  points += [_adabest_beta_run(root, f'low{seed}', 0.5, seed, 0.9, 0.1,
+                               clients=5) for seed in (0, 1, 2)]
+  notes = adabest_experiments.analyze_beta(core.load_finished_runs(points),
+                                           root).notes
+  assert ('The validation clients\' beta per clients a round: 0.5 at 5, 1 at'
+          ' 50; it rises with participation, as the paper\'s.') in notes
+  [rises] = [e for e in adabest_experiments.beta_effects('local')
+             if e.claim.startswith('beta 1 ends higher')]
+  assessed = verdicts.assess(frame, rises)
+  assert assessed.pairs == 3
+  assert assessed.mean == pytest.approx(0.3)
+
+
 def test_adabest_beta_is_chosen_on_validation_clients_never_on_test(
     tmp_path):
   root = str(tmp_path)
