@@ -122,8 +122,10 @@ LEAF_SHAKESPEARE_FLAGS = (
 DIGITS_FLAGS = (
     TaskFlag('digits_model', 'model', str,
              'Digits: the model; default AdaBest\'s MLP 2x100 (as EMNIST-L),'
-             ' or a small CNN (two 3x3 conv + pool blocks).', example='cnn',
-             default='mlp', choices=('mlp', 'cnn')),
+             ' a small CNN (two 3x3 conv + pool blocks), or the MLP 2x1024'
+             ' (wide_mlp: ~1.1M parameters, for compute-cost comparisons).',
+             example='cnn', default='mlp',
+             choices=('mlp', 'cnn', 'wide_mlp')),
 )
 
 

@@ -5,6 +5,7 @@ import pytest
 
 import tasks
 from tasks import digits
+from tasks import partitioned_task
 from tests import run_directories
 
 
@@ -63,6 +64,15 @@ def test_the_cnn_option_builds_a_convolutional_model():
   with pytest.raises(ValueError, match="'cnn'"):
     tasks.create_task('emnist_l', num_clients=10, use_synthetic_data=True,
                       model='cnn')
+
+
+def test_the_wide_mlp_option_is_the_mlp_at_the_wide_units():
+  wide = tasks.create_task('digits', num_clients=10,
+                           model='wide_mlp').model_fn()
+  kernels = [tuple(v.shape) for v in wide.trainable_variables
+             if len(v.shape) == 2]
+  units = partitioned_task.WIDE_MLP_UNITS
+  assert kernels == [(64, units[0]), (units[0], units[1]), (units[1], 10)]
 
 
 def test_the_driver_trains_the_cnn_and_records_it(tmp_path):
