@@ -518,8 +518,8 @@ MU_SUBSTITUTES = (
     'The digits MLP over 100 IID clients, 5 per round, stands in for'
     ' EMNIST-L\'s 100 IID training clients, the setting of supplementary D.3'
     ' that D.5 names; 2,000 rounds, not Figure 4\'s 5,000, for cost (40 runs):'
-    ' in `fig_easy_task` FedDyn\'s ‖x‖ grows from the first rounds (61.5 at'
-    ' round 500, 276 at 2,500), so its dependence on mu has rounds to act.'
+    ' in `fig_easy_task` FedDyn\'s ‖x‖ grows from the first hundreds of'
+    ' rounds, so its dependence on mu has rounds to act.'
     ' AdaBest at its default beta (0.96), decayed on plateaus of ||h||.')
 
 
@@ -880,8 +880,9 @@ SCALING_TUNED_BETA = {'0': '0.6', '0.3': '0.4'}
 
 
 def scaling_effects(scale: str) -> tuple[verdicts.Effect, ...]:
-  # 100 clients (10 %): AdaBest's beta is the paper's, not searched; 400
-  # (local; paper: 1,000): the beta the validation clients chose.
+  # 100 clients (10 %): AdaBest's beta is the paper's, not searched; 400 at
+  # the local scale: the beta its validation clients chose (the paper
+  # scale's 1,000 need their own choice first).
   large = '1000' if scale == 'paper' else '400'
   cells = [('100', '0.96', kind, sigma)
            for kind, sigma in (('balanced', '0'), ('unbalanced', '0.3'))]
