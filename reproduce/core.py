@@ -318,6 +318,19 @@ def _measure(experiment: Experiment, scale: str, root: str,
   print_fn(f'measured: {path}')
 
 
+def run_order(experiment: Experiment, points: Sequence[sweep.SweepPoint]
+              ) -> list[sweep.SweepPoint]:
+  """The order the points run in: grid order, except for an experiment
+  timed one at a time (`max_parallel=1`), whose points run seed by seed
+  (each seed's runs of every grid back to back, in grid order), so that the
+  machine's drift over the sweep falls between seeds, which pairing by seed
+  cancels, not between the algorithms compared."""
+  if experiment.max_parallel != 1:
+    return list(points)
+  return sorted(points, key=lambda p: [
+      float(v) for f, v in sorted(p.values.items()) if f.endswith('seed')])
+
+
 def run_experiment(experiment: Experiment, scale: str, root: str,
                    seeds: Optional[int] = None, parallel: int = 2,
                    print_fn: Callable[[str], None] = print,
@@ -327,7 +340,7 @@ def run_experiment(experiment: Experiment, scale: str, root: str,
   `experiment.max_parallel`), recording each one's wall time as it ends; a
   measured experiment is measured again (it takes seconds). `prestarter`
   (`reproduce.sweep.run_sweep`) lets several experiments share its servers."""
-  points = build_points(experiment, scale, root, seeds)
+  points = run_order(experiment, build_points(experiment, scale, root, seeds))
   if experiment.measure is not None:
     _measure(experiment, scale, root, print_fn)
   if experiment.max_parallel is not None:

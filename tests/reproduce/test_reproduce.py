@@ -1343,6 +1343,24 @@ def test_adabest_fig3_effects_read_400_clients_at_the_validation_choice(
       assert assessed.mean == pytest.approx(0.15)
 
 
+def test_timed_experiments_run_seed_by_seed_others_in_grid_order(tmp_path):
+  cost = reproduce.EXPERIMENTS['adabest', 'table_cost']
+  points = core.build_points(cost, 'local', str(tmp_path))
+  ordered = core.run_order(cost, points)
+  assert sorted(p.run_dir for p in ordered) == sorted(
+      p.run_dir for p in points)
+  seeds = [p.values['partition_seed'] for p in ordered]
+  assert seeds == sorted(seeds, key=float)
+  algorithms = len(adabest_experiments.ALGORITHMS)
+  # Each seed's runs: every algorithm, in grid order.
+  assert [p.experiment_name.split('__')[0] for p in ordered[:algorithms]] == [
+      p.experiment_name.split('__')[0] for p in points[::len(points)
+                                                      // algorithms]]
+  mu = reproduce.EXPERIMENTS['adabest', 'fig_mu']
+  points = core.build_points(mu, 'local', str(tmp_path))
+  assert core.run_order(mu, points) == points
+
+
 def test_adabest_cost_ranks_median_round_times_after_the_warmup(tmp_path):
   root = str(tmp_path)
   points = []
