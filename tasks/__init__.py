@@ -125,7 +125,8 @@ DIGITS_FLAGS = (
              ' a small CNN (two 3x3 conv + pool blocks), or the MLP 2x1024'
              ' (wide_mlp: ~1.1M parameters, for compute-cost comparisons).',
              example='cnn', default='mlp',
-             choices=('mlp', 'cnn', 'wide_mlp')),
+             choices=tuple(partitioned_task.DATASET_SETTINGS[
+                 'digits'].other_models)),
 )
 
 
