@@ -1343,6 +1343,47 @@ def test_adabest_fig3_effects_read_400_clients_at_the_validation_choice(
       assert assessed.mean == pytest.approx(0.15)
 
 
+def test_adabest_table2_effects_read_1_percent_at_the_validation_choice(
+    tmp_path):
+  tuned = float(adabest_experiments.TABLE2_TUNED_BETA)
+  effects = adabest_experiments.table2_effects('local')
+  [fedavg] = [e for e in effects
+              if e.claim == 'AdaBest ends above FedAvg (digits, Dirichlet 0.3,'
+              ' 1 % participation)']
+  assert float(fedavg.treatment['adabest_beta']) == tuned
+  assert not any('1 %' in e.claim
+                 for e in adabest_experiments.table2_effects('paper'))
+  for validation_prefers, same in ((tuned, True), (0.6, False)):
+    root = str(tmp_path / str(same))
+    points = []
+    for seed in (0, 1):
+      for name, beta, test in (('avg', 0.0, 0.6), ('hi', 0.6, 0.95),
+                               ('tuned', tuned, 0.7 + seed / 10)):
+        # Test prefers 0.6 always: never read for the choice.
+        validation = 0.9 if beta == validation_prefers else 0.5
+        hparams = {'algorithm': 'adabest', 'task': 'digits',
+                   'dirichlet_alpha': 0.3, 'partition_seed': seed,
+                   'seed': seed, 'adabest_beta': beta,
+                   'adabest_mu': 0.0 if beta == 0 else 0.02}
+        run_directories.write_run(root, f'{name}_{seed}', hparams, {
+            'round': [1, 2], 'clients_per_round': [1, 1],
+            'validation/accuracy': [0.1, validation],
+            'test/accuracy': [0.1, test]})
+        points.append(core.sweep.SweepPoint(
+            f'{name}_{seed}', {}, (), os.path.join(root, f'{name}_{seed}'), 2))
+    frame = core.load_finished_runs(points)
+    notes = adabest_experiments.analyze_table2(frame, root).notes
+    [note] = [n for n in notes if n.startswith('The 1 % effects')]
+    assert note.endswith('the validation clients\' choice at digits,'
+                         ' Dirichlet 0.3.' if same else
+                         '(they choose 0.6): set it to their choice and'
+                         ' rerun.')
+    if same:
+      assessed = verdicts.assess(frame, fedavg)
+      assert assessed.pairs == 2
+      assert assessed.mean == pytest.approx(0.15)
+
+
 def test_timed_experiments_run_seed_by_seed_others_in_grid_order(tmp_path):
   cost = reproduce.EXPERIMENTS['adabest', 'table_cost']
   points = core.build_points(cost, 'local', str(tmp_path))
