@@ -227,8 +227,39 @@ def analyze_table2(frame: pd.DataFrame, output_dir: str) -> core.Analysis:
       f'{t} {int(m)}% {p}: {a}' for t, m, p, a in zip(
           best['task'], best[M], best['partition'], best['label'])) + '.',
            *beta_notes, *_tuned_beta_notes(per_run),
-           *_beta_decay_notes(frame)]
+           *_beta_decay_notes(frame), *_resolution_notes(frame)]
   return core.Analysis(table, figures, notes)
+
+
+def _resolution_notes(frame: pd.DataFrame) -> list[str]:
+  """How many of each task's test examples the paper's margins of AdaBest
+  (its EMNIST-L rows of Table 2) amount to: a margin of a fraction of one
+  test example cannot show in a task's final test accuracy."""
+  if 'test/num_examples' not in frame:
+    return []
+  paper = core.paper_numbers('adabest', 'table2')
+  paper = paper.assign(algorithm=paper[core.QUANTITY].str.split('/').str[1])
+  wide = paper.pivot(index=core.ROW, columns='algorithm', values=core.VALUE)
+  if 'adabest' not in wide:
+    return []
+  margins = {other: (wide['adabest'] - wide[other]).agg(['min', 'max'])
+             for other in ('fedavg', 'scaffold', 'feddyn') if other in wide}
+  notes = []
+  for task, part in frame.groupby('task', sort=False):
+    examples = part['test/num_examples'].dropna()
+    if examples.empty:
+      continue
+    size = float(examples.median())
+    point = 100 / size  # Accuracy points per test example.
+    notes.append(
+        f'Resolution: the test split of {task} holds {size:,.0f} examples,'
+        f' one example {point:.2f} points of accuracy. The paper\'s margins of'
+        ' AdaBest over each algorithm (EMNIST-L, Table 2, every setting) are '
+        + '; '.join(f'{lo:+.2f} to {hi:+.2f} points over {other}'
+                    f' ({lo / point:+.1f} to {hi / point:+.1f} test examples'
+                    ' here)'
+                    for other, (lo, hi) in margins.items()) + '.')
+  return notes
 
 
 def _tuned_beta_notes(per_run: pd.DataFrame) -> list[str]:

@@ -1384,6 +1384,23 @@ def test_adabest_table2_effects_read_1_percent_at_the_validation_choice(
       assert assessed.mean == pytest.approx(0.15)
 
 
+def test_adabest_table2_states_the_papers_margins_in_test_examples(tmp_path):
+  root = str(tmp_path)
+  run_directories.write_run(root, 'avg', {
+      'algorithm': 'adabest', 'task': 'digits', 'partition_seed': 0,
+      'adabest_beta': 0.0, 'adabest_mu': 0.0}, {
+          'round': [1, 2], 'clients_per_round': [1, 1],
+          'test/num_examples': [400, 400], 'test/accuracy': [0.1, 0.5]})
+  frame = core.load_finished_runs([core.sweep.SweepPoint(
+      'avg', {}, (), os.path.join(root, 'avg'), 2)])
+  [note] = [n for n in adabest_experiments.analyze_table2(frame, root).notes
+            if n.startswith('Resolution')]
+  # One of 400 examples is 0.25 points; the paper's EMNIST-L margins over
+  # FedAvg run from +0.21 (1 %, alpha 0.03) to +1.04 (10 %, alpha 0.03).
+  assert 'holds 400 examples, one example 0.25 points' in note
+  assert '+0.21 to +1.04 points over fedavg (+0.8 to +4.2 test examples' in note
+
+
 def test_timed_experiments_run_seed_by_seed_others_in_grid_order(tmp_path):
   cost = reproduce.EXPERIMENTS['adabest', 'table_cost']
   points = core.build_points(cost, 'local', str(tmp_path))
