@@ -355,7 +355,8 @@ def combine(verdicts: Sequence[str],
 
 
 def _format(value: float) -> str:
-  return '—' if math.isnan(value) else f'{value:+.3g}'
+  # Float32 sums leave ~1e-8 where paired runs end equal: shown as +0.
+  return '—' if math.isnan(value) else f'{round(value, 6) + 0.0:+.3g}'
 
 
 def effects_table(assessments: Sequence[Assessment]) -> pd.DataFrame:

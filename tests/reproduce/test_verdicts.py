@@ -76,6 +76,18 @@ def test_the_reports_count_a_grids_cells_not_seeds():
   assert by_seed.pairs == 2
 
 
+def test_runs_that_end_equal_read_zero_not_float_noise():
+  # Float32 accuracies of runs ending on the same example count: their
+  # paired differences are ~1e-8, not zero, and read as +0.
+  frame = _runs({('t', 0): np.float32(0.98055553), ('b', 0): 0.98055555,
+                 ('t', 1): np.float32(0.98333335), ('b', 1): 0.98333333})
+  result = verdicts.assess(frame, _effect())
+  assert result.mean != 0
+  assert 'differs by +0 (95 % CI [' in verdicts.package_sentence([result])
+  assert verdicts.effects_table([result]).iloc[0].str.startswith(
+      '+0 [').any()
+
+
 def test_each_verdict_of_one_effect():
   up = np.array([0.10, 0.12, 0.11])
   assert verdicts.verdict_of_differences(_effect(), up).verdict == (
