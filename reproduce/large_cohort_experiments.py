@@ -225,24 +225,39 @@ def _norm_peaks(frame: pd.DataFrame, by) -> pd.DataFrame:
       n=('peak', 'size')).reset_index()
 
 
-# Section 3.1's mechanism at the local scale: a fixed 0.2 % of Synthetic's
-# clients misaligned (labels their own model ranks last, features x10^4:
-# a gradient at the server model 10^4 times the others'), beside the same
-# task without them; the server model scored on the fixed validation clients
-# every round (`analysis.HELD_OUT_DETECTOR`).
-MISALIGNED_FLAGS = {'synthetic_misaligned_fraction': '0.002',
+# Section 3.1's mechanism at the local scale: LEAF's generator drawn for
+# 10,000 clients (8,000 training: M = 800 is a tenth of them, where LEAF's
+# 1,000 would make it all of them, every round), one of which, fixed and
+# seeded, is misaligned (labels its own model ranks last, features x10^4: a
+# gradient at the server model 10^4 times the others'), beside the same task
+# without it; the server model scored on the fixed validation clients every
+# round (`analysis.HELD_OUT_DETECTOR`). One in 10,000 makes the chance that a
+# run meets it rise with M, as the paper's failure rate does (the reading
+# gives 1 - (1 - M/N)^R beside the failures).
+MECHANISM_CLIENTS = {'synthetic_num_clients': '10000'}
+MISALIGNED_FLAGS = {**MECHANISM_CLIENTS,
+                    'synthetic_misaligned_fraction': '0.0001',
                     'synthetic_misaligned_scale': '10000'}
 MISALIGNED_ROUNDS = 150
-# Synthetic's clients (`tasks.synthetic.NUM_CLIENTS`; importing it would
-# bring TensorFlow into `reproduce`'s start-up).
+# LEAF Synthetic's clients (`tasks.synthetic.NUM_CLIENTS`, what runs that do
+# not record `synthetic_num_clients` drew; importing it would bring
+# TensorFlow into `reproduce`'s start-up).
 SYNTHETIC_CLIENTS = 1000
+
+
+def _generated_clients(frame: pd.DataFrame) -> int:
+  """The clients LEAF's generator drew for the runs."""
+  if 'synthetic_num_clients' in frame and frame[
+      'synthetic_num_clients'].notna().any():
+    return int(frame['synthetic_num_clients'].dropna().iloc[0])
+  return SYNTHETIC_CLIENTS
 
 
 def _training_clients(frame: pd.DataFrame) -> int:
   """Synthetic's clients less its validation clients (the runs' split)."""
   fraction = (float(frame['validation_fraction'].iloc[0])
               if 'validation_fraction' in frame else 0.2)
-  return int(round(SYNTHETIC_CLIENTS * (1 - fraction)))
+  return int(round(_generated_clients(frame) * (1 - fraction)))
 
 
 def _full_cohort_note(largest: int, train: int) -> str:
@@ -288,7 +303,7 @@ def catastrophic_grids(scale: str) -> tuple[core.Grid, ...]:
       misaligned_grid(scale),
       dataclasses.replace(
           synthetic, name=synthetic.name + '_aligned',
-          flags={**synthetic.flags, **EVERY_ROUND},
+          flags={**synthetic.flags, **EVERY_ROUND, **MECHANISM_CLIENTS},
           total_rounds=MISALIGNED_ROUNDS,
           axes=(sweep.Axis(M, _cohorts(scale)),
                 sweep.Axis(CLIPPING, ('false',)))),
@@ -426,27 +441,44 @@ def _misaligned_reading(frame: pd.DataFrame, by) -> str:
       'accuracy'].mean().reset_index()
   merged = failures.merge(peaks, on=by).merge(accuracy, on=by)
   parts = _failure_summaries(merged, ARM, 'peak ‖Δ‖')
-  fraction = float(MISALIGNED_FLAGS['synthetic_misaligned_fraction'])
-  rounds = int(runs[analysis.ROUND].max())
   train = _training_clients(runs)
-  visits = ', '.join(f'{m * rounds * fraction:.1f} at M={m}'
-                     for m in map(int, _cohorts('local')))
   return (
       'Without clipping, the server model on the validation clients (every'
       f' round, failures after round {DETECTOR_WARMUP_ROUNDS}; mean over'
-      ' seeds): ' + '; '.join(parts) + '. A misaligned'
-      ' client enters the average with its share of the cohort\'s examples,'
-      ' about 1/M: its kick to the server model shrinks as M grows (the'
-      ' peaks of ‖Δ‖ above), while the chance that a round\'s cohort holds'
-      f' one grows as 1 - (1 - c/{train:.0f})^M for c misaligned training'
-      f' clients. Over {rounds} rounds a run samples a misaligned client'
-      f' about {visits} times (c = {fraction:g} x {SYNTHETIC_CLIENTS:,} x'
-      f' {train / SYNTHETIC_CLIENTS:g} expected): the small cohorts meet it'
-      ' too, and then it moves the model furthest.' +
-      _full_cohort_note(int(runs[M].max()), train) +
-      ' The paper\'s failure rate rising with M needs a client whose harm'
-      ' does not shrink with its weight in the average (`fig_lr_scaling`'
-      ' gives it one: linear scaling).')
+      ' seeds): ' + '; '.join(parts) + '. ' + _meeting_chances(runs) +
+      ' A misaligned client enters the average with its share of the'
+      ' cohort\'s examples, about 1/M, so its kick to the server model'
+      ' shrinks as M grows (the peaks of ‖Δ‖ above): failures that rise'
+      ' with M as that chance does are the paper\'s mechanism, a larger'
+      ' cohort sampling a misaligned client more often (Section 3.1), with'
+      ' a kick that still halves the model at the largest M.' +
+      _full_cohort_note(int(runs[M].max()), train))
+
+
+def _meeting_chances(runs: pd.DataFrame) -> str:
+  """The chance that a run's cohorts hold a misaligned training client
+  after the detector's warmup, per M: a cohort of M of N training clients
+  (drawn without replacement) holds a given one with probability M/N, and
+  each of the c misaligned clients is a training client with probability
+  1 - the validation fraction (the split is seeded by the run's seed)."""
+  misaligned = runs[runs[ARM].str.endswith(' misaligned')]
+  generated = _generated_clients(misaligned)
+  fraction = float(misaligned['synthetic_misaligned_fraction'].iloc[0])
+  count = max(1, int(round(fraction * generated)))
+  train = _training_clients(misaligned)
+  held_out = 1 - train / generated
+  rounds = int(misaligned[analysis.ROUND].max()) - DETECTOR_WARMUP_ROUNDS
+  missed = lambda m: (held_out + (1 - held_out) * (1 - m / train) ** rounds
+                      ) ** count
+  chances = ', '.join(f'{100 * (1 - missed(m)):.0f} % at M={m}'
+                      for m in sorted(map(int, misaligned[M].unique())))
+  return (
+      f'The misaligned clients: {count} of the {generated:,} generated,'
+      f' each a training client with probability {1 - held_out:g}. A'
+      f' cohort of M of the {train:,} training clients holds a given one'
+      f' with probability M/{train:,} a round, so a run meets one in its'
+      f' {rounds} rounds after the warmup with probability {chances}: the'
+      ' failure rate if every meeting fails.')
 
 
 def _cohort_size_reading(frame: pd.DataFrame) -> str:

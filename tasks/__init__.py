@@ -95,6 +95,11 @@ SYNTHETIC_FLAGS = (
              'Synthetic: LEAF\'s beta, data heterogeneity across clients;'
              ' default LEAF\'s 1.0.', example='0.5',
              default=synthetic.LEAF_BETA, lower_bound=0.0),
+    TaskFlag('synthetic_num_clients', 'num_clients', int,
+             'Synthetic: clients LEAF\'s generator draws (training,'
+             ' validation and test examples); default LEAF\'s 1,000.',
+             example='2000', default=synthetic.NUM_CLIENTS, lower_bound=2,
+             upper_bound=100000),
     TaskFlag('synthetic_misaligned_fraction', 'misaligned_fraction', float,
              'Synthetic: fraction of clients made misaligned, a mechanism'
              ' test of the large-cohort paper\'s Section 3.1 (labels opposite'
