@@ -5,8 +5,8 @@ EMNIST (3,400 clients) so that cohorts reach M = 800, each optimizer at its
 rates tuned there as the paper tuned EMNIST's (`table_rates`); Section 3.1's
 failures come from misaligned clients: `fig_catastrophic` runs scikit-learn's
 handwritten digits (`--task=digits`, AdaBest's MLP 2x100) over 1,000 IID
-clients at the paper's EMNIST rates, and Synthetic with a few misaligned
-clients as a test of that mechanism, which `fig_lr_scaling` also runs
+clients at the paper's EMNIST rates, and Synthetic drawn for 10,000 clients
+with one misaligned as a test of that mechanism, which `fig_lr_scaling` also runs
 linear scaling on (Appendix B.7's heterogeneity). At the paper scale:
 EMNIST at Tables 4-5's rates.
 
@@ -94,13 +94,17 @@ DIGITS_SUBSTITUTES = (
     ' starts near 0.8 on 1-2 images while the server model is at chance).'
     ' What the digits lack is the paper\'s mechanism, a misaligned client'
     ' whose gradient at the server model blows up (Section 3.1). So a'
-    ' mechanism test gives it to LEAF\'s Synthetic (1,000 clients, 200'
-    ' held out for validation, 5 seeds, 150 rounds, FedAvg at Synthetic\'s'
-    ' rates (1, 0.1)): a fixed 0.2 % of the clients take the label their own'
-    ' model ranks last and features scaled by 10^4'
-    ' (`--synthetic_misaligned_fraction=0.002'
+    ' mechanism test gives it to LEAF\'s Synthetic, its generator drawn for'
+    ' 10,000 clients (`--synthetic_num_clients=10000`: 2,000 held out for'
+    ' validation, so that M = 800 is a tenth of the 8,000 training clients,'
+    ' as the paper\'s 800 are a quarter of EMNIST\'s 3,400, where LEAF\'s'
+    ' 1,000 would make M = 800 every training client, every round; 5 seeds,'
+    ' 150 rounds, FedAvg at Synthetic\'s rates (1, 0.1)): one client in'
+    ' 10,000, fixed, takes the label its own model ranks last and features'
+    ' scaled by 10^4 (`--synthetic_misaligned_fraction=0.0001'
     ' --synthetic_misaligned_scale=10000`), beside the same task without'
-    ' them; the server model is scored on the fixed validation clients'
+    ' it, so that the chance a run meets it rises with M as the paper\'s'
+    ' failure rate does (the reading computes it); the server model is scored on the fixed validation clients'
     ' every round, so that a halving is the model\'s and not a new sample\'s'
     ' (the cohort changes every round), after the first'
     ' 20 rounds\' transient, which the aligned arm shows at M = 10 (as the'
@@ -109,9 +113,9 @@ DIGITS_SUBSTITUTES = (
 LR_SCALING_SUBSTITUTES = LOCAL_SUBSTITUTES + (
     ' Appendix B.7 suspects the clients\' heterogeneity; Synthetic\'s'
     ' clients are all aligned with the optimum, so linear scaling also runs'
-    ' on `fig_catastrophic`\'s mechanism test, the same task with 0.2 % of'
-    ' its clients misaligned (5 seeds, 150 rounds, evaluated on the'
-    ' validation clients every round), with and without clipping, beside'
+    ' on `fig_catastrophic`\'s mechanism test, the same task drawn for'
+    ' 10,000 clients with one misaligned (5 seeds, 150 rounds, evaluated on'
+    ' the validation clients every round), with and without clipping, beside'
     ' that experiment\'s unscaled runs.')
 # The catastrophic-failure experiment's arm with more local drift (local
 # scale only: EMNIST's clients are heterogeneous as they are).
@@ -445,7 +449,8 @@ def _misaligned_reading(frame: pd.DataFrame, by) -> str:
   return (
       'Without clipping, the server model on the validation clients (every'
       f' round, failures after round {DETECTOR_WARMUP_ROUNDS}; mean over'
-      ' seeds): ' + '; '.join(parts) + '. ' + _meeting_chances(runs) +
+      ' seeds): ' + '; '.join(parts) + '. ' + _meeting_chances(
+          runs[runs[ARM].str.endswith(' misaligned')]) +
       ' A misaligned client enters the average with its share of the'
       ' cohort\'s examples, about 1/M, so its kick to the server model'
       ' shrinks as M grows (the peaks of ‖Δ‖ above): failures that rise'
@@ -455,13 +460,13 @@ def _misaligned_reading(frame: pd.DataFrame, by) -> str:
       _full_cohort_note(int(runs[M].max()), train))
 
 
-def _meeting_chances(runs: pd.DataFrame) -> str:
-  """The chance that a run's cohorts hold a misaligned training client
-  after the detector's warmup, per M: a cohort of M of N training clients
-  (drawn without replacement) holds a given one with probability M/N, and
-  each of the c misaligned clients is a training client with probability
-  1 - the validation fraction (the split is seeded by the run's seed)."""
-  misaligned = runs[runs[ARM].str.endswith(' misaligned')]
+def _meeting_chances(misaligned: pd.DataFrame) -> str:
+  """The chance that the `misaligned` runs' cohorts hold a misaligned
+  training client after the detector's warmup, per M: a cohort of M of N
+  training clients (drawn without replacement) holds a given one with
+  probability M/N, and each of the c misaligned clients is a training
+  client with probability 1 - the validation fraction (the split is seeded
+  by the run's seed)."""
   generated = _generated_clients(misaligned)
   fraction = float(misaligned['synthetic_misaligned_fraction'].iloc[0])
   count = max(1, int(round(fraction * generated)))
@@ -1087,11 +1092,11 @@ def _analyze_misaligned_scaling(frame: pd.DataFrame, output_dir: str
       accuracy.rename(columns={'value': 'accuracy'})[[*by, 'accuracy']],
       on=by)
   return core.Analysis(table, figures, _misaligned_scaling_reading(
-      merged, _training_clients(frame)))
+      merged, _training_clients(frame), _meeting_chances(frame)))
 
 
-def _misaligned_scaling_reading(merged: pd.DataFrame, train: int
-                                ) -> list[str]:
+def _misaligned_scaling_reading(merged: pd.DataFrame, train: int,
+                                chances: str) -> list[str]:
   """Per clipping and scaling: failures, peak server step and final
   accuracy across M; and why linear scaling undoes the dilution of a
   misaligned client's kick (`_misaligned_reading`)."""
@@ -1110,7 +1115,7 @@ def _misaligned_scaling_reading(merged: pd.DataFrame, train: int
       ' grows. Linear scaling multiplies the server rate by M/50 and so'
       ' gives the kick back its size at every M (the peak steps above),'
       ' while the chance that a cohort holds a misaligned client grows with'
-      ' M: this is the heterogeneity Appendix B.7 suspects.' +
+      ' M: this is the heterogeneity Appendix B.7 suspects. ' + chances +
       _full_cohort_note(int(merged[M].max()), train) +
       ' Adaptive clipping bounds every client\'s update by the cohort\'s'
       ' norm quantile before the average, so the misaligned update is no'
@@ -1346,11 +1351,13 @@ def catastrophic_effects(scale: str) -> tuple[verdicts.Effect, ...]:
           f'FedAvg without clipping fails more often at M = {big} than at'
           f' M = 10 ({where} halves in a round)', failed, run(big, False),
           run('10', False), direction=1, paper_size=0.8),
+      # Where the paper's failures are: Figure 1's M = 200 and its largest
+      # M (at M = 10 it had none to remove).
       *(verdicts.Effect(
           f'adaptive clipping removes the failures at M = {m}', failed,
           run(m, True), run(m, False), direction=-1,
           paper_size=-0.8 if m == big else None)
-        for m in ('10', big)),
+        for m in ('200', big)),
   )
 
 

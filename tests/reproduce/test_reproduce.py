@@ -110,16 +110,19 @@ def test_paper_scale_runs_the_papers_tasks(tmp_path):
                                                      str(tmp_path))
                if '--task=synthetic' in p.command]
   misaligned = [c for c in synthetic
-                if '--synthetic_misaligned_fraction=0.002' in c]
+                if '--synthetic_misaligned_fraction=0.0001' in c]
   assert len(misaligned) == 4 * 2 * 5 and len(synthetic) == 4 * 3 * 5
   assert all('--rounds_per_eval=1' in c for c in synthetic)
+  # Both arms draw LEAF's generator for 10,000 clients: M = 800 is a tenth
+  # of the training clients, not all of them.
+  assert all('--synthetic_num_clients=10000' in c for c in synthetic)
   # Linear scaling on the same misaligned task, beside those unscaled runs
   # (shared: one command, one run); every arm at the paper's 5 seeds.
   scaling = reproduce.EXPERIMENTS[('large_cohort', 'fig_lr_scaling')]
   commands = [p.command for p in core.build_points(scaling, 'local',
                                                    str(tmp_path))]
   on_misaligned = [c for c in commands
-                   if '--synthetic_misaligned_fraction=0.002' in c]
+                   if '--synthetic_misaligned_fraction=0.0001' in c]
   assert set(misaligned) < set(on_misaligned)
   assert len([c for c in on_misaligned
               if '--server_lr_scaling=linear' in c]) == 4 * 2 * 5
@@ -795,6 +798,13 @@ def test_catastrophic_reads_the_misaligned_arm_on_the_validation_clients(
   assert ('Synthetic misaligned: M=10 100 % failed, peak ‖Δ‖ 500, final'
           ' 0.700, M=800 0 % failed') in reading
   assert 'Synthetic aligned: M=10 0 % failed' in reading
+  # LEAF's 1,000 clients (none recorded), 0.2 % misaligned: 2, each a
+  # training client with probability 0.8; 3 rounds after the warmup. At
+  # M = 10 a run misses both with (0.2 + 0.8 (1 - 10/800)^3)^2 = 0.9416,
+  # at M = 800 with 0.2^2 (both held out).
+  assert ('2 of the 1,000 generated, each a training client with'
+          ' probability 0.8') in reading
+  assert 'probability 6 % at M=10, 96 % at M=800' in reading
   assert 'validation_accuracy_clipping_false_misaligned.png' in (
       result.figures)
   [cohort_note] = [n for n in result.notes
@@ -1718,8 +1728,8 @@ def test_lr_scaling_reads_the_misaligned_arm_on_the_validation_clients(
       flags = {'server_lr_scaling': scaling, 'seed': seed,
                'server_learning_rate': 1.0, 'clipping': clipping,
                'task': 'synthetic', 'rounds_per_eval': 1,
-               'validation_fraction': 0.2,
-               'synthetic_misaligned_fraction': 0.002}
+               'validation_fraction': 0.2, 'synthetic_num_clients': 10000,
+               'synthetic_misaligned_fraction': 0.0001}
       if scaling != 'none':
         flags.update(reference_cohort_size=50, server_warmup_rounds=2)
       norms = [0.1] * len(rounds)
@@ -1752,9 +1762,12 @@ def test_lr_scaling_reads_the_misaligned_arm_on_the_validation_clients(
   assert unclipped.startswith('With misaligned clients, clipping=False')
   assert 'linear: M=800 100 % failed, peak step 8, final 0.700' in unclipped
   assert 'linear: M=800 0 % failed' in clipped
-  # Synthetic's 1,000 clients less 20 % for validation: M = 800 is all.
-  assert 'At M=800 the cohort is every one of the 800 training clients' in (
-      why)
+  # 10,000 clients less 20 % for validation: M = 800 is a tenth, and one
+  # client is misaligned; a run misses it in its 3 rounds after the warmup
+  # with probability 0.2 + 0.8 x 0.9^3 = 0.7832.
+  assert 'every one of' not in why
+  assert '1 of the 10,000 generated' in why
+  assert 'probability 0 % at M=10, 22 % at M=800' in why
   assert set(result.figures) == {
       'validation_accuracy_misaligned_clipping_false.png',
       'validation_accuracy_misaligned_clipping_true.png'}

@@ -78,7 +78,8 @@ def test_builder_arguments_pass_set_flags_and_defaults_only():
       unused={'synthetic_misaligned_scale'})
   # Set: its value; unset with a default: the default; unset without one
   # (the misaligned fraction) or unused: the builder's own default.
-  assert arguments == {'num_classes': 5, 'alpha': 0.7, 'beta': 1.0}
+  assert arguments == {'num_classes': 5, 'alpha': 0.7, 'beta': 1.0,
+                       'num_clients': 1000}
 
 
 def test_create_task_dispatches_by_name_with_keyword_arguments():
