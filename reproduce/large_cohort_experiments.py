@@ -456,8 +456,46 @@ def _misaligned_reading(frame: pd.DataFrame, by) -> str:
       ' shrinks as M grows (the peaks of ‖Δ‖ above): failures that rise'
       ' with M as that chance does are the paper\'s mechanism, a larger'
       ' cohort sampling a misaligned client more often (Section 3.1), with'
-      ' a kick that still halves the model at the largest M.' +
+      ' a kick that still halves the model at the largest M. ' +
+      _kick_rounds(runs[runs[ARM].str.endswith(' misaligned')]) +
       _full_cohort_note(int(runs[M].max()), train))
+
+
+# A round whose ‖Δ‖ exceeds this many times its run's median: the
+# misaligned client's kick (its features are 10^4 times the others').
+KICK_FACTOR = 10
+
+
+def _kick_rounds(misaligned: pd.DataFrame) -> str:
+  """When each run first met a misaligned client, read from its logged
+  ‖Δ‖ (a round above `KICK_FACTOR` times the run's median): in the
+  detector's warmup, after it, or never; per M, with the final test
+  accuracy of each kind. A run kicked in its first rounds may never train,
+  which no halving marks."""
+  kinds = {}
+  for run, part in misaligned.groupby(analysis.RUN):
+    norms = part[analysis.UPDATE_NORM].astype(float)
+    kicked = part.loc[norms > KICK_FACTOR * norms.median(), analysis.ROUND]
+    first = kicked.min() if len(kicked) else np.nan
+    kind = ('never' if np.isnan(first) else 'in the warmup'
+            if first <= DETECTOR_WARMUP_ROUNDS else 'after it')
+    accuracy = part[analysis.TEST_ACCURACY].dropna()
+    kinds.setdefault(int(part[M].iloc[0]), []).append(
+        (kind, accuracy.iloc[-1] if len(accuracy) else np.nan))
+  cells = []
+  for m in sorted(kinds):
+    counts = []
+    for kind in ('in the warmup', 'after it', 'never'):
+      finals = [a for k, a in kinds[m] if k == kind]
+      if finals:
+        counts.append(f'{len(finals)} {kind} (final {np.mean(finals):.3f})')
+    cells.append(f'M={m}: ' + ', '.join(counts))
+  return (
+      'When a run first met it, read from its logged ‖Δ‖ (the first round'
+      f' above {KICK_FACTOR}x the run\'s median; the warmup is rounds 1-'
+      f'{DETECTOR_WARMUP_ROUNDS}): ' + '; '.join(cells) + '. A run kicked in'
+      ' its first rounds may never train, and then no round halves its'
+      ' accuracy: the detector does not count it.')
 
 
 def _meeting_chances(misaligned: pd.DataFrame) -> str:

@@ -769,13 +769,20 @@ def test_catastrophic_reads_the_misaligned_arm_on_the_validation_clients(
       name = f'm{m}_mis{misaligned}_s{seed}'
       validation = [0.6, 0.2] + [0.8] * (warmup - 1) + [
           0.3 if fails else 0.8, 0.8]
+      # ‖Δ‖ spikes where a run meets the misaligned client: in the failing
+      # round, or (M = 800, seed 1) in the warmup's round 2.
+      norms = [1.0] * len(rounds)
+      if fails:
+        norms[warmup + 1] = 500.0
+      if m == 800 and seed == 1:
+        norms[1] = 500.0
       run_directories.write_run(root, name, {
           'clipping': False, 'seed': seed, 'task': 'synthetic',
           'rounds_per_eval': 1,
           'synthetic_misaligned_fraction': 0.002 if misaligned else None}, {
               'round': rounds, 'clients_per_round': [m] * len(rounds),
               'catastrophic_failure': [0] * len(rounds),
-              'update_norm': [500.0 if fails else 1.0] * len(rounds),
+              'update_norm': norms,
               'train/accuracy': [0.9] * len(rounds),
               # Each round's new cohort: its accuracy swings by sampling.
               'cohort/accuracy': [0.8, 0.3] * (len(rounds) // 2) + [0.8] * (
@@ -805,6 +812,8 @@ def test_catastrophic_reads_the_misaligned_arm_on_the_validation_clients(
   assert ('2 of the 1,000 generated, each a training client with'
           ' probability 0.8') in reading
   assert 'probability 6 % at M=10, 96 % at M=800' in reading
+  assert ('M=10: 2 after it (final 0.700); M=800: 1 in the warmup (final'
+          ' 0.700), 1 never (final 0.700)') in reading
   assert 'validation_accuracy_clipping_false_misaligned.png' in (
       result.figures)
   [cohort_note] = [n for n in result.notes
