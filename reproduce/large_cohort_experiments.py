@@ -500,28 +500,45 @@ def _kick_rounds(misaligned: pd.DataFrame) -> str:
 
 def _meeting_chances(misaligned: pd.DataFrame) -> str:
   """The chance that the `misaligned` runs' cohorts hold a misaligned
-  training client after the detector's warmup, per M: a cohort of M of N
-  training clients (drawn without replacement) holds a given one with
-  probability M/N, and each of the c misaligned clients is a training
-  client with probability 1 - the validation fraction (the split is seeded
-  by the run's seed)."""
+  training client, per M: in any round, and first after the detector's
+  warmup, the only meeting a halving can mark (a run met earlier has not
+  trained yet). A cohort of M of N training clients (drawn without
+  replacement) holds a given one with probability M/N a round, and each of
+  the c misaligned clients is a training client with probability 1 - the
+  validation fraction (the split is seeded by the run's seed)."""
   generated = _generated_clients(misaligned)
   fraction = float(misaligned['synthetic_misaligned_fraction'].iloc[0])
   count = max(1, int(round(fraction * generated)))
   train = _training_clients(misaligned)
   held_out = 1 - train / generated
-  rounds = int(misaligned[analysis.ROUND].max()) - DETECTOR_WARMUP_ROUNDS
-  missed = lambda m: (held_out + (1 - held_out) * (1 - m / train) ** rounds
-                      ) ** count
-  chances = ', '.join(f'{100 * (1 - missed(m)):.0f} % at M={m}'
-                      for m in sorted(map(int, misaligned[M].unique())))
+  total = int(misaligned[analysis.ROUND].max())
+  # P(no misaligned training client in the first r rounds' cohorts).
+  missed = lambda m, r: (held_out + (1 - held_out) * (1 - m / train) ** r
+                         ) ** count
+  cohorts = sorted(map(int, misaligned[M].unique()))
+  percent = lambda f: ', '.join(f'{100 * f(m):.0f} % at M={m}'
+                                for m in cohorts)
+  warmup = DETECTOR_WARMUP_ROUNDS
+  first_after = percent(lambda m: missed(m, warmup) - missed(m, total))
+  # The same one misaligned client among five times as many: rarer at
+  # every M, so the largest cohorts too mostly meet it after the warmup.
+  larger = 5 * generated
+  rarer = lambda m, r: (held_out + (1 - held_out) * (
+      1 - m / (5 * train)) ** r) ** count
+  first_after_larger = percent(lambda m: rarer(m, warmup) - rarer(m, total))
   return (
       f'The misaligned clients: {count} of the {generated:,} generated,'
       f' each a training client with probability {1 - held_out:g}. A'
       f' cohort of M of the {train:,} training clients holds a given one'
       f' with probability M/{train:,} a round, so a run meets one in its'
-      f' {rounds} rounds after the warmup with probability {chances}: the'
-      ' failure rate if every meeting fails.')
+      f' {total} rounds with probability '
+      f'{percent(lambda m: 1 - missed(m, total))}, and first after the'
+      f' {warmup}-round warmup, the only meeting the detector can count,'
+      f' with probability {first_after}: the failure rates if every'
+      ' meeting wrecks the run. With the same misaligned clients among'
+      f' {larger:,} (`--synthetic_num_clients={larger}'
+      f' --synthetic_misaligned_fraction={fraction / 5:g}`), that last chance'
+      f' would be {first_after_larger}.')
 
 
 def _cohort_size_reading(frame: pd.DataFrame) -> str:

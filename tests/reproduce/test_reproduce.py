@@ -806,12 +806,21 @@ def test_catastrophic_reads_the_misaligned_arm_on_the_validation_clients(
           ' 0.700, M=800 0 % failed') in reading
   assert 'Synthetic aligned: M=10 0 % failed' in reading
   # LEAF's 1,000 clients (none recorded), 0.2 % misaligned: 2, each a
-  # training client with probability 0.8; 3 rounds after the warmup. At
-  # M = 10 a run misses both with (0.2 + 0.8 (1 - 10/800)^3)^2 = 0.9416,
-  # at M = 800 with 0.2^2 (both held out).
+  # training client with probability 0.8; 23 rounds. A run misses both in
+  # its first r rounds with (0.2 + 0.8 (1 - M/800)^r)^2: at M = 10 0.6384
+  # for r = 23 and 0.6758 for the warmup's 20 (first met after it: 0.0373),
+  # at M = 800 0.2^2 for any r (both held out), so 0 after the warmup.
   assert ('2 of the 1,000 generated, each a training client with'
           ' probability 0.8') in reading
-  assert 'probability 6 % at M=10, 96 % at M=800' in reading
+  assert ('in its 23 rounds with probability 36 % at M=10, 96 % at M=800,'
+          ' and first after the 20-round warmup, the only meeting the'
+          ' detector can count, with probability 4 % at M=10, 0 % at M=800'
+          ) in reading
+  # Among 5,000 (4,000 training): at M = 10 (0.2 + 0.8 x 0.9975^r)^2 is
+  # 0.9235 at r = 20 and 0.9125 at 23; at M = 800 both are near 0.04.
+  assert ('among 5,000 (`--synthetic_num_clients=5000'
+          ' --synthetic_misaligned_fraction=0.0004`), that last chance would'
+          ' be 1 % at M=10, 0 % at M=800') in reading
   assert ('M=10: 2 after it (final 0.700); M=800: 1 in the warmup (final'
           ' 0.700), 1 never (final 0.700)') in reading
   assert 'validation_accuracy_clipping_false_misaligned.png' in (
@@ -1772,11 +1781,14 @@ def test_lr_scaling_reads_the_misaligned_arm_on_the_validation_clients(
   assert 'linear: M=800 100 % failed, peak step 8, final 0.700' in unclipped
   assert 'linear: M=800 0 % failed' in clipped
   # 10,000 clients less 20 % for validation: M = 800 is a tenth, and one
-  # client is misaligned; a run misses it in its 3 rounds after the warmup
-  # with probability 0.2 + 0.8 x 0.9^3 = 0.7832.
+  # client is misaligned; at M = 800 a run meets it in its 23 rounds with
+  # probability 0.8 (1 - 0.9^23) = 0.729, first after the warmup with
+  # 0.8 (0.9^20 - 0.9^23) = 0.026.
   assert 'every one of' not in why
   assert '1 of the 10,000 generated' in why
-  assert 'probability 0 % at M=10, 22 % at M=800' in why
+  assert ('probability 2 % at M=10, 73 % at M=800, and first after the'
+          ' 20-round warmup, the only meeting the detector can count, with'
+          ' probability 0 % at M=10, 3 % at M=800') in why
   assert set(result.figures) == {
       'validation_accuracy_misaligned_clipping_false.png',
       'validation_accuracy_misaligned_clipping_true.png'}
