@@ -62,6 +62,7 @@ def test_flags_that_agree_pass_the_conflict_check(args):
     '--synthetic_alpha=1e39', '--server_learning_rate=nan',
     '--client_learning_rate=0', '--dirichlet_alpha=0',
     '--synthetic_num_classes=100000', '--total_rounds=2000000',
+    '--synthetic_num_clients=1', '--synthetic_num_clients=1000000',
 ])
 def test_values_that_would_overflow_or_do_nothing_are_refused(flag):
   with flagsaver.flagsaver():
