@@ -6,7 +6,8 @@ rates tuned there as the paper tuned EMNIST's (`table_rates`); Section 3.1's
 failures come from misaligned clients: `fig_catastrophic` runs scikit-learn's
 handwritten digits (`--task=digits`, AdaBest's MLP 2x100) over 1,000 IID
 clients at the paper's EMNIST rates, and Synthetic drawn for 10,000 clients
-with one misaligned as a test of that mechanism, which `fig_lr_scaling` also runs
+with one misaligned as a test of that mechanism, which `fig_lr_scaling` also
+runs
 linear scaling on (Appendix B.7's heterogeneity). At the paper scale:
 EMNIST at Tables 4-5's rates.
 
@@ -104,7 +105,8 @@ DIGITS_SUBSTITUTES = (
     ' scaled by 10^4 (`--synthetic_misaligned_fraction=0.0001'
     ' --synthetic_misaligned_scale=10000`), beside the same task without'
     ' it, so that the chance a run meets it rises with M as the paper\'s'
-    ' failure rate does (the reading computes it); the server model is scored on the fixed validation clients'
+    ' failure rate does (the reading computes it); the server model is'
+    ' scored on the fixed validation clients'
     ' every round, so that a halving is the model\'s and not a new sample\'s'
     ' (the cohort changes every round), after the first'
     ' 20 rounds\' transient, which the aligned arm shows at M = 10 (as the'
@@ -446,18 +448,18 @@ def _misaligned_reading(frame: pd.DataFrame, by) -> str:
   merged = failures.merge(peaks, on=by).merge(accuracy, on=by)
   parts = _failure_summaries(merged, ARM, 'peak ‖Δ‖')
   train = _training_clients(runs)
+  misaligned = runs[runs[ARM].str.endswith(' misaligned')]
   return (
       'Without clipping, the server model on the validation clients (every'
       f' round, failures after round {DETECTOR_WARMUP_ROUNDS}; mean over'
-      ' seeds): ' + '; '.join(parts) + '. ' + _meeting_chances(
-          runs[runs[ARM].str.endswith(' misaligned')]) +
+      ' seeds): ' + '; '.join(parts) + '. ' + _meeting_chances(misaligned) +
       ' A misaligned client enters the average with its share of the'
       ' cohort\'s examples, about 1/M, so its kick to the server model'
       ' shrinks as M grows (the peaks of ‖Δ‖ above): failures that rise'
       ' with M as that chance does are the paper\'s mechanism, a larger'
       ' cohort sampling a misaligned client more often (Section 3.1), with'
       ' a kick that still halves the model at the largest M. ' +
-      _kick_rounds(runs[runs[ARM].str.endswith(' misaligned')]) +
+      _kick_rounds(misaligned) +
       _full_cohort_note(int(runs[M].max()), train))
 
 
@@ -512,9 +514,10 @@ def _meeting_chances(misaligned: pd.DataFrame) -> str:
   train = _training_clients(misaligned)
   held_out = 1 - train / generated
   total = int(misaligned[analysis.ROUND].max())
-  # P(no misaligned training client in the first r rounds' cohorts).
-  missed = lambda m, r: (held_out + (1 - held_out) * (1 - m / train) ** r
-                         ) ** count
+  # P(no misaligned training client in the first r rounds' cohorts of M
+  # of n training clients).
+  missed = lambda m, r, n=train: (
+      held_out + (1 - held_out) * (1 - m / n) ** r) ** count
   cohorts = sorted(map(int, misaligned[M].unique()))
   percent = lambda f: ', '.join(f'{100 * f(m):.0f} % at M={m}'
                                 for m in cohorts)
@@ -523,9 +526,8 @@ def _meeting_chances(misaligned: pd.DataFrame) -> str:
   # The same one misaligned client among five times as many: rarer at
   # every M, so the largest cohorts too mostly meet it after the warmup.
   larger = 5 * generated
-  rarer = lambda m, r: (held_out + (1 - held_out) * (
-      1 - m / (5 * train)) ** r) ** count
-  first_after_larger = percent(lambda m: rarer(m, warmup) - rarer(m, total))
+  first_after_larger = percent(lambda m: missed(m, warmup, 5 * train) -
+                               missed(m, total, 5 * train))
   return (
       f'The misaligned clients: {count} of the {generated:,} generated,'
       f' each a training client with probability {1 - held_out:g}. A'
