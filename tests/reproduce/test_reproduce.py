@@ -126,7 +126,17 @@ def test_paper_scale_runs_the_papers_tasks(tmp_path):
   assert set(misaligned) < set(on_misaligned)
   assert len([c for c in on_misaligned
               if '--server_lr_scaling=linear' in c]) == 4 * 2 * 5
-  assert len(commands) - len(on_misaligned) == (2 * 4 + 4) * 5
+  # The paper's claim on the non-convex digits MLP with clipping: both
+  # rules across M beside fig_catastrophic's unscaled digits runs (shared),
+  # the server model scored on the cohort; the convex Synthetic beside.
+  digits = [c for c in commands if '--task=digits' in c]
+  assert len(digits) == (2 * 4 + 4) * 5
+  assert set(c for c in digits if '--server_lr_scaling=linear' not in c
+             and '--server_lr_scaling=sqrt' not in c) < set(
+                 p.command for p in core.build_points(
+                     catastrophic, 'local', str(tmp_path)))
+  assert all('--cohort_accuracy=true' in c for c in digits)
+  assert len(commands) - len(on_misaligned) - len(digits) == (2 * 4 + 4) * 5
 
 
 def test_paper_numbers_belong_to_experiments_and_cite_a_source():
@@ -757,25 +767,25 @@ def test_catastrophic_reads_the_misaligned_arm_on_the_validation_clients(
     tmp_path):
   root = str(tmp_path)
   points = []
-  warmup = large_cohort_experiments.DETECTOR_WARMUP_ROUNDS
-  rounds = list(range(1, warmup + 4))
+  rounds = list(range(1, 24))
   # Synthetic evaluated every round: the misaligned runs at M = 10 halve
-  # their validation accuracy after the warm-up (0.8 -> 0.3); every run
-  # halves once inside the warm-up, which is not counted; M = 800 and the
-  # aligned task do not fail.
+  # their validation accuracy in round 22 (0.8 -> 0.3) at a spike of ‖Δ‖;
+  # at M = 800, seed 1 meets the misaligned client in round 1 and never
+  # trains (0.2 throughout: no halving to count), seed 0 never meets it.
+  # The aligned task's seed 1 halves once, in round 5 (the null control
+  # fires).
   for m, misaligned, fails in ((10, True, True), (800, True, False),
                                (10, False, False)):
     for seed in range(2):
       name = f'm{m}_mis{misaligned}_s{seed}'
-      validation = [0.6, 0.2] + [0.8] * (warmup - 1) + [
-          0.3 if fails else 0.8, 0.8]
-      # ‖Δ‖ spikes where a run meets the misaligned client: in the failing
-      # round, or (M = 800, seed 1) in the warmup's round 2.
+      validation = [0.8] * len(rounds)
       norms = [1.0] * len(rounds)
       if fails:
-        norms[warmup + 1] = 500.0
+        validation[21], norms[21] = 0.3, 500.0
       if m == 800 and seed == 1:
-        norms[1] = 500.0
+        validation, norms[0] = [0.2] * len(rounds), 500.0
+      if not misaligned and seed == 1:
+        validation[4] = 0.3
       run_directories.write_run(root, name, {
           'clipping': False, 'seed': seed, 'task': 'synthetic',
           'rounds_per_eval': 1,
@@ -800,29 +810,31 @@ def test_catastrophic_reads_the_misaligned_arm_on_the_validation_clients(
                    ].set_index(core.ROW)[core.VALUE].to_dict()
   assert held_out == {'clipping=False M=10 Synthetic misaligned': 100,
                       'clipping=False M=800 Synthetic misaligned': 0,
-                      'clipping=False M=10 Synthetic aligned': 0}
+                      'clipping=False M=10 Synthetic aligned': 50}
   reading = result.notes[-1]
   assert ('Synthetic misaligned: M=10 100 % failed, peak ‖Δ‖ 500, final'
           ' 0.700, M=800 0 % failed') in reading
-  assert 'Synthetic aligned: M=10 0 % failed' in reading
+  assert 'Synthetic aligned: M=10 50 % failed' in reading
+  assert ('the aligned arm (the same clients, none misaligned): its server'
+          ' model halves on the validation clients in 1 of its 2 runs'
+          ' (first halving at M=10: round 5)') in reading
   # LEAF's 1,000 clients (none recorded), 0.2 % misaligned: 2, each a
   # training client with probability 0.8; 23 rounds. A run misses both in
   # its first r rounds with (0.2 + 0.8 (1 - M/800)^r)^2: at M = 10 0.6384
-  # for r = 23 and 0.6758 for the warmup's 20 (first met after it: 0.0373),
-  # at M = 800 0.2^2 for any r (both held out), so 0 after the warmup.
+  # for r = 23 and 0.9801 for r = 1 (first met in round 2 or later:
+  # 0.3417), at M = 800 0.2^2 for any r (both held out), so 0 from round 2.
   assert ('2 of the 1,000 generated, each a training client with'
           ' probability 0.8') in reading
   assert ('in its 23 rounds with probability 36 % at M=10, 96 % at M=800,'
-          ' and first after the 20-round warmup, the only meeting the'
-          ' detector can count, with probability 4 % at M=10, 0 % at M=800'
-          ) in reading
-  # Among 5,000 (4,000 training): at M = 10 (0.2 + 0.8 x 0.9975^r)^2 is
-  # 0.9235 at r = 20 and 0.9125 at 23; at M = 800 both are near 0.04.
-  assert ('among 5,000 (`--synthetic_num_clients=5000'
-          ' --synthetic_misaligned_fraction=0.0004`), that last chance would'
-          ' be 1 % at M=10, 0 % at M=800') in reading
-  assert ('M=10: 2 after it (final 0.700); M=800: 1 in the warmup (final'
+          ' and first in round 2 or later, the only meeting the detector can'
+          ' count, with probability 34 % at M=10, 0 % at M=800') in reading
+  assert ('M=10: 2 countable (final 0.700); M=800: 1 too early (final'
           ' 0.700), 1 never (final 0.700)') in reading
+  # M = 800 never countable (0 %), M = 10 34 %: the effect cannot pass.
+  assert ('if every countable meeting wrecks the run (0 % of runs at'
+          ' M=800, 34 % at M=10), the effect M=800 against M=10 comes out'
+          ' REPRODUCED (interval above 0, at least half the paper\'s +0.8)'
+          ' with probability 0 %; 4 seeds would give 0 %') in reading
   assert 'validation_accuracy_clipping_false_misaligned.png' in (
       result.figures)
   [cohort_note] = [n for n in result.notes
@@ -830,7 +842,7 @@ def test_catastrophic_reads_the_misaligned_arm_on_the_validation_clients(
   assert ('synthetic: 750 at M=10 (standard error up to 0.02), 60000 at'
           ' M=800') in cohort_note
   assert ('On the aligned Synthetic task at M=10, the cohort detector fires'
-          ' in 100 % of runs and the held-out one in 0 %') in cohort_note
+          ' in 100 % of runs and the held-out one in 50 %') in cohort_note
   # The verdict's quantity reads the same detector, after the warm-up.
   failed = large_cohort_experiments._HELD_OUT_FAILED.of_run
   by_name = {os.path.basename(r): part for r, part in frame.groupby('run')}
@@ -1729,15 +1741,28 @@ def test_lr_scaling_reads_the_servers_step_after_the_warmup(tmp_path):
   assert result.notes[-1].startswith('No run has rounds after the warmup')
 
 
+def test_reproduce_chance_is_exact_over_the_paired_outcomes():
+  chance = large_cohort_experiments.reproduce_chance
+  # Every treatment run fails, no baseline run: every difference is +1.
+  assert chance(1.0, 0.0, 5, 0.8) == pytest.approx(1.0)
+  # Two pairs, each +1 or 0 with probability 1/2: only (+1, +1) has an
+  # interval above 0 (t(0.975, 1) = 12.7 sinks (+1, 0)).
+  assert chance(1.0, 0.5, 2, 0.8) == pytest.approx(0.25)
+  # One pair has no interval: never REPRODUCED.
+  assert chance(1.0, 0.0, 1, 0.8) == 0.0
+  # More seeds, more power; equal rates seldom pass.
+  assert chance(0.72, 0.14, 10, 0.8) > chance(0.72, 0.14, 5, 0.8)
+  assert chance(0.5, 0.5, 5, 0.8) < 0.05
+
+
 def test_lr_scaling_reads_the_misaligned_arm_on_the_validation_clients(
     tmp_path):
   root = str(tmp_path)
   points = []
-  warmup = large_cohort_experiments.DETECTOR_WARMUP_ROUNDS
-  rounds = list(range(1, warmup + 4))
+  rounds = list(range(1, 24))
   # Linear scaling at M = 800 without clipping halves the validation
-  # accuracy after the detector's warm-up, at a spike of ‖Δ‖ (0.5 x 16);
-  # the unscaled runs and the clipped ones do not.
+  # accuracy in round 22, at a spike of ‖Δ‖ (0.5 x 16, after the rate's
+  # 2-round warmup); the unscaled runs and the clipped ones do not.
   for scaling, clipping, m in (('linear', False, 800), ('none', False, 800),
                                ('linear', True, 800), ('none', False, 10)):
     fails = scaling == 'linear' and not clipping
@@ -1751,13 +1776,14 @@ def test_lr_scaling_reads_the_misaligned_arm_on_the_validation_clients(
       if scaling != 'none':
         flags.update(reference_cohort_size=50, server_warmup_rounds=2)
       norms = [0.1] * len(rounds)
-      norms[warmup + 1] = 0.5 if fails else 0.1
+      validation = [0.8] * len(rounds)
+      if fails:
+        norms[21], validation[21] = 0.5, 0.3
       run_directories.write_run(root, name, flags, {
           'round': rounds, 'clients_per_round': [m] * len(rounds),
           'catastrophic_failure': [0] * len(rounds),
           'update_norm': norms, 'train/accuracy': [0.9] * len(rounds),
-          'validation/accuracy': [0.8] * (warmup + 1) + [
-              0.3 if fails else 0.8, 0.8],
+          'validation/accuracy': validation,
           'test/accuracy': [np.nan] * (len(rounds) - 1) + [0.7]})
       points.append(core.sweep.SweepPoint(name, {}, (),
                                           os.path.join(root, name),
@@ -1782,13 +1808,13 @@ def test_lr_scaling_reads_the_misaligned_arm_on_the_validation_clients(
   assert 'linear: M=800 0 % failed' in clipped
   # 10,000 clients less 20 % for validation: M = 800 is a tenth, and one
   # client is misaligned; at M = 800 a run meets it in its 23 rounds with
-  # probability 0.8 (1 - 0.9^23) = 0.729, first after the warmup with
-  # 0.8 (0.9^20 - 0.9^23) = 0.026.
+  # probability 0.8 (1 - 0.9^23) = 0.729, first in round 2 or later with
+  # 0.8 (0.9 - 0.9^23) = 0.649.
   assert 'every one of' not in why
   assert '1 of the 10,000 generated' in why
-  assert ('probability 2 % at M=10, 73 % at M=800, and first after the'
-          ' 20-round warmup, the only meeting the detector can count, with'
-          ' probability 0 % at M=10, 3 % at M=800') in why
+  assert ('probability 2 % at M=10, 73 % at M=800, and first in round 2 or'
+          ' later, the only meeting the detector can count, with'
+          ' probability 2 % at M=10, 65 % at M=800') in why
   assert set(result.figures) == {
       'validation_accuracy_misaligned_clipping_false.png',
       'validation_accuracy_misaligned_clipping_true.png'}
