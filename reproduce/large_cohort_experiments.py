@@ -1405,9 +1405,19 @@ def _server_step_reading(steps: pd.DataFrame, label: str = 'the task',
           f'{s} {v:.3g}' for s, v in at_largest.items()) + '.')
   if 'linear' in at_largest and len(none):
     ratio = at_largest['linear'] / none.iloc[0]
+    longest = none.idxmax()
+    within = at_largest['linear'] <= none.max()
     reading += (
         f' Linear scaling at M={int(largest)} steps {ratio:.2g}x as far as'
-        f' the unscaled rate at M={int(none.index[0])}.')
+        f' the unscaled rate at M={int(none.index[0])}, and'
+        f' {at_largest["linear"] / none.max():.2g}x the longest unscaled'
+        f' step (M={int(longest)}): ' + (
+            'no longer than a step the unscaled runs take and train with,'
+            ' so the rule restores a smaller cohort\'s step rather than'
+            ' overshooting it; the paper\'s failures need a step past what'
+            ' the model tolerates, which linear scaling does not reach here.'
+            if within else
+            'longer than any step the unscaled runs take.'))
     if convex:
       reading += (
           ' ‖Δ‖ falls with M (`fig_update_norm`), and on this convex model'

@@ -1741,7 +1741,17 @@ def test_lr_scaling_reads_the_servers_step_after_the_warmup(tmp_path):
   assert steps['server_lr_scaling=none M=10'] == pytest.approx(1.0)
   assert steps['server_lr_scaling=none M=800'] == pytest.approx(0.1)
   assert 'linear 1.6' in result.notes[-1]
-  assert 'steps 1.6x as far as the unscaled rate at M=10' in result.notes[-1]
+  assert ('steps 1.6x as far as the unscaled rate at M=10, and 1.6x the'
+          ' longest unscaled step (M=10): longer than any step the unscaled'
+          ' runs take.') in result.notes[-1]
+  # A linear step no longer than an unscaled one restores it.
+  steps = pd.DataFrame({'server_lr_scaling': ['none', 'none', 'linear'],
+                        'clients_per_round': [10, 800, 800],
+                        'value': [1.0, 0.1, 0.5]})
+  reading = large_cohort_experiments._server_step_reading(steps, 'digits')
+  assert reading.startswith('On digits, the server')
+  assert ('0.5x the longest unscaled step (M=10): no longer than a step the'
+          ' unscaled runs take and train with') in reading
   # Runs that stop within the warmup (the smoke scale's) leave nothing to
   # read, and say so.
   short = frame[frame['round'] <= 2]
