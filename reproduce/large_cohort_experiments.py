@@ -117,7 +117,8 @@ DIGITS_SUBSTITUTES = (
     ' reading counts its halvings). The verdict reads this test. Both the'
     ' start at round 2 (it was round 21, from LEAF\'s 1,000 clients\''
     ' aligned arm) and the 10 seeds were set after the first 5 seeds had'
-    ' run, whose failure effect read +0.4 [-0.28, +1.08].')
+    ' run, whose failure effect read +0 [-0.878, +0.878] from round 21'
+    ' and +0.4 [-0.28, +1.08] from round 2.')
 LR_SCALING_SUBSTITUTES = (
     'The paper\'s claim is read on the bundled digits (1,437 training'
     ' images, MLP 2x100: non-convex, as EMNIST\'s CNN is) over 1,000 IID'
