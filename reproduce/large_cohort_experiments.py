@@ -1229,8 +1229,10 @@ def _analyze_aligned_scaling(frame: pd.DataFrame, output_dir: str,
   parts = [_long(failures, rows_fn, 'failure_percent', 'failure_percent',
                  n='n')]
   server = None
-  if analysis.COHORT_ACCURACY in frame and frame[
-      analysis.COHORT_ACCURACY].notna().any():
+  # Where every run scored the server model on its cohort (the Synthetic
+  # scaled runs did not).
+  if analysis.COHORT_ACCURACY in frame and frame.groupby(analysis.RUN)[
+      analysis.COHORT_ACCURACY].apply(lambda c: c.notna().any()).all():
     server = _failure_table(frame, by, analysis.SERVER_DETECTOR)
     parts.append(_long(server, rows_fn, 'server_failure_percent',
                        'failure_percent', n='n'))
@@ -1285,7 +1287,41 @@ def _analyze_aligned_scaling(frame: pd.DataFrame, output_dir: str,
                                   'value', 'std', 'n')], ignore_index=True)
   notes.append(_server_step_reading(steps, label,
                                     convex=suffix in _SCALING_TASKS.values()))
+  if server is not None:
+    notes.append(_scaling_power_reading(frame, server))
+    if 'cohort/num_examples' in frame:
+      notes.append(_cohort_size_reading(frame))
   return core.Analysis(table, figures, notes)
+
+
+# Appendix B.7: every trial with linear scaling failed at M >= 400.
+PAPER_LINEAR_FAILURES = 1.0
+
+
+def _scaling_power_reading(frame: pd.DataFrame, server: pd.DataFrame) -> str:
+  """What the seeds can show of linear scaling's failures at the largest
+  cohort: at the failure rates measured (`server`, `_failure_table`), the
+  chance that the effect comes out REPRODUCED (`reproduce_chance`) at the
+  runs' seeds and at twice as many, and the command for the latter."""
+  big = server[M].max()
+  rate = lambda how: server[(server[SCALING] == how) & (server[M] == big)][
+      'failure_percent']
+  linear, none = rate('linear'), rate('none')
+  if linear.empty or none.empty:
+    return ''
+  p_linear, p_none = float(linear.iloc[0]) / 100, float(none.iloc[0]) / 100
+  seeds = int(frame.groupby([SCALING, M])['seed'].nunique().min())
+  chance = lambda n: reproduce_chance(p_linear, p_none, n,
+                                      PAPER_LINEAR_FAILURES)
+  return (
+      f'At the failure rates measured at M={int(big)} (linear'
+      f' {100 * p_linear:.0f} %, none {100 * p_none:.0f} %), {seeds} paired'
+      ' seeds give the failure effect REPRODUCED (interval above 0, at least'
+      ' half the paper\'s +1) with probability'
+      f' {100 * chance(seeds):.0f} %, {2 * seeds} seeds with'
+      f' {100 * chance(2 * seeds):.0f} % (`python -m reproduce large_cohort'
+      f' fig_lr_scaling --seeds={2 * seeds}`): a rate measured on'
+      f' {seeds} runs, itself uncertain.')
 
 
 def _analyze_misaligned_scaling(frame: pd.DataFrame, output_dir: str
@@ -1682,7 +1718,8 @@ def lr_scaling_effects(scale: str) -> tuple[verdicts.Effect, ...]:
           f'linear LR scaling fails catastrophically at M = {big} with'
           ' clipping, no scaling does not (the server model\'s accuracy on'
           ' the cohort halves in a round)', _SERVER_FAILED,
-          scaled('linear'), unscaled, direction=1, paper_size=1.0),
+          scaled('linear'), unscaled, direction=1,
+          paper_size=PAPER_LINEAR_FAILURES),
   )
   if scale == 'paper':
     return effects

@@ -1774,6 +1774,25 @@ def test_reproduce_chance_is_exact_over_the_paired_outcomes():
   assert chance(0.5, 0.5, 5, 0.8) < 0.05
 
 
+def test_lr_scaling_power_reading_at_the_measured_failure_rates():
+  # Linear fails in 40 % of 5 runs at M = 800, none in 0 %: the paired
+  # differences are +1 (p = 0.4) or 0. REPRODUCED needs an interval above
+  # 0 and a mean of at least 0.5: 5 ones (0.4^5 = 0.0102) or 4 (mean 0.8,
+  # half-width 2.776 x 0.447 / sqrt(5) = 0.555; 5 x 0.4^4 x 0.6 = 0.0768),
+  # not 3 (mean 0.6, half-width 0.68): 0.087 in all.
+  frame = pd.DataFrame({'server_lr_scaling': ['linear'] * 5 + ['none'] * 5,
+                        'clients_per_round': [800] * 10,
+                        'seed': list(range(5)) * 2})
+  server = pd.DataFrame({'server_lr_scaling': ['linear', 'none'],
+                         'clients_per_round': [800, 800],
+                         'failure_percent': [40.0, 0.0]})
+  reading = large_cohort_experiments._scaling_power_reading(frame, server)
+  assert reading.startswith('At the failure rates measured at M=800 (linear'
+                            ' 40 %, none 0 %), 5 paired seeds give')
+  assert 'with probability 9 %, 10 seeds with' in reading
+  assert '--seeds=10`' in reading
+
+
 def test_lr_scaling_reads_the_misaligned_arm_on_the_validation_clients(
     tmp_path):
   root = str(tmp_path)
