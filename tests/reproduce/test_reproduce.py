@@ -10,6 +10,7 @@ import collections
 import json
 import math
 import os
+from unittest import mock
 
 import numpy as np
 import pandas as pd
@@ -1740,10 +1741,16 @@ def test_lr_scaling_reads_the_servers_step_after_the_warmup(tmp_path):
   # The unscaled runs are read over the same rounds, after the warmup.
   assert steps['server_lr_scaling=none M=10'] == pytest.approx(1.0)
   assert steps['server_lr_scaling=none M=800'] == pytest.approx(0.1)
-  assert 'linear 1.6' in result.notes[-1]
+  [step_note] = [n for n in result.notes if 'server\'s step' in n]
+  assert 'linear 1.6' in step_note
   assert ('steps 1.6x as far as the unscaled rate at M=10, and 1.6x the'
           ' longest unscaled step (M=10): longer than any step the unscaled'
-          ' runs take.') in result.notes[-1]
+          ' runs take.') in step_note
+  # The rates after the warmup at the largest cohort, beside.
+  assert result.notes[-1] == (
+      'On the task at M=800 the server rate after the warmup is 1 without'
+      ' scaling (final test accuracy 0.600), 16 by linear scaling (final'
+      ' test accuracy 0.600).')
   # A linear step no longer than an unscaled one restores it.
   steps = pd.DataFrame({'server_lr_scaling': ['none', 'none', 'linear'],
                         'clients_per_round': [10, 800, 800],
@@ -1757,7 +1764,112 @@ def test_lr_scaling_reads_the_servers_step_after_the_warmup(tmp_path):
   short = frame[frame['round'] <= 2]
   result = large_cohort_experiments.analyze_lr_scaling(short, root)
   assert 'mean_server_step' not in set(result.table[core.QUANTITY])
-  assert result.notes[-1].startswith('No run has rounds after the warmup')
+  assert any(n.startswith('No run has rounds after the warmup')
+             for n in result.notes)
+
+
+def test_lr_scaling_tunes_its_reference_rate_on_validation(tmp_path):
+  lc = large_cohort_experiments
+  root = str(tmp_path)
+  points = []
+  # Validation prefers 10 (0.9 vs 0.8), test prefers 1: the tuning reads
+  # validation; these runs stay out of the scaled rows.
+  for server, validation, test in ((1.0, 0.8, 0.99), (10.0, 0.9, 0.5)):
+    for seed in range(2):
+      name = (f'{lc.reference_rate_grid("local").name}__server_learning_rate'
+              f'={server:g}__seed={seed}')
+      run_directories.write_run(root, name, {
+          'task': 'digits', 'server_optimizer': 'sgd', 'seed': seed,
+          'server_learning_rate': server, 'client_learning_rate': 0.1,
+          'server_lr_scaling': 'none'}, {
+              'round': [1, 2], 'clients_per_round': [50, 50],
+              'train/accuracy': [0.5, 0.5],
+              'validation/accuracy': [0.1, validation],
+              'test/accuracy': [0.1, test]})
+      points.append(core.sweep.SweepPoint(name, {}, (),
+                                          os.path.join(root, name), 2))
+  result = lc.analyze_lr_scaling(core.load_finished_runs(points), root)
+  table = result.table.set_index([core.ROW, core.QUANTITY])[core.VALUE]
+  assert list(table.index.get_level_values(0)) == [
+      'reference rate M=50 server_lr=1', 'reference rate M=50 server_lr=10']
+  assert table[('reference rate M=50 server_lr=10',
+                'final_validation_accuracy')] == pytest.approx(0.9)
+  [note] = result.notes
+  assert note.endswith('0.800 at 1, 0.900 at 10; the best is 10 (0.900).'
+                       ' The scaled digits runs and their unscaled baseline'
+                       ' use it.')
+  # A best the runs do not use is said in bold.
+  with mock.patch.object(lc, 'DIGITS_REFERENCE_RATE', '1'):
+    [note] = lc.analyze_lr_scaling(core.load_finished_runs(points),
+                                   root).notes
+  assert note.endswith('**The scaled digits runs use 1, not this best.**')
+  # The scaled digits runs and their baseline both run at the tuned rate,
+  # named apart from the runs at the task's usual rate (kept beside);
+  # Synthetic's keep it.
+  grids = {g.name: g for g in lc.lr_scaling_grids('local')}
+  for name in ('lr_scaling_digits_tuned', 'cohort_digits_tuned_sgd'):
+    assert grids[name].flags['server_learning_rate'] == (
+        lc.DIGITS_REFERENCE_RATE)
+  for name in ('lr_scaling_digits', 'cohort_digits_sgd'):
+    assert grids[name].flags['server_learning_rate'] == (
+        lc.EMNIST_RATES['sgd'][0])
+  assert grids['lr_scaling_synthetic'].flags['server_learning_rate'] == (
+      lc.SYNTHETIC_RATES['sgd'][0])
+  # The effects read the tuned runs: linear against sqrt and against none.
+  linear_vs_sqrt, linear_vs_none = [
+      e for e in lc.lr_scaling_effects('local')
+      if e.quantity is lc._SERVER_FAILED]
+  assert linear_vs_sqrt.treatment[verdicts.GRID] == 'lr_scaling_digits_tuned'
+  assert linear_vs_sqrt.baseline[lc.SCALING] == 'sqrt'
+  assert linear_vs_none.baseline[verdicts.GRID] == 'cohort_digits_tuned_sgd'
+
+
+def test_lr_scaling_reads_failures_by_the_rate_over_rules_and_references(
+    tmp_path):
+  lc = large_cohort_experiments
+  root = str(tmp_path)
+  points = []
+  # At M = 800 from reference 1: none (rate 1) and sqrt (4) train, linear
+  # (16) fails in 1 of 2; from reference 10 sqrt (40) fails in both. The
+  # cohort accuracy halves in round 3 of a failed run.
+  for reference, scaling, failed in ((1.0, 'none', 0), (1.0, 'sqrt', 0),
+                                     (1.0, 'linear', 1), (10.0, 'sqrt', 2)):
+    for seed in range(2):
+      name = f'r{reference:g}_{scaling}_s{seed}'
+      flags = {'task': 'digits', 'server_lr_scaling': scaling,
+               'seed': seed, 'server_learning_rate': reference}
+      if scaling != 'none':
+        flags.update(reference_cohort_size=50, server_warmup_rounds=1)
+      cohort = [0.5, 0.8, 0.1 if seed < failed else 0.8, 0.8]
+      run_directories.write_run(root, name, flags, {
+          'round': [1, 2, 3, 4], 'clients_per_round': [800] * 4,
+          'cohort/accuracy': cohort, 'update_norm': [1.0] * 4,
+          'catastrophic_failure': [0] * 4,
+          'train/accuracy': [0.5] * 4,
+          'test/accuracy': [np.nan, 0.6, np.nan, 0.6]})
+      points.append(core.sweep.SweepPoint(name, {}, (),
+                                          os.path.join(root, name), 4))
+  frame = core.load_finished_runs(points).assign(
+      server_lr_scaling=lambda f: f['server_lr_scaling'].fillna('none'))
+  reading = lc._rate_failure_reading(frame, 'digits')
+  assert reading == (
+      'On digits at M=800, the server model\'s failures by the server rate'
+      ' after the warmup (rule, reference rate): 1 (none from 1) 0 of 2,'
+      ' 4 (sqrt from 1) 0 of 2, 16 (linear from 1) 1 of 2, 40 (sqrt from 10)'
+      ' 2 of 2. The failures rise with the rate, whichever rule reaches it.')
+  # A larger rate that trains where a smaller one failed: not the rate.
+  frame.loc[frame['run'].str.contains('r10_sqrt'),
+            'cohort/accuracy'] = 0.8
+  assert lc._rate_failure_reading(frame, 'digits').endswith(
+      'The failures do not rise with the rate alone.')
+  # The report splits the digits runs by reference rate: the tuned one's
+  # rows unmarked, the other's marked.
+  with mock.patch.object(lc, 'DIGITS_REFERENCE_RATE', '10'):
+    result = lc.analyze_lr_scaling(frame, root)
+  rows = set(result.table[core.ROW])
+  assert 'server_lr_scaling=sqrt M=800' in rows
+  assert 'server_lr_scaling=linear M=800 reference 1' in rows
+  assert 'accuracy_vs_cohort_size_reference_1.png' in result.figures
 
 
 def test_reproduce_chance_is_exact_over_the_paired_outcomes():
