@@ -137,15 +137,26 @@ def test_paper_scale_runs_the_papers_tasks(tmp_path):
   assert len([c for c in on_misaligned
               if '--server_lr_scaling=linear' in c]) == 4 * 2 * 5
   # The paper's claim on the non-convex digits MLP with clipping: both
-  # rules across M beside fig_catastrophic's unscaled digits runs (shared),
-  # the server model scored on the cohort; the convex Synthetic beside.
+  # rules across M beside unscaled runs, from the reference rate tuned at
+  # M = 50 (5 rates) and from the usual rate 1 (its unscaled runs
+  # fig_catastrophic's, shared), the server model scored on the cohort;
+  # the convex Synthetic beside.
   digits = [c for c in commands if '--task=digits' in c]
-  assert len(digits) == (2 * 4 + 4) * 5
-  assert set(c for c in digits if '--server_lr_scaling=linear' not in c
-             and '--server_lr_scaling=sqrt' not in c) < set(
-                 p.command for p in core.build_points(
-                     catastrophic, 'local', str(tmp_path)))
-  assert all('--cohort_accuracy=true' in c for c in digits)
+  assert len(digits) == ((2 * 4 + 4) * 2 + 5) * 5
+  tuning = [c for c in digits if '--clients_per_round=50' in c
+            and '--server_lr_scaling' not in ' '.join(c)
+            and '--cohort_accuracy=true' not in c]
+  assert len(tuning) == 5 * 5
+  unscaled = {c for c in digits if c not in tuning
+              and '--server_lr_scaling=linear' not in c
+              and '--server_lr_scaling=sqrt' not in c}
+  shared = unscaled & {p.command for p in core.build_points(
+      catastrophic, 'local', str(tmp_path))}
+  assert len(unscaled) == 2 * 4 * 5 and len(shared) == 4 * 5
+  assert all('--server_learning_rate=1.0' in c for c in shared)
+  assert all('--server_learning_rate=10' in c for c in unscaled - shared)
+  assert all('--cohort_accuracy=true' in c for c in digits
+             if c not in tuning)
   assert len(commands) - len(on_misaligned) - len(digits) == (2 * 4 + 4) * 5
 
 
