@@ -1914,6 +1914,11 @@ def test_lr_scaling_power_reading_at_the_measured_failure_rates():
                             ' 40 %, none 0 %), 5 paired seeds give')
   assert 'with probability 9 %, 10 seeds with' in reading
   assert '--seeds=10`' in reading
+  # Failures in every linear run, none unscaled: nothing to add.
+  server['failure_percent'] = [100.0, 0.0]
+  reading = large_cohort_experiments._scaling_power_reading(frame, server)
+  assert reading.endswith('with probability 100 %: the seeds suffice to'
+                          ' show it.')
 
 
 def test_lr_scaling_reads_the_misaligned_arm_on_the_validation_clients(
