@@ -84,10 +84,15 @@ def read_hparams(run_dir: str) -> dict[str, Any]:
   return hparams
 
 
+# The package's folder of generated reports (`python -m reproduce`).
+REPORTS_DIR = 'results'
+
+
 @functools.lru_cache(maxsize=None)
 def code_revision(root: Optional[str] = None) -> str:
   """The code a run is made with, as its manifest records it: `git <commit>`
-  (12 hex digits; `+modified` when a tracked file differs from the commit)
+  (12 hex digits; `+modified` when a tracked file outside `results/`
+  differs from the commit)
   for a git checkout of the package at `root` (default: this package's),
   else `fl-papers-tff <version>` for an installed copy, else `unknown`.
 
@@ -110,7 +115,10 @@ def code_revision(root: Optional[str] = None) -> str:
   if os.path.exists(os.path.join(root, '.git')):
     commit = git('rev-parse', '--short=12', 'HEAD')
     if commit:
-      changed = git('status', '--porcelain', '--untracked-files=no')
+      # The reports under results/ are what runs make, not code: a run
+      # started while `python -m reproduce` rewrites one is of the commit.
+      changed = git('status', '--porcelain', '--untracked-files=no', '--',
+                    '.', f':(exclude){REPORTS_DIR}')
       return f'git {commit}' + ('+modified' if changed else '')
   try:
     return f'{DISTRIBUTION} {importlib.metadata.version(DISTRIBUTION)}'

@@ -85,6 +85,18 @@ def test_code_revision_names_the_commit_and_a_modified_checkout(tmp_path):
   (repo / 'untracked.py').write_text('')  # not part of the code's revision
   run_layout.code_revision.cache_clear()
   assert run_layout.code_revision(str(repo)) == f'git {commit[:12]}'
+  # A report rewritten under results/ is an output, not code.
+  (repo / 'results').mkdir()
+  (repo / 'results' / 'README.md').write_text('one\n')
+  _git(repo, 'add', 'results/README.md')
+  _git(repo, '-c', 'user.name=t', '-c', 'user.email=t@t', 'commit', '-q',
+       '-m', 'two')
+  commit = subprocess.run(['git', '-C', str(repo), 'rev-parse', 'HEAD'],
+                          check=True, capture_output=True,
+                          text=True).stdout.strip()
+  (repo / 'results' / 'README.md').write_text('two\n')
+  run_layout.code_revision.cache_clear()
+  assert run_layout.code_revision(str(repo)) == f'git {commit[:12]}'
   (repo / 'module.py').write_text('x = 2\n')
   run_layout.code_revision.cache_clear()
   assert run_layout.code_revision(str(repo)) == f'git {commit[:12]}+modified'
