@@ -65,8 +65,16 @@ def test_no_other_module_spells_the_run_files_names():
 
 
 def _git(repo, *args):
-  subprocess.run(['git', '-C', str(repo), *args], check=True,
-                 capture_output=True)
+  return subprocess.run(['git', '-C', str(repo), *args], check=True,
+                        capture_output=True, text=True).stdout.strip()
+
+
+def _commit(repo, *paths):
+  """Commits `paths` in `repo`; returns the commit's hash."""
+  _git(repo, 'add', *paths)
+  _git(repo, '-c', 'user.name=t', '-c', 'user.email=t@t', 'commit', '-q',
+       '-m', 'commit')
+  return _git(repo, 'rev-parse', 'HEAD')
 
 
 def test_code_revision_names_the_commit_and_a_modified_checkout(tmp_path):
@@ -74,12 +82,7 @@ def test_code_revision_names_the_commit_and_a_modified_checkout(tmp_path):
   repo.mkdir()
   _git(repo, 'init', '-q')
   (repo / 'module.py').write_text('x = 1\n')
-  _git(repo, 'add', 'module.py')
-  _git(repo, '-c', 'user.name=t', '-c', 'user.email=t@t', 'commit', '-q',
-       '-m', 'one')
-  commit = subprocess.run(['git', '-C', str(repo), 'rev-parse', 'HEAD'],
-                          check=True, capture_output=True,
-                          text=True).stdout.strip()
+  commit = _commit(repo, 'module.py')
   run_layout.code_revision.cache_clear()
   assert run_layout.code_revision(str(repo)) == f'git {commit[:12]}'
   (repo / 'untracked.py').write_text('')  # not part of the code's revision
@@ -88,12 +91,7 @@ def test_code_revision_names_the_commit_and_a_modified_checkout(tmp_path):
   # A report rewritten under results/ is an output, not code.
   (repo / 'results').mkdir()
   (repo / 'results' / 'README.md').write_text('one\n')
-  _git(repo, 'add', 'results/README.md')
-  _git(repo, '-c', 'user.name=t', '-c', 'user.email=t@t', 'commit', '-q',
-       '-m', 'two')
-  commit = subprocess.run(['git', '-C', str(repo), 'rev-parse', 'HEAD'],
-                          check=True, capture_output=True,
-                          text=True).stdout.strip()
+  commit = _commit(repo, 'results/README.md')
   (repo / 'results' / 'README.md').write_text('two\n')
   run_layout.code_revision.cache_clear()
   assert run_layout.code_revision(str(repo)) == f'git {commit[:12]}'
