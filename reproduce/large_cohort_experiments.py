@@ -1421,8 +1421,8 @@ def _rate_failure_reading(frame: pd.DataFrame, label: str) -> str:
   """At the largest cohort, the server model's failures by the server rate
   after the warmup, over every rule and reference rate of `frame`; whether
   they rise with the rate ('' where the runs do not score the server
-  model on the cohort)."""
-  if analysis.COHORT_ACCURACY not in frame:
+  model on the cohort, or no runs)."""
+  if frame.empty or analysis.COHORT_ACCURACY not in frame:
     return ''
   big = frame[M].max()
   at_big = frame[frame[M] == big]

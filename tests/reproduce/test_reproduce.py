@@ -1873,6 +1873,8 @@ def test_lr_scaling_reads_failures_by_the_rate_over_rules_and_references(
             'cohort/accuracy'] = 0.8
   assert lc._rate_failure_reading(frame, 'digits').endswith(
       'The failures do not rise with the rate alone.')
+  # No digits runs (the smoke scale's Synthetic only): nothing to read.
+  assert lc._rate_failure_reading(frame.iloc[:0], 'digits') == ''
   # The report splits the digits runs by reference rate: the tuned one's
   # rows unmarked, the other's marked.
   with mock.patch.object(lc, 'DIGITS_REFERENCE_RATE', '10'):
