@@ -1304,18 +1304,17 @@ def analyze_lr_scaling(frame: pd.DataFrame, output_dir: str
   keys = (tasks.fillna('') + '|' + marks).rename('part')
   # The tuning first (it sets the digits' reference), then the digits
   # parts and their failures by rate, then the convex Synthetic.
-  parts = [_analyze_reference_rate(tuning) if not tuning.empty else None]
-  for key, part in sorted(aligned.groupby(keys),
-                          key=lambda kv: (kv[0].split('|')[0] in
-                                          _SCALING_TASKS, kv[0])):
+  by_task = {False: [], True: []}
+  for key, part in sorted(aligned.groupby(keys)):
     task, mark = key.split('|')
-    if task in _SCALING_TASKS:
-      reading = _rate_failure_reading(aligned[tasks == 'digits'], 'digits')
-      parts.append(core.Analysis(pd.DataFrame(), [], [reading])
-                   if reading else None)
-    parts.append(_analyze_aligned_scaling(
+    by_task[task in _SCALING_TASKS].append(_analyze_aligned_scaling(
         part, output_dir, _SCALING_TASKS.get(task, '') + mark,
         (task or 'the task') + (f' from{mark}' if mark else '')))
+  reading = _rate_failure_reading(aligned[tasks == 'digits'], 'digits')
+  parts = [_analyze_reference_rate(tuning) if not tuning.empty else None,
+           *by_task[False],
+           core.Analysis(pd.DataFrame(), [], [reading]) if reading else None,
+           *by_task[True]]
   if not misaligned.empty:
     parts.append(_analyze_misaligned_scaling(misaligned, output_dir))
   parts = [part for part in parts if part is not None]
@@ -1417,6 +1416,14 @@ def _analyze_aligned_scaling(frame: pd.DataFrame, output_dir: str,
 PAPER_LINEAR_FAILURES = 1.0
 
 
+def _rate_after_warmup(reference: float, scaling: str, m: float) -> float:
+  """The server rate `scaling` reaches at cohort `m` once its warmup is
+  over, from `reference` tuned for `REFERENCE_COHORT`."""
+  return lr_schedules.build_server_lr_schedule(
+      float(reference), scaling=scaling, cohort_size=int(m),
+      reference_cohort_size=int(REFERENCE_COHORT))(10**6)
+
+
 def _rate_failure_reading(frame: pd.DataFrame, label: str) -> str:
   """At the largest cohort, the server model's failures by the server rate
   after the warmup, over every rule and reference rate of `frame`; whether
@@ -1429,10 +1436,8 @@ def _rate_failure_reading(frame: pd.DataFrame, label: str) -> str:
   by = [SCALING, analysis.SERVER_LEARNING_RATE]
   failures = _failure_table(at_big, by, analysis.SERVER_DETECTOR)
   failures['rate'] = [
-      lr_schedules.build_server_lr_schedule(
-          float(row[analysis.SERVER_LEARNING_RATE]), scaling=row[SCALING],
-          cohort_size=int(big), reference_cohort_size=int(
-              REFERENCE_COHORT))(10**6)
+      _rate_after_warmup(row[analysis.SERVER_LEARNING_RATE], row[SCALING],
+                         big)
       for _, row in failures.iterrows()]
   failures = failures.sort_values(['rate', SCALING])
   listed = ', '.join(
@@ -1467,12 +1472,8 @@ def _scaled_rate_reading(frame: pd.DataFrame, accuracy: pd.DataFrame,
     runs = frame[(frame[SCALING] == how) & (frame[M] == big)]
     if runs.empty or final(how, big).empty:
       continue
-    first = runs.iloc[0]
-    rate = lr_schedules.build_server_lr_schedule(
-        float(first[analysis.SERVER_LEARNING_RATE]), scaling=how,
-        cohort_size=int(big),
-        reference_cohort_size=(int(first['reference_cohort_size'])
-                               if how != 'none' else 50))(10**6)
+    rate = _rate_after_warmup(
+        runs.iloc[0][analysis.SERVER_LEARNING_RATE], how, big)
     parts.append(f'{rate:.3g} {_RULE_NAMES[how]} (final test accuracy'
                  f' {float(final(how, big).iloc[0]):.3f})')
   if not parts:
