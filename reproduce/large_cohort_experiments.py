@@ -1009,6 +1009,13 @@ def analyze_rates(frame: pd.DataFrame, output_dir: str) -> core.Analysis:
   beside the paper's EMNIST ones and the rates this task's cohort
   experiments use."""
   rows, figures, notes = [], [], []
+  if not frame.empty:
+    # The paper names two tuning cohorts; say which one these tables follow.
+    notes.append(
+        f'The tuning cohort: Appendix A.4 (these tables) and Section 3.1 tune'
+        f' at M = 10, Section 2 says M = 50. The grid follows Appendix A.4'
+        f' (M = {TUNING_COHORT}); `fig_lr_scaling` tunes its reference rate'
+        f' at M = {REFERENCE_COHORT}, as Section 5.1 says.')
   for (task, optimizer), part in frame.groupby(['task', OPTIMIZER],
                                                sort=False):
     name = OPTIMIZER_NAMES[optimizer]

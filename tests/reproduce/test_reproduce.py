@@ -951,9 +951,14 @@ def test_table_rates_picks_the_best_validation_cell_and_checks_the_rates_used(
   assert table[('FedAdam', 'client_learning_rate_fixed')] == 0.1
   assert ('FedAdam', 'client_learning_rate') not in table
   assert table[('FedAdam', 'best_validation_accuracy')] == pytest.approx(0.7)
+  # The paper names two tuning cohorts: the first note says which one.
+  cohort_note = result.notes[0]
+  assert cohort_note.startswith('The tuning cohort:')
+  assert f'(M = {large_cohort_experiments.TUNING_COHORT})' in cohort_note
   fixed_notes = [n for n in result.notes if 'fixed at 0.1' in n]
   assert len(fixed_notes) == 2
-  [sgd_note, adam_note] = [n for n in result.notes if n not in fixed_notes]
+  [sgd_note, adam_note] = [n for n in result.notes[1:]
+                           if n not in fixed_notes]
   assert sgd_note.startswith('**FedAvg') and 'not this grid' in sgd_note
   assert sgd_note.endswith('test 0.000).** ' + large_cohort_experiments
                            .KEPT_RATES[('sgd', 'synthetic')])
