@@ -39,6 +39,7 @@ import dataclasses
 import json
 import math
 import os
+import re
 import shlex
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -615,6 +616,23 @@ def read_verdict(report_path: str) -> Optional[str]:
   return None
 
 
+# The report's provenance states its runs' summed wall time so
+# (`write_report`); `read_run_time` reads it back for the index.
+_RUN_TIME = re.compile(r'wall time from the command line summed: (\d+) s over'
+                       r' (\d+) runs')
+
+
+def read_run_time(report_path: str) -> Optional[tuple[int, float]]:
+  """(runs, their summed wall time in seconds) a report states, or None (no
+  report, or a measured experiment with no driver run)."""
+  try:
+    with open(report_path) as f:
+      found = _RUN_TIME.search(f.read())
+  except FileNotFoundError:
+    return None
+  return (int(found.group(2)), float(found.group(1))) if found else None
+
+
 def _report_cell(base_dir: str, experiment: Experiment,
                  link_prefix: str) -> tuple[str, str]:
   """(verdict, link) of an experiment's report under `base_dir`."""
@@ -655,21 +673,31 @@ def write_index(experiments: Sequence[Experiment], base_dir: str,
 def write_results_index(experiments: Sequence[Experiment],
                         base_dir: str) -> str:
   """`<base_dir>/README.md`: every report's verdict, and the counts."""
-  rows, counts = [], collections.Counter()
+  rows, counts, seconds = [], collections.Counter(), 0.0
   for e in experiments:
     verdict, link = _report_cell(base_dir, e, f'{e.paper}/')
     counts[verdict if verdict in verdicts.VERDICTS else 'no verdict'] += 1
+    run_time = read_run_time(
+        os.path.join(base_dir, e.paper, e.name, 'README.md'))
+    if run_time is not None:
+      seconds += run_time[1]
+    runs = ('—' if run_time is None
+            else f'{run_time[0]}, {run_time[1] / 3600:.1f} h')
     rows.append(f'| {e.paper} | `{e.name}` | {e.source} | {verdict} |'
-                f' {link} |')
+                f' {runs} | {link} |')
   summary = ', '.join(f'{counts[v]} {v}' for v in (*verdicts.VERDICTS,
                                                    'no verdict')
                       if counts[v])
   lines = ['# Reproductions: every report and its verdict', '',
            f'{len(rows)} reports: {summary}. Each verdict is computed from'
            ' the report\'s paired-seed comparisons by the rules of'
-           f' `{verdicts.RULES_DOC}`; `make reproduce` regenerates them all.',
-           '', '| paper | experiment | reproduces | verdict | report |',
-           '|---|---|---|---|---|', *rows]
+           f' `{verdicts.RULES_DOC}`; `make reproduce` regenerates them all.'
+           ' Runs: each report\'s finished runs and their wall times summed'
+           f' ({seconds / 3600:.1f} h over the reports; a run two reports'
+           ' read is counted in each). Two run at a time, so the elapsed'
+           ' time on 2 cores is about half the sum.',
+           '', '| paper | experiment | reproduces | verdict | runs | report |',
+           '|---|---|---|---|---|---|', *rows]
   path = os.path.join(base_dir, 'README.md')
   os.makedirs(base_dir, exist_ok=True)
   release_managers.write_atomically(path, '\n'.join(lines) + '\n')

@@ -1023,9 +1023,14 @@ def test_write_report_puts_command_table_and_figures_in_readme(tmp_path,
     json.dump({'format': run_files.FORMAT, 'hparams': {}, 'checkpoints': {},
                'code': [{'revision': 'git aaa', 'from_round': 0},
                         {'revision': 'git bbb', 'from_round': 1}]}, f)
+  core._write_timings(experiment, 'smoke', root,
+                      {points[0].experiment_name: 40.0,
+                       points[1].experiment_name: 20.0})
   path = core.write_report(experiment, 'smoke', root,
                            str(tmp_path / 'report'))
   text = open(path).read()
+  # The runs' summed wall time, as the results index reads it back.
+  assert core.read_run_time(path) == (2, 60.0)
   assert 'python -m reproduce gel table1 --scale=smoke' in text
   assert ('Code that made them (`manifest.json`): git aaa then git bbb (1'
           ' run); not recorded (made before runs recorded their code) (1'

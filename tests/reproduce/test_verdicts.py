@@ -266,13 +266,21 @@ def test_report_states_the_verdict_and_the_index_counts_it(tmp_path):
   report = tmp_path / 'large_cohort' / experiment.name / 'README.md'
   report.parent.mkdir(parents=True)
   report.write_text(f'# x\n\n{core.VERDICT_PREFIX}{verdicts.REVERSED}.'
-                    ' 1 of 1 effects REVERSED.\n')
+                    ' 1 of 1 effects REVERSED.\n\nScale `local`: 2 of 2 runs'
+                    ' finished (`/r`). Each run\'s wall time from the command'
+                    ' line summed: 5400 s over 2 runs (two at a time by'
+                    ' default).\n')
   assert core.read_verdict(str(report)) == verdicts.REVERSED
+  assert core.read_run_time(str(report)) == (2, 5400.0)
   core.write_index(list(reproduce.EXPERIMENTS.values()), str(tmp_path),
                    'large_cohort')
   index = (tmp_path / 'README.md').read_text()
   total = len(reproduce.EXPERIMENTS)
   assert f'{total} reports: 1 REVERSED, {total - 1} no verdict.' in index
-  assert '| REVERSED | [large_cohort/fig_lr_scaling/README.md]' in index
+  assert '| REVERSED | 2, 1.5 h | [large_cohort/fig_lr_scaling/README.md]' in (
+      index)
+  assert '(1.5 h over the reports;' in index
+  # A report not written yet has no runs to state.
+  assert '| — | — | not run yet:' in index
   paper_index = (tmp_path / 'large_cohort' / 'README.md').read_text()
   assert '| REVERSED | [fig_lr_scaling/README.md]' in paper_index
