@@ -633,11 +633,15 @@ def read_run_time(report_path: str) -> Optional[tuple[int, float]]:
   return (int(found.group(2)), float(found.group(1))) if found else None
 
 
+def _report_path(base_dir: str, experiment: Experiment) -> str:
+  return os.path.join(base_dir, experiment.paper, experiment.name,
+                      'README.md')
+
+
 def _report_cell(base_dir: str, experiment: Experiment,
                  link_prefix: str) -> tuple[str, str]:
   """(verdict, link) of an experiment's report under `base_dir`."""
-  report = os.path.join(base_dir, experiment.paper, experiment.name,
-                        'README.md')
+  report = _report_path(base_dir, experiment)
   if not os.path.isfile(report):
     return ('—', f'not run yet: `python -m reproduce {experiment.paper}'
                  f' {experiment.name}`')
@@ -677,8 +681,7 @@ def write_results_index(experiments: Sequence[Experiment],
   for e in experiments:
     verdict, link = _report_cell(base_dir, e, f'{e.paper}/')
     counts[verdict if verdict in verdicts.VERDICTS else 'no verdict'] += 1
-    run_time = read_run_time(
-        os.path.join(base_dir, e.paper, e.name, 'README.md'))
+    run_time = read_run_time(_report_path(base_dir, e))
     if run_time is not None:
       seconds += run_time[1]
     runs = ('—' if run_time is None
