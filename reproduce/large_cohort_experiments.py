@@ -1082,8 +1082,8 @@ def _generalization(frame: pd.DataFrame, by, rows_fn, output_dir: str,
     note += (' FedAdam\'s train and test accuracy: ' + ', '.join(
         f'{test[m] + gap[m]:.3f} and {test[m]:.3f} at M={int(m)}'
         for m in sorted(gap.index)) + '.')
-  train = _training_clients(frame)
   if 'task' in frame and (frame['task'] == 'synthetic').all():
+    train = _training_clients(frame)
     note += (
         ' On Synthetic the test examples are held-out examples of the same'
         ' clients the model trains on (LEAF\'s split of each client, 90/10),'

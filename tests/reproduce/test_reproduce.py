@@ -1743,6 +1743,16 @@ def test_optimizers_read_the_digits_gap_on_the_server_model(tmp_path):
               'test/accuracy': [np.nan] * (rounds - 1) + [test]})
       points.append(core.sweep.SweepPoint(name, {}, (),
                                           os.path.join(root, name), rounds))
+  # A Synthetic run beside them: its `validation_fraction` column is then
+  # NaN on the digits' rows, which must not reach Synthetic's client count.
+  name = 'cohort_synthetic_fedavg__m50__seed=0'
+  run_directories.write_run(root, name, {
+      'server_optimizer': 'sgd', 'seed': 0, 'task': 'synthetic',
+      'validation_fraction': 0.2}, {
+          'round': [1, 2], 'clients_per_round': [50, 50],
+          'test/accuracy': [np.nan, 0.7]})
+  points.append(core.sweep.SweepPoint(name, {}, (),
+                                      os.path.join(root, name), 2))
   # Its rate tuning at M = 50 on the validation clients: 0.01 is best.
   for server, validation in ((0.001, 0.5), (0.01, 0.8)):
     name = f'adam_rate_digits__server_learning_rate={server:g}__seed=0'
