@@ -1779,6 +1779,8 @@ def test_optimizers_read_the_digits_gap_on_the_server_model(tmp_path):
   assert (' use it.' in tuning) == (rate == '0.01')
   [note] = [n for n in result.notes if n.startswith('On the digits')]
   assert '0.950 and 0.900 at M=50, 0.950 and 0.800 at M=800' in note
+  # 0.8 leaves room for a gap: no ceiling reading.
+  assert 'has no room' not in note
   [effect] = [e for e in large_cohort_experiments.optimizer_effects('local')
               if e.claim.startswith('on the digits')]
   assessment = verdicts.assess(frame, effect)
