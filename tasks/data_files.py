@@ -41,6 +41,7 @@ Paths mirror TFF 0.87 and Keras 2 (tf_keras 2.21):
 
 import contextlib
 import dataclasses
+import fcntl
 import hashlib
 import http.client
 import lzma
@@ -280,14 +281,34 @@ def fetch_published_file(url: str, path: str, *, size: int,
       `.part` file is deleted).
   """
   part = path + '.part'
-  _download(url, part)
-  problem = published_file_problem(part, size, sha256)
-  if problem:
-    os.remove(part)
-    raise CorruptDataError(
-        f'the download of {url} is not the published file ({problem});'
-        ' rerun to download it again, or check the mirror')
-  os.replace(part, path)
+  # Runs started side by side (a sweep's two lanes) share the data
+  # directory: one downloads while the other waits, then finds the file.
+  with _exclusive(path):
+    if os.path.isfile(path) and not published_file_problem(path, size,
+                                                           sha256):
+      return
+    _download(url, part)
+    problem = published_file_problem(part, size, sha256)
+    if problem:
+      os.remove(part)
+      raise CorruptDataError(
+          f'the download of {url} is not the published file ({problem});'
+          ' rerun to download it again, or check the mirror')
+    os.replace(part, path)
+
+
+@contextlib.contextmanager
+def _exclusive(path: str) -> Iterator[None]:
+  """Holds an exclusive lock on `path`'s directory (other processes' and
+  threads' downloads into it wait; no lock file is left behind)."""
+  directory = os.path.dirname(path) or '.'
+  os.makedirs(directory, exist_ok=True)
+  fd = os.open(directory, os.O_RDONLY)
+  try:
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    yield
+  finally:
+    os.close(fd)  # releases the lock
 
 
 def fetch(path: str) -> None:

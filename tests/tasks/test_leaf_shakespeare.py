@@ -7,6 +7,7 @@ The mirror serves a small archive generated here in the source
 distribution's layout; the published size and digest are patched to its
 own (everything else is the code users run)."""
 
+import concurrent.futures
 import hashlib
 import io
 import os
@@ -181,6 +182,19 @@ def test_first_use_downloads_checks_and_reads_the_plays(served, tmp_path):
   # Present and whole: not fetched again.
   leaf_shakespeare.fetch_archive(str(data_dir))
   assert len(handler.requests) == 1
+
+
+def test_runs_started_together_download_the_archive_once(served, tmp_path):
+  # A sweep's two lanes start side by side on an empty data directory: one
+  # downloads, the other waits and reads its file (they once raced on the
+  # `.part`, and the loser's run failed).
+  _, handler, archive = served
+  data_dir = str(tmp_path / 'data')
+  with concurrent.futures.ThreadPoolExecutor(4) as pool:
+    paths = list(pool.map(leaf_shakespeare.fetch_archive, [data_dir] * 4))
+  assert len(set(paths)) == 1 and open(paths[0], 'rb').read() == archive
+  assert len(handler.requests) == 1
+  assert os.listdir(data_dir) == [leaf_shakespeare.ARCHIVE_NAME]
 
 
 def test_a_damaged_archive_in_place_is_one_line_and_offline_fetches_nothing(
