@@ -210,10 +210,17 @@ def seed_values(count: int, first: int = 0) -> tuple[str, ...]:
 
 
 def _smoke_grid(grid: Grid) -> Grid:
-  """The grid cut to 2 values of its first axis, 1 of the others."""
-  axes = tuple(dataclasses.replace(axis, values=axis.values[:2 if i == 0 else 1])
-               for i, axis in enumerate(grid.axes))
-  flags = {**grid.flags, **grid.smoke_flags}
+  """The grid cut to 2 values of its first axis, 1 of the others; an axis
+  whose flag is a smoke flag takes that value only (e.g. a cohort axis on
+  a stand-in dataset of 3 clients)."""
+  axes = tuple(
+      dataclasses.replace(axis, values=(
+          (grid.smoke_flags[axis.flag],) if axis.flag in grid.smoke_flags
+          else axis.values[:2 if i == 0 else 1]))
+      for i, axis in enumerate(grid.axes))
+  axis_flags = {axis.flag for axis in axes}
+  flags = {**grid.flags, **{flag: value for flag, value in
+                            grid.smoke_flags.items() if flag not in axis_flags}}
   for flag in _PER_ROUNDS_FLAGS:
     if flag in flags:
       flags[flag] = '1'

@@ -2066,3 +2066,84 @@ def test_lr_scaling_reads_the_misaligned_arm_on_the_validation_clients(
   assert set(result.figures) == {
       'validation_accuracy_misaligned_clipping_false.png',
       'validation_accuracy_misaligned_clipping_true.png'}
+
+
+def test_percentiles_read_shakespeare_paired_by_seed_after_validation_tuning(
+    tmp_path):
+  root = str(tmp_path)
+  points = []
+  rounds = 3
+  grid = large_cohort_experiments.shakespeare_percentile_grid('local').name
+  # Per-client percentiles (5, 25, 50, 75, 95) at the last round: M = 50
+  # raises every one by 0.02 on seed 0 and 0.04 on seed 1, and the top two
+  # by 0.01 more (the spread p95 - p5 widens by 1 point on both seeds).
+  base = {5: 0.2, 25: 0.4, 50: 0.5, 75: 0.6, 95: 0.8}
+  for m in (10, 50):
+    for seed in range(2):
+      gain = 0 if m == 10 else 0.02 * (seed + 1)
+      metrics = {'round': list(range(1, rounds + 1)),
+                 'clients_per_round': [m] * rounds}
+      for q, value in base.items():
+        extra = 0.01 if (m == 50 and q >= 75) else 0
+        metrics[f'test/accuracy_p{q}'] = [np.nan] * (rounds - 1) + [
+            value + gain + extra]
+      name = f'{grid}__clients_per_round={m}__seed={seed}'
+      run_directories.write_run(root, name, {
+          'server_optimizer': 'adam', 'seed': seed,
+          'task': 'leaf_shakespeare', 'server_learning_rate': 0.01}, metrics)
+      points.append(core.sweep.SweepPoint(name, {}, (),
+                                          os.path.join(root, name), rounds))
+  # The rate tuning at M = 10 reads validation, never test: 0.1 is best on
+  # validation though its test accuracy is the lowest.
+  for server, validation, test in ((0.01, 0.30, 0.9), (0.1, 0.35, 0.1)):
+    name = (f'{large_cohort_experiments.ADAM_RATE_PREFIX}leaf_shakespeare'
+            f'__server_learning_rate={server:g}__seed=0')
+    run_directories.write_run(root, name, {
+        'server_optimizer': 'adam', 'seed': 0, 'task': 'leaf_shakespeare',
+        'client_learning_rate': 1.0, 'server_learning_rate': server}, {
+            'round': [1, 2], 'clients_per_round': [10, 10],
+            'validation/accuracy': [np.nan, validation],
+            'test/accuracy': [np.nan, test]})
+    points.append(core.sweep.SweepPoint(name, {}, (),
+                                        os.path.join(root, name), 2))
+  frame = core.load_finished_runs(points)
+  result = large_cohort_experiments.analyze_percentiles(frame, root)
+  values = result.table.set_index([core.ROW, core.QUANTITY])[core.VALUE]
+  assert values[('Shakespeare M=10', 'p5')] == pytest.approx(20)
+  assert values[('Shakespeare M=50', 'p5')] == pytest.approx(23)
+  assert values[('Shakespeare M=50', 'p95')] == pytest.approx(84)
+  [tuning] = [n for n in result.notes if 'server rate' in n]
+  assert 'tuned at M = 10' in tuning and 'the best is 0.1 (0.350)' in tuning
+  assert 'The percentile runs use 0.01, not this best.' in tuning
+  [spread] = [n for n in result.notes if n.startswith('Per-client')]
+  assert 'from M = 10 to M = 50' in spread and '(2 seeds' in spread
+  assert 'p5 +3.00' in spread and 'p95 - p5 +1.00 [+1.00, +1.00]' in spread
+  assert 'Every percentile moves the same way.' in spread
+  assert 'The spread p95 - p5 widens' in spread
+  assert result.figures == ['accuracy_percentiles.png']
+  # The effects pair the Shakespeare runs by seed, M = 50 against M = 10.
+  effects = large_cohort_experiments.percentile_effects('local')
+  assert [e.claim.split(' of ')[0] for e in effects] == [
+      'the 5th percentile', 'the 50th percentile', 'the 95th percentile']
+  for effect, gain in zip(effects, (0.03, 0.03, 0.04)):
+    assessment = verdicts.assess(frame, effect)
+    assert assessment.pairs == 2
+    assert assessment.mean == pytest.approx(gain)
+  # The paper scale keeps EMNIST's cohort runs and Table 7's two effects.
+  assert len(large_cohort_experiments.percentile_effects('paper')) == 2
+
+
+def test_a_smoke_flag_on_an_axis_replaces_its_values():
+  """A stand-in dataset with 3 clients cannot take the local cohort axis:
+  its smoke flag sets the axis to its one value, other axes are cut."""
+  grid = large_cohort_experiments.shakespeare_percentile_grid('local')
+  smoke = core.setting_for(
+      [e for e in large_cohort_experiments.EXPERIMENTS
+       if e.name == 'table_percentiles'][0], 'smoke')
+  [cohorts] = [a for g in smoke.grids for a in g.axes
+               if g.name == grid.name]
+  assert cohorts.flag == large_cohort_experiments.M
+  assert cohorts.values == ('2',)
+  assert large_cohort_experiments.M not in [
+      g for g in smoke.grids if g.name == grid.name][0].flags
+  assert grid.axes[0].values == ('10', '50')
