@@ -1278,7 +1278,9 @@ SHAKESPEARE_PERCENTILE_ROUNDS = 200
 SHAKESPEARE_PERCENTILE_COHORTS = ('10', '50')
 SHAKESPEARE_TUNING_COHORT = '10'
 SHAKESPEARE_TUNING_SEEDS = 2
-SHAKESPEARE_ADAM_RATE = '0.01'
+# Tuned (mean final validation accuracy over 2 trials): 0.186 at 0.001,
+# 0.351 at 0.01, 0.429 at 0.1, 0.180 at 1, 0.073 at 10.
+SHAKESPEARE_ADAM_RATE = '0.1'
 # The stand-in play of `--use_synthetic_data` has 3 roles: 1 validation, 2
 # training.
 _SHAKESPEARE_SMOKE = {'use_synthetic_data': None, 'validation_fraction': '0.34',
