@@ -1188,15 +1188,17 @@ def test_adabest_table2_labels_fedavg_partitions_and_lines_up_with_the_paper(
       ['94.04 ± 1.37', '91 ± 1.41 (n=2)']]
 
 
-def _adabest_beta_run(root, name, beta, seed, validation, test, clients=1):
+def _adabest_beta_run(root, name, beta, seed, validation, test, clients=1,
+                      norm=1.0):
   """An AdaBest run at `beta` ending at these validation and test
-  accuracies; its sweep point."""
+  accuracies and global model norm; its sweep point."""
   run_directories.write_run(root, name, {
       'algorithm': 'adabest', 'task': 'digits', 'partition_seed': seed,
       'adabest_beta': beta, 'adabest_mu': 0.02}, {
           'round': [1, 2], 'clients_per_round': [clients, clients],
           'validation/accuracy': [0.1, validation],
-          'test/accuracy': [0.1, test]})
+          'test/accuracy': [0.1, test],
+          'model_norms/global_model_norm': [1.0, norm]})
   return core.sweep.SweepPoint(name, {}, (), os.path.join(root, name), 2)
 
 
@@ -1285,7 +1287,8 @@ def test_fig_mu_reads_x_per_mu_and_its_effects_pair_the_largest_mu(
 def test_fig_beta_effects_pair_participations_by_partition_seed(tmp_path):
   root = str(tmp_path)
   # beta 1 at 50 clients a round ends 0.3 above beta 1 at 5, per seed.
-  points = [_adabest_beta_run(root, f'm{m}s{seed}', 1.0, seed, 0.5,
+  points = [_adabest_beta_run(root, f'beta_digits__m{m}s{seed}', 1.0, seed,
+                              0.5,
                               0.2 + seed / 10 + (0.3 if m == 50 else 0),
                               clients=m)
             for m in (5, 50) for seed in (0, 1, 2)]
@@ -1295,8 +1298,8 @@ def test_fig_beta_effects_pair_participations_by_partition_seed(tmp_path):
           ' 50; it does not rise with participation throughout.') in (
               adabest_experiments.analyze_beta(frame, root).notes)
   # With beta 0.5 the validation clients' choice at 5 (test prefers 1).
-  points += [_adabest_beta_run(root, f'low{seed}', 0.5, seed, 0.9, 0.1,
-                               clients=5) for seed in (0, 1, 2)]
+  points += [_adabest_beta_run(root, f'beta_digits__low{seed}', 0.5, seed,
+                               0.9, 0.1, clients=5) for seed in (0, 1, 2)]
   notes = adabest_experiments.analyze_beta(core.load_finished_runs(points),
                                            root).notes
   assert ('The validation clients\' beta per clients a round: 0.5 at 5, 1 at'
@@ -1306,6 +1309,56 @@ def test_fig_beta_effects_pair_participations_by_partition_seed(tmp_path):
   assessed = verdicts.assess(frame, rises)
   assert assessed.pairs == 3
   assert assessed.mean == pytest.approx(0.3)
+
+
+def test_fig_beta_claim_is_tested_on_fresh_seeds_only(tmp_path):
+  root = str(tmp_path)
+  low = float(adabest_experiments.BETA_FRESH_LOW)
+  high = float(adabest_experiments.BETA_FRESH_HIGH)
+  points = []
+  # Seeds 0-1 (the first grid): validation prefers the high beta at 50.
+  for m in (5, 50):
+    for beta in (low, high):
+      for seed in (0, 1):
+        points.append(_adabest_beta_run(
+            root, f'beta_digits__m{m}b{beta}s{seed}', beta, seed,
+            0.9 if (beta == high) == (m == 50) else 0.5, 0.5, clients=m))
+  first = core.load_finished_runs(points)
+  # Fresh seeds 5-7: at 5 the low beta ends 0.4 above the high one, whose
+  # ‖x‖ is ~96 above its ‖x‖ at 50; at 50 the high beta ends 0.01 above.
+  for m in (5, 50):
+    for beta in (low, high):
+      for seed in (5, 6, 7):
+        accuracy = {(5, low): 0.9, (5, high): 0.5, (50, low): 0.97,
+                    (50, high): 0.98}[m, beta] + seed / 1000
+        norm = 100.0 + seed if (m, beta) == (5, high) else 10.0
+        points.append(_adabest_beta_run(
+            root, f'beta_digits_fresh__m{m}b{beta}s{seed}', beta, seed,
+            accuracy, accuracy, clients=m, norm=norm))
+  frame = core.load_finished_runs(points)
+  effects = adabest_experiments.beta_effects('local')
+  assessed = [verdicts.assess(frame, e) for e in effects]
+  # Figure 7's pairs read seeds 0-1 only (no beta 0.9 or 1: no pairs).
+  assert [a.pairs for a in assessed[:2]] == [0, 0]
+  assert [a.pairs for a in assessed[2:]] == [3, 3, 3]
+  assert [a.mean for a in assessed[2:]] == [
+      pytest.approx(0.4), pytest.approx(0.01), pytest.approx(96.0)]
+  # The sensitivity table and the validation choice read seeds 0-1 only;
+  # the fresh seeds have a note of their own.
+  result = adabest_experiments.analyze_beta(frame, root)
+  assert result.table.equals(
+      adabest_experiments.analyze_beta(first, root).table)
+  assert (f'At 50 of 1,000 the validation clients choose beta {high:g}; the'
+          f' fresh seeds\' grid runs AdaBest at {high:g}: the same.'
+          ) in result.notes
+  assert result.notes[-1].startswith(
+      f'Fresh seeds (5-7), final test accuracy and ‖x‖ (mean over seeds):'
+      f' beta {low:g} at 5: 0.906 (‖x‖ 10);')
+  # Fresh grids exist at the local scale only, past seeds 0-4.
+  grids = adabest_experiments.beta_grids('local')
+  assert [g.first_seed for g in grids] == [
+      0, adabest_experiments.BETA_LOCAL_SEEDS]
+  assert len(adabest_experiments.beta_grids('paper')) == 1
 
 
 def test_adabest_beta_is_chosen_on_validation_clients_never_on_test(
