@@ -1543,6 +1543,19 @@ def test_timed_experiments_run_seed_by_seed_others_in_grid_order(tmp_path):
   assert core.run_order(mu, points) == points
 
 
+def test_adabest_cost_runs_the_papers_local_steps_but_not_in_smoke():
+  # Tables 4-5's differences are per local step: the local grid runs the
+  # paper's K (5 epochs of 500 images in batches of 45); a digits client
+  # holds one batch of 45, so K is its epochs. The smoke grid only checks
+  # the code.
+  assert adabest_experiments.COST_LOCAL_STEPS == round(5 * 500 / 45)
+  cost = reproduce.EXPERIMENTS['adabest', 'table_cost']
+  for scale, epochs in (('local', str(adabest_experiments.COST_LOCAL_STEPS)),
+                        ('smoke', '5')):
+    grids = core.setting_for(cost, scale).grids
+    assert {g.flags['client_epochs'] for g in grids} == {epochs}
+
+
 def test_adabest_cost_ranks_median_round_times_after_the_warmup(tmp_path):
   root = str(tmp_path)
   points = []
