@@ -619,12 +619,16 @@ def analyze_mu(frame: pd.DataFrame, output_dir: str) -> core.Analysis:
 BETA_FRESH_LOW = '0.5'
 BETA_FRESH_HIGH = '0.95'
 BETA_FRESH = 'fresh'
-BETA_LOCAL_SEEDS = 5  # seeds 0-4; the fresh grid's are 5-9
+# The papers' 5 seeds (Figure 1 and supplementary Figure 4: 5 partitions),
+# the local seeds of `_simple_setting`'s experiments: 0-4, so the fresh
+# grid's are 5-9.
+BETA_LOCAL_SEEDS = 5
 
 
-def _beta_grid_name(scale: str) -> str:
-  return ('beta_cifar100_partitioned' if scale == 'paper'
+def _beta_grid_name(scale: str, fresh: bool = False) -> str:
+  name = ('beta_cifar100_partitioned' if scale == 'paper'
           else 'beta_digits')
+  return f'{name}_{BETA_FRESH}' if fresh else name
 
 
 def beta_grids(scale: str) -> tuple[core.Grid, ...]:
@@ -641,7 +645,7 @@ def beta_grids(scale: str) -> tuple[core.Grid, ...]:
   if scale == 'paper':
     return (grid,)
   return (grid, core.Grid(
-      f'{grid.name}_{BETA_FRESH}', flags, rounds,
+      _beta_grid_name(scale, fresh=True), flags, rounds,
       axes=(sweep.Axis(M, ('5', '50')),
             sweep.Axis(BETA, (BETA_FRESH_LOW, BETA_FRESH_HIGH))),
       seed_flag='partition_seed', tied_seed_flags=('seed',),
@@ -1100,7 +1104,7 @@ def beta_effects(scale: str) -> tuple[verdicts.Effect, ...]:
   if scale == 'paper':
     return effects
   # D.6's claim and its mechanism on the fresh seeds (seeds 5-9).
-  fresh = {verdicts.GRID: f'{_beta_grid_name(scale)}_{BETA_FRESH}'}
+  fresh = {verdicts.GRID: _beta_grid_name(scale, fresh=True)}
   low, high = BETA_FRESH_LOW, BETA_FRESH_HIGH
   return (*effects,
           _effect(f'fresh seeds: at 5 of 1,000 clients a round, beta {low}'
@@ -1132,8 +1136,8 @@ BETA_SUBSTITUTES = (
 
 
 def _simple_setting(grids_fn, substitutes):
-  # The papers' 5 seeds (Figure 1 and supplementary Figure 4: 5 partitions).
-  return core.setting_fn(grids_fn, local_seeds=5, substitutes=substitutes)
+  return core.setting_fn(grids_fn, local_seeds=BETA_LOCAL_SEEDS,
+                         substitutes=substitutes)
 
 
 EXPERIMENTS = (
