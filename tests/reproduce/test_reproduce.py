@@ -64,7 +64,11 @@ def test_a_run_name_means_one_command_across_a_papers_experiments(scale,
 def test_seeds_override_the_scale_and_name_the_seed_flag(tmp_path):
   table2 = reproduce.EXPERIMENTS[('adabest', 'table2')]
   points = core.build_points(table2, 'local', str(tmp_path), seeds=2)
-  assert {p.values['partition_seed'] for p in points} == {'0', '1'}
+  seeds = lambda fresh: {p.values['partition_seed'] for p in points
+                         if ('_fresh__' in p.experiment_name) == fresh}
+  assert seeds(False) == {'0', '1'}
+  # Its fresh-seed replication starts past the 3 seeds of the others.
+  assert seeds(True) == {'3', '4'}
   table1 = reproduce.EXPERIMENTS[('gel', 'table1')]
   assert {p.values['seed'] for p in core.build_points(
       table1, 'local', str(tmp_path))} == {str(s) for s in range(10)}
@@ -1506,6 +1510,75 @@ def test_adabest_table2_effects_read_1_percent_at_the_validation_choice(
       assessed = verdicts.assess(frame, fedavg)
       assert assessed.pairs == 2
       assert assessed.mean == pytest.approx(0.15)
+
+
+def test_adabest_table2_synthetic_effects_read_fresh_seeds_only(tmp_path):
+  """The Synthetic effects pair the fresh grids' runs (seeds 3-7) only; the
+  table and the beta's tuning never read them; a note reads them."""
+  root = str(tmp_path)
+  task = adabest_experiments.TABLE2_FRESH_TASK
+  tuned = float(adabest_experiments.TABLE2_FRESH_TUNED_BETA)
+  points = []
+
+  def run(name, algorithm, beta, seed, clients, validation, test, norm):
+    hparams = {'algorithm': algorithm, 'task': task, 'dirichlet_alpha': 0.3,
+               'partition_seed': seed, 'seed': seed}
+    if algorithm == 'adabest':
+      hparams.update(adabest_beta=beta, adabest_mu=0.0 if beta == 0 else 0.02)
+    run_directories.write_run(root, name, hparams, {
+        'round': [1, 2], 'clients_per_round': [clients, clients],
+        'validation/accuracy': [0.1, validation],
+        'test/accuracy': [0.1, test],
+        'model_norms/global_model_norm': [1.0, norm]})
+    points.append(core.sweep.SweepPoint(name, {}, (),
+                                        os.path.join(root, name), 2))
+
+  # Seeds 0-1 (Table 2's grid): AdaBest at 1 % ends below FedAvg, and the
+  # validation clients choose the tuned beta.
+  for seed in (0, 1):
+    run(f'table2_{task}_alpha0.3_fedavg__s{seed}', 'adabest', 0.0, seed, 1,
+        0.8, 0.9, 1.0)
+    for beta in (0.2, tuned):
+      run(f'table2_{task}_alpha0.3_adabest__b{beta}s{seed}', 'adabest', beta,
+          seed, 1, 0.9 if beta == tuned else 0.5, 0.7, 1.0)
+  first = core.load_finished_runs(points)
+  # Fresh seeds 3-5: at 1 % AdaBest ends 0.02 above FedAvg and 0.01 below
+  # FedDyn, whose ‖x‖ is 10 (AdaBest's 2).
+  for seed in (3, 4, 5):
+    for algorithm, beta, test, norm in (('fedavg', 0.0, 0.95, 3.0),
+                                        ('adabest', tuned, 0.97, 2.0),
+                                        ('feddyn', None, 0.98, 10.0)):
+      run(adabest_experiments._table2_fresh_name(algorithm) + f'__s{seed}',
+          'adabest' if algorithm == 'fedavg' else algorithm, beta, seed, 1,
+          0.5, test + seed / 1000, norm)
+  frame = core.load_finished_runs(points)
+  effects = [e for e in adabest_experiments.table2_effects('local')
+             if e.claim.startswith('fresh seeds') and ', 1 %' in e.claim]
+  assert [e.claim for e in effects] == [
+      f'fresh seeds: AdaBest ends above {name} ({task}, Dirichlet 0.3, 1 %'
+      ' participation)' for name in ('FedAvg', 'FedDyn', 'SCAFFOLD')]
+  assessed = [verdicts.assess(frame, e) for e in effects]
+  assert [a.pairs for a in assessed] == [3, 3, 0]
+  assert assessed[0].mean == pytest.approx(0.02)
+  assert assessed[1].mean == pytest.approx(-0.01)
+  # The table and the tuning are those of seeds 0-1 alone.
+  result = adabest_experiments.analyze_table2(frame, root)
+  assert result.table.equals(
+      adabest_experiments.analyze_table2(first, root).table)
+  assert (f"The fresh seeds' 1 % effects read AdaBest at beta {tuned:g}"
+          " (`TABLE2_FRESH_TUNED_BETA`), the validation clients' choice at"
+          f' {task}, Dirichlet 0.3.') in result.notes
+  assert result.notes[-1] == (
+      f'Fresh seeds (3-5) on {task}, Dirichlet 0.3, final test accuracy in'
+      " points, ‖x‖ and the server's ‖h‖ (mean over seeds): adabest at 1 %:"
+      ' 97.40 (‖x‖ 2); fedavg at 1 %: 95.40 (‖x‖ 3); feddyn at 1 %: 98.40'
+      ' (‖x‖ 10).')
+  # Fresh grids exist at the local scale only, past seeds 0-2.
+  fresh = [g for g in adabest_experiments.table2_grids('local')
+           if g.name.endswith('_fresh')]
+  assert len(fresh) == 8 and {g.first_seed for g in fresh} == {3}
+  assert not any(g.name.endswith('_fresh')
+                 for g in adabest_experiments.table2_grids('paper'))
 
 
 def test_adabest_table2_states_the_papers_margins_in_test_examples(tmp_path):
