@@ -1586,8 +1586,9 @@ def test_adabest_table2_synthetic_effects_read_fresh_seeds_only(tmp_path):
       ' times its minimum (AdaBest 1.50): a growing ‖x‖ does not collapse'
       ' this task. Its labels come from one linear model up to each'
       " client's scale, so the logistic regression's loss keeps falling as"
-      " ‖x‖ grows along that model, where the paper's non-convex networks"
-      ' overfit.',
+      " ‖x‖ grows along that model; the paper finds FedDyn's stability"
+      " falling with the task's difficulty (Section 3.5), and this convex"
+      ' task is the easiest here.',
       "At 10 %, FedDyn's ‖x‖ ends below AdaBest's (4 and 5): the growth the"
       " paper blames for FedDyn's collapse does not occur at this"
       ' participation, so nothing costs FedDyn accuracy here.']
