@@ -342,8 +342,7 @@ def _table2_fresh_reading(fresh: pd.DataFrame) -> list[str]:
             ' one linear model up to each client\'s scale, so the logistic'
             ' regression\'s loss keeps falling as ‖x‖ grows along that'
             ' model; the paper finds FedDyn\'s stability falling with the'
-            ' task\'s difficulty (Section 3.5), and this convex task is the'
-            ' easiest here.'))
+            ' task\'s difficulty (Section 3.5), and this task is convex.'))
   return notes
 
 

@@ -1587,8 +1587,8 @@ def test_adabest_table2_synthetic_effects_read_fresh_seeds_only(tmp_path):
       ' this task. Its labels come from one linear model up to each'
       " client's scale, so the logistic regression's loss keeps falling as"
       " ‖x‖ grows along that model; the paper finds FedDyn's stability"
-      " falling with the task's difficulty (Section 3.5), and this convex"
-      ' task is the easiest here.',
+      " falling with the task's difficulty (Section 3.5), and this task is"
+      ' convex.',
       "At 10 %, FedDyn's ‖x‖ ends below AdaBest's (4 and 5): the growth the"
       " paper blames for FedDyn's collapse does not occur at this"
       ' participation, so nothing costs FedDyn accuracy here.']
