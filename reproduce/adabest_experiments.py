@@ -293,15 +293,12 @@ def _table2_fresh_reading(fresh: pd.DataFrame) -> list[str]:
   accuracy falls from its peak and its test loss climbs (Figure 1's
   collapse) or not."""
   fresh = fresh.assign(label=_label(fresh))
-  columns = {'norm': 'model_norms/global_model_norm',
-             'h': 'finalizer/oracle_gradient_estimate_norm'}
+  server_h = verdicts.final('finalizer/oracle_gradient_estimate_norm')
   runs = pd.DataFrame([
       {M: run[M].iloc[0], 'label': run['label'].iloc[0],
        'accuracy': _ACCURACY.of_run(run), 'drop': _COLLAPSE.of_run(run),
-       'rise': _LOSS_RISE.of_run(run),
-       **{key: (run[column].dropna().iloc[-1]
-                if column in run and run[column].notna().any() else np.nan)
-          for key, column in columns.items()}}
+       'rise': _LOSS_RISE.of_run(run), 'norm': _MODEL_NORM.of_run(run),
+       'h': server_h.of_run(run)}
       for _, run in fresh.groupby(analysis.RUN)])
   means = runs.groupby([M, 'label']).mean()
   cells = []
@@ -309,9 +306,7 @@ def _table2_fresh_reading(fresh: pd.DataFrame) -> list[str]:
     h = '' if pd.isna(row.h) else f', ‖h‖ {row.h:.3g}'
     cells.append(f'{label} at {m:g} %: {100 * row.accuracy:.2f}'
                  f' (‖x‖ {row.norm:.3g}{h})')
-  seeds = sorted(fresh[_EFFECT_SEED].dropna().astype(int).unique())
-  span = f'{seeds[0]}' + (f'-{seeds[-1]}' if len(seeds) > 1 else '')
-  notes = [f'Fresh seeds ({span}) on {TABLE2_FRESH_TASK}, Dirichlet 0.3,'
+  notes = [f'Fresh seeds ({_seed_span(fresh)}) on {TABLE2_FRESH_TASK}, Dirichlet 0.3,'
            ' final test accuracy in points, ‖x‖ and the server\'s ‖h‖ (mean'
            f' over seeds): {"; ".join(cells)}.']
   for m in sorted(means.index.get_level_values(M).unique()):
@@ -742,7 +737,6 @@ def analyze_mu(frame: pd.DataFrame, output_dir: str) -> core.Analysis:
 # seeds 0-4: the low one at 5 of 1,000 and the high one at 50.
 BETA_FRESH_LOW = '0.5'
 BETA_FRESH_HIGH = '0.95'
-BETA_FRESH = FRESH
 # The papers' 5 seeds (Figure 1 and supplementary Figure 4: 5 partitions),
 # the local seeds of `_simple_setting`'s experiments: 0-4, so the fresh
 # grid's are 5-9.
@@ -752,7 +746,7 @@ BETA_LOCAL_SEEDS = 5
 def _beta_grid_name(scale: str, fresh: bool = False) -> str:
   name = ('beta_cifar100_partitioned' if scale == 'paper'
           else 'beta_digits')
-  return f'{name}_{BETA_FRESH}' if fresh else name
+  return f'{name}_{FRESH}' if fresh else name
 
 
 def beta_grids(scale: str) -> tuple[core.Grid, ...]:
@@ -1174,6 +1168,12 @@ def mu_effects(scale: str) -> tuple[verdicts.Effect, ...]:
                   1))
 
 
+def _seed_span(frame: pd.DataFrame) -> str:
+  """The runs' partition seeds as `first-last` (or the one seed)."""
+  seeds = sorted(frame[_EFFECT_SEED].dropna().astype(int).unique())
+  return f'{seeds[0]}' + (f'-{seeds[-1]}' if len(seeds) > 1 else '')
+
+
 def _in_fresh_grid(frame: pd.DataFrame) -> pd.Series:
   """Whether each row's run is of a fresh-seed grid (its name ends in
   `_fresh`: `fig_beta`'s, Table 2's Synthetic)."""
@@ -1226,9 +1226,7 @@ def _fresh_reading(fresh: pd.DataFrame) -> str:
   cells = '; '.join(
       f'beta {beta:g} at {m:g}: {row.accuracy:.3f} (‖x‖ {row.norm:.3g})'
       for (m, beta), row in runs.groupby([M, BETA]).mean().iterrows())
-  seeds = sorted(fresh['partition_seed'].dropna().astype(int).unique())
-  span = f'{seeds[0]}' + (f'-{seeds[-1]}' if len(seeds) > 1 else '')
-  return (f'Fresh seeds ({span}), final test accuracy and'
+  return (f'Fresh seeds ({_seed_span(fresh)}), final test accuracy and'
           f' ‖x‖ (mean over seeds): {cells}.')
 
 
