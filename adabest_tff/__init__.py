@@ -8,22 +8,32 @@ round by round from client ids and datasets, with the states in a
 `execution=fl_common.execution.OnShards()` a TFF client trains a shard of
 clients in one graph (`fl_common.fused_stateful`): the runner then takes
 shards (`fl_common.shards`) in the order of the client ids.
+`<name>_algorithm(model_weights_type, ...)` is the same algorithm before
+composition (a `fl_common.stateful_process.StatefulAlgorithm`: its client
+steps, client state and server values), whose arithmetic `adabest_tff.cost`
+counts as the paper's cost tables do.
 """
 
 from fl_common import tf_environment  # Keras 2 for TFF, before TensorFlow  # pylint: disable=unused-import
 
+from adabest_tff.adabest import adabest_algorithm
 from adabest_tff.adabest import build_adabest
 from fl_common.client_state_store import ClientStateStore
 from adabest_tff.feddyn import build_feddyn
+from adabest_tff.feddyn import feddyn_algorithm
 from fl_common.stateful_runner import StatefulClientRunner
 from adabest_tff.scaffold import build_scaffold
+from adabest_tff.scaffold import scaffold_algorithm
 from fl_common.stateful_process import StatefulClientLearningProcess
 
 __all__ = [
     'ClientStateStore',
     'StatefulClientLearningProcess',
     'StatefulClientRunner',
+    'adabest_algorithm',
     'build_adabest',
     'build_feddyn',
     'build_scaffold',
+    'feddyn_algorithm',
+    'scaffold_algorithm',
 ]

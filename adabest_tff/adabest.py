@@ -236,6 +236,106 @@ def client_mu(mu: float, client_weighting: tff.learning.ClientWeighting,
                   mu * mean_examples / tf.maximum(num_examples, 1.0), mu)
 
 
+def adabest_algorithm(
+    model_weights_type: tff.Type,
+    *,
+    mu: float = 0.02,
+    beta: float = 0.96,
+    beta_decay_patience: Optional[int] = None,
+    beta_decay_factor: float = 0.5,
+    client_weighting: tff.learning.ClientWeighting = (
+        tff.learning.ClientWeighting.UNIFORM),
+) -> stateful_process.StatefulAlgorithm:
+  """AdaBest's client steps, client state and server update, uncomposed.
+
+  `build_adabest` composes it with TFF's templates; alone, its functions are
+  what `adabest_tff.cost` counts (Supplementary Tables 4-5).
+
+  Args:
+    model_weights_type: The model's `tff.learning.models.ModelWeights` type.
+    mu, beta, beta_decay_patience, beta_decay_factor, client_weighting: As in
+      `build_adabest`.
+
+  Returns:
+    A `stateful_process.StatefulAlgorithm`.
+
+  Raises:
+    ValueError: For a hyperparameter out of range.
+  """
+  if not 0.0 <= mu < math.inf:  # NaN fails every comparison
+    raise ValueError(f'mu must be finite and nonnegative, found {mu}.')
+  if not 0.0 <= beta <= 1.0:
+    raise ValueError(f'beta must be in [0, 1], found {beta}.')
+  if beta_decay_patience is not None and beta_decay_patience < 1:
+    raise ValueError('beta_decay_patience must be a positive number of rounds '
+                     f'or None, found {beta_decay_patience}.')
+  if not 0.0 < beta_decay_factor < 1.0:
+    raise ValueError(
+        f'beta_decay_factor must be in (0, 1), found {beta_decay_factor}.')
+  stateful_process.check_client_weighting(client_weighting)
+
+  trainable_type = model_weights_type.trainable
+
+  @tff.tensorflow.computation
+  def initial_client_state():
+    return collections.OrderedDict([
+        (LOCAL_GRADIENT_ESTIMATE,
+         stateful_process.zeros_of_type(trainable_type)),
+        (LAST_ROUND, tf.constant(0, tf.int32)),
+    ])
+
+  def prepare(client_state, cloud_model, context, num_examples_fn):
+    del cloud_model, num_examples_fn  # h_i is all the correction needs.
+    tf.debugging.assert_less(
+        client_state[LAST_ROUND], context.round_num,
+        message='A client state is from a round at or after the current one.')
+    return tf.nest.flatten(client_state[LOCAL_GRADIENT_ESTIMATE])
+
+  def correction(estimate, gradients, trainable):
+    del trainable
+    return [g - h for g, h in zip(gradients, estimate)]
+
+  def conclude(client_state, estimate, pseudo_gradient, training, context):
+    last_round = client_state[LAST_ROUND]
+    mu_i = client_mu(mu, client_weighting, training.num_examples,
+                     context.server_values[MEAN_CLIENT_EXAMPLES])
+    rounds_since_last = tf.cast(context.round_num - last_round, tf.float32)
+    new_estimate = [
+        h / rounds_since_last + mu_i * g
+        for h, g in zip(estimate, pseudo_gradient)
+    ]
+    new_state = collections.OrderedDict([
+        (LOCAL_GRADIENT_ESTIMATE, new_estimate),
+        (LAST_ROUND, context.round_num),
+    ])
+    old_state = collections.OrderedDict([
+        (LOCAL_GRADIENT_ESTIMATE, estimate),
+        (LAST_ROUND, last_round),
+    ])
+    result = stateful_process.guarded_client_result(
+        pseudo_gradient,
+        stateful_process.client_weight(client_weighting,
+                                       training.num_examples),
+        new_state, old_state)
+    return result, client_size_contribution(training.num_examples)
+
+  return stateful_process.StatefulAlgorithm(
+      steps=stateful_process.StatefulClientSteps(prepare, correction,
+                                                 conclude),
+      initial_client_state=initial_client_state,
+      initial_server_values_fn=initial_client_size_totals,
+      broadcast_values_fn=mean_client_examples,
+      server_values_update_fn=add_client_size_totals,
+      finalizer=tff.learning.templates.build_apply_optimizer_finalizer(
+          _AdaBestServerOptimizer(beta, beta_decay_patience,
+                                  beta_decay_factor),
+          model_weights_type,
+          should_reject_update=_reject_non_finite_and_report),
+      deployed_model_weights_fn=deployed_model_weights,
+      with_deployed_model_weights_fn=with_deployed_model_weights,
+  )
+
+
 def build_adabest(
     model_fn: Callable[[], tff.learning.models.VariableModel],
     *,
@@ -287,79 +387,11 @@ def build_adabest(
   Raises:
     ValueError: For a hyperparameter out of range.
   """
-  if not 0.0 <= mu < math.inf:  # NaN fails every comparison
-    raise ValueError(f'mu must be finite and nonnegative, found {mu}.')
-  if not 0.0 <= beta <= 1.0:
-    raise ValueError(f'beta must be in [0, 1], found {beta}.')
-  if beta_decay_patience is not None and beta_decay_patience < 1:
-    raise ValueError('beta_decay_patience must be a positive number of rounds '
-                     f'or None, found {beta_decay_patience}.')
-  if not 0.0 < beta_decay_factor < 1.0:
-    raise ValueError(
-        f'beta_decay_factor must be in (0, 1), found {beta_decay_factor}.')
-  stateful_process.check_client_weighting(client_weighting)
-
-  model_weights_type = stateful_process.model_weights_type(model_fn)
-  trainable_type = model_weights_type.trainable
-
-  @tff.tensorflow.computation
-  def initial_client_state():
-    return collections.OrderedDict([
-        (LOCAL_GRADIENT_ESTIMATE,
-         stateful_process.zeros_of_type(trainable_type)),
-        (LAST_ROUND, tf.constant(0, tf.int32)),
-    ])
-
-  def prepare(client_state, cloud_model, context, num_examples_fn):
-    del cloud_model, num_examples_fn  # h_i is all the correction needs.
-    tf.debugging.assert_less(
-        client_state[LAST_ROUND], context.round_num,
-        message='A client state is from a round at or after the current one.')
-    return tf.nest.flatten(client_state[LOCAL_GRADIENT_ESTIMATE])
-
-  def correction(estimate, gradients, trainable):
-    del trainable
-    return [g - h for g, h in zip(gradients, estimate)]
-
-  def conclude(client_state, estimate, pseudo_gradient, training, context):
-    last_round = client_state[LAST_ROUND]
-    mu_i = client_mu(mu, client_weighting, training.num_examples,
-                     context.server_values[MEAN_CLIENT_EXAMPLES])
-    rounds_since_last = tf.cast(context.round_num - last_round, tf.float32)
-    new_estimate = [
-        h / rounds_since_last + mu_i * g
-        for h, g in zip(estimate, pseudo_gradient)
-    ]
-    new_state = collections.OrderedDict([
-        (LOCAL_GRADIENT_ESTIMATE, new_estimate),
-        (LAST_ROUND, context.round_num),
-    ])
-    old_state = collections.OrderedDict([
-        (LOCAL_GRADIENT_ESTIMATE, estimate),
-        (LAST_ROUND, last_round),
-    ])
-    result = stateful_process.guarded_client_result(
-        pseudo_gradient,
-        stateful_process.client_weight(client_weighting,
-                                       training.num_examples),
-        new_state, old_state)
-    return result, client_size_contribution(training.num_examples)
-
-  algorithm = stateful_process.StatefulAlgorithm(
-      steps=stateful_process.StatefulClientSteps(prepare, correction,
-                                                 conclude),
-      initial_client_state=initial_client_state,
-      initial_server_values_fn=initial_client_size_totals,
-      broadcast_values_fn=mean_client_examples,
-      server_values_update_fn=add_client_size_totals,
-      finalizer=tff.learning.templates.build_apply_optimizer_finalizer(
-          _AdaBestServerOptimizer(beta, beta_decay_patience,
-                                  beta_decay_factor),
-          model_weights_type,
-          should_reject_update=_reject_non_finite_and_report),
-      deployed_model_weights_fn=deployed_model_weights,
-      with_deployed_model_weights_fn=with_deployed_model_weights,
-  )
+  algorithm = adabest_algorithm(
+      stateful_process.model_weights_type(model_fn), mu=mu, beta=beta,
+      beta_decay_patience=beta_decay_patience,
+      beta_decay_factor=beta_decay_factor,
+      client_weighting=client_weighting)
   return fused_stateful.compose(
       model_fn, algorithm, execution=execution,
       client_learning_rate=client_learning_rate,

@@ -125,41 +125,26 @@ def _build_feddyn_finalizer(
   return tff.learning.templates.FinalizerProcess(init_fn, next_fn)
 
 
-def build_feddyn(
-    model_fn: Callable[[], tff.learning.models.VariableModel],
+def feddyn_algorithm(
+    model_weights_type: tff.Type,
     *,
     population_size: int,
-    client_learning_rate: float = 0.1,
-    client_learning_rate_decay: float = 0.998,
     mu: float = 0.02,
     client_weighting: tff.learning.ClientWeighting = (
         tff.learning.ClientWeighting.UNIFORM),
-    model_aggregator: Optional[tff.aggregators.WeightedAggregationFactory] = (
-        None),
-    metrics_aggregator: Optional[Callable[..., tff.Computation]] = None,
-    execution: fl_execution.Execution = fl_execution.PER_CLIENT,
-) -> stateful_process.StatefulClientLearningProcess:
-  """Builds the FedDyn learning process (Varno et al. 2022, Algorithm 1).
+) -> stateful_process.StatefulAlgorithm:
+  """FedDyn's client steps, client state and server update, uncomposed.
 
-  See the module docstring for the update rules and the readings taken.
+  `build_feddyn` composes it with TFF's templates; alone, its functions are
+  what `adabest_tff.cost` counts (Varno et al. 2022, Supplementary Tables
+  4-5).
 
   Args:
-    model_fn: A no-arg function returning a new
-      `tff.learning.models.VariableModel`.
-    population_size: `|S|`, the number of training clients.
-    client_learning_rate: The client SGD step size in round 1.
-    client_learning_rate_decay: Per-round factor of the client step size.
-    mu: `μ` (FedDyn's `α`), the dynamic regularization strength.
-    client_weighting: `UNIFORM` (reference: plain mean, `μ` scaled by client
-      size) or `NUM_EXAMPLES` (example-weighted mean, unscaled `μ`).
-    model_aggregator: A weighted factory for the mean of the clients'
-      pseudo-gradients; default `tff.aggregators.MeanFactory()`, on
-      shards the diagnosed mean (`fl_common.fused_stateful`).
-    metrics_aggregator: Optional, as in `tff.learning.algorithms`.
-    execution: As in `adabest.build_adabest`.
+    model_weights_type: The model's `tff.learning.models.ModelWeights` type.
+    population_size, mu, client_weighting: As in `build_feddyn`.
 
   Returns:
-    A `stateful_process.StatefulClientLearningProcess`.
+    A `stateful_process.StatefulAlgorithm`.
 
   Raises:
     ValueError: For a hyperparameter out of range.
@@ -169,7 +154,6 @@ def build_feddyn(
     raise ValueError(f'mu must be finite and nonnegative, found {mu}.')
   stateful_process.check_client_weighting(client_weighting)
 
-  model_weights_type = stateful_process.model_weights_type(model_fn)
   trainable_type = model_weights_type.trainable
   scale_mu = client_weighting is tff.learning.ClientWeighting.UNIFORM
 
@@ -210,7 +194,7 @@ def build_feddyn(
         new_state, old_state)
     return result, adabest.client_size_contribution(training.num_examples)
 
-  algorithm = stateful_process.StatefulAlgorithm(
+  return stateful_process.StatefulAlgorithm(
       steps=stateful_process.StatefulClientSteps(prepare, correction,
                                                  conclude),
       initial_client_state=initial_client_state,
@@ -222,6 +206,50 @@ def build_feddyn(
       deployed_model_weights_fn=adabest.deployed_model_weights,
       with_deployed_model_weights_fn=adabest.with_deployed_model_weights,
   )
+
+
+def build_feddyn(
+    model_fn: Callable[[], tff.learning.models.VariableModel],
+    *,
+    population_size: int,
+    client_learning_rate: float = 0.1,
+    client_learning_rate_decay: float = 0.998,
+    mu: float = 0.02,
+    client_weighting: tff.learning.ClientWeighting = (
+        tff.learning.ClientWeighting.UNIFORM),
+    model_aggregator: Optional[tff.aggregators.WeightedAggregationFactory] = (
+        None),
+    metrics_aggregator: Optional[Callable[..., tff.Computation]] = None,
+    execution: fl_execution.Execution = fl_execution.PER_CLIENT,
+) -> stateful_process.StatefulClientLearningProcess:
+  """Builds the FedDyn learning process (Varno et al. 2022, Algorithm 1).
+
+  See the module docstring for the update rules and the readings taken.
+
+  Args:
+    model_fn: A no-arg function returning a new
+      `tff.learning.models.VariableModel`.
+    population_size: `|S|`, the number of training clients.
+    client_learning_rate: The client SGD step size in round 1.
+    client_learning_rate_decay: Per-round factor of the client step size.
+    mu: `μ` (FedDyn's `α`), the dynamic regularization strength.
+    client_weighting: `UNIFORM` (reference: plain mean, `μ` scaled by client
+      size) or `NUM_EXAMPLES` (example-weighted mean, unscaled `μ`).
+    model_aggregator: A weighted factory for the mean of the clients'
+      pseudo-gradients; default `tff.aggregators.MeanFactory()`, on
+      shards the diagnosed mean (`fl_common.fused_stateful`).
+    metrics_aggregator: Optional, as in `tff.learning.algorithms`.
+    execution: As in `adabest.build_adabest`.
+
+  Returns:
+    A `stateful_process.StatefulClientLearningProcess`.
+
+  Raises:
+    ValueError: For a hyperparameter out of range.
+  """
+  algorithm = feddyn_algorithm(
+      stateful_process.model_weights_type(model_fn), population_size=population_size,
+      mu=mu, client_weighting=client_weighting)
   return fused_stateful.compose(
       model_fn, algorithm, execution=execution,
       client_learning_rate=client_learning_rate,

@@ -40,40 +40,27 @@ CONTROL_VARIATE = 'control_variate'  # c_i on a client, c on the server
 CONTROL_VARIATE_DELTA = 'control_variate_delta'  # c_i⁺ − c_i
 
 
-def build_scaffold(
-    model_fn: Callable[[], tff.learning.models.VariableModel],
+def scaffold_algorithm(
+    model_weights_type: tff.Type,
     *,
     population_size: int,
-    client_learning_rate: float = 0.1,
-    client_learning_rate_decay: float = 0.998,
     server_learning_rate: float = 1.0,
     client_weighting: tff.learning.ClientWeighting = (
         tff.learning.ClientWeighting.UNIFORM),
-    model_aggregator: Optional[tff.aggregators.WeightedAggregationFactory] = (
-        None),
-    metrics_aggregator: Optional[Callable[..., tff.Computation]] = None,
-    execution: fl_execution.Execution = fl_execution.PER_CLIENT,
-) -> stateful_process.StatefulClientLearningProcess:
-  """Builds the SCAFFOLD (option II) learning process.
+) -> stateful_process.StatefulAlgorithm:
+  """SCAFFOLD's client steps, client state and server update, uncomposed.
 
-  See the module docstring for the update rules.
+  `build_scaffold` composes it with TFF's templates; alone, its functions are
+  what `adabest_tff.cost` counts (Varno et al. 2022, Supplementary Tables
+  4-5).
 
   Args:
-    model_fn: A no-arg function returning a new
-      `tff.learning.models.VariableModel`.
-    population_size: `|S|`, the number of training clients.
-    client_learning_rate: The client SGD step size in round 1.
-    client_learning_rate_decay: Per-round factor of the client step size.
-    server_learning_rate: `η_g`, the global step size.
-    client_weighting: How the model updates are averaged.
-    model_aggregator: A weighted factory for the mean of the model deltas;
-      default `tff.aggregators.MeanFactory()`, on
-      shards the diagnosed mean (`fl_common.fused_stateful`).
-    metrics_aggregator: Optional, as in `tff.learning.algorithms`.
-    execution: As in `adabest.build_adabest`.
+    model_weights_type: The model's `tff.learning.models.ModelWeights` type.
+    population_size, server_learning_rate, client_weighting: As in
+      `build_scaffold`.
 
   Returns:
-    A `stateful_process.StatefulClientLearningProcess`.
+    A `stateful_process.StatefulAlgorithm`.
 
   Raises:
     ValueError: For a hyperparameter out of range.
@@ -84,7 +71,6 @@ def build_scaffold(
                      f'{server_learning_rate}.')
   stateful_process.check_client_weighting(client_weighting)
 
-  model_weights_type = stateful_process.model_weights_type(model_fn)
   trainable_type = model_weights_type.trainable
 
   def zero_control_variate():
@@ -133,7 +119,7 @@ def build_scaffold(
         kept - ci for kept, ci in zip(kept_control, client_control)
     ])])
 
-  algorithm = stateful_process.StatefulAlgorithm(
+  return stateful_process.StatefulAlgorithm(
       steps=stateful_process.StatefulClientSteps(prepare, correction,
                                                  conclude),
       initial_client_state=initial_client_state,
@@ -144,6 +130,50 @@ def build_scaffold(
           tff.learning.optimizers.build_sgdm(server_learning_rate),
           model_weights_type),
   )
+
+
+def build_scaffold(
+    model_fn: Callable[[], tff.learning.models.VariableModel],
+    *,
+    population_size: int,
+    client_learning_rate: float = 0.1,
+    client_learning_rate_decay: float = 0.998,
+    server_learning_rate: float = 1.0,
+    client_weighting: tff.learning.ClientWeighting = (
+        tff.learning.ClientWeighting.UNIFORM),
+    model_aggregator: Optional[tff.aggregators.WeightedAggregationFactory] = (
+        None),
+    metrics_aggregator: Optional[Callable[..., tff.Computation]] = None,
+    execution: fl_execution.Execution = fl_execution.PER_CLIENT,
+) -> stateful_process.StatefulClientLearningProcess:
+  """Builds the SCAFFOLD (option II) learning process.
+
+  See the module docstring for the update rules.
+
+  Args:
+    model_fn: A no-arg function returning a new
+      `tff.learning.models.VariableModel`.
+    population_size: `|S|`, the number of training clients.
+    client_learning_rate: The client SGD step size in round 1.
+    client_learning_rate_decay: Per-round factor of the client step size.
+    server_learning_rate: `η_g`, the global step size.
+    client_weighting: How the model updates are averaged.
+    model_aggregator: A weighted factory for the mean of the model deltas;
+      default `tff.aggregators.MeanFactory()`, on
+      shards the diagnosed mean (`fl_common.fused_stateful`).
+    metrics_aggregator: Optional, as in `tff.learning.algorithms`.
+    execution: As in `adabest.build_adabest`.
+
+  Returns:
+    A `stateful_process.StatefulClientLearningProcess`.
+
+  Raises:
+    ValueError: For a hyperparameter out of range.
+  """
+  algorithm = scaffold_algorithm(
+      stateful_process.model_weights_type(model_fn), population_size=population_size,
+      server_learning_rate=server_learning_rate,
+      client_weighting=client_weighting)
   return fused_stateful.compose(
       model_fn, algorithm, execution=execution,
       client_learning_rate=client_learning_rate,

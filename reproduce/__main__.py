@@ -96,19 +96,20 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if args.report_only and args.dry_run:
       raise ValueError('--report_only and --dry_run exclude each other')
     experiments = _select(args.paper, args.experiments)
-    if args.seeds is not None and all(e.measure for e in experiments):
-      raise ValueError('--seeds does nothing here: no selected experiment'
-                       ' has driver runs (each is measured)')
     # Every grid is built (and so checked) before anything runs.
     points = {(e.paper, e.name): core.build_points(
         e, args.scale, args.root_output_dir, args.seeds) for e in experiments}
+    if args.seeds is not None and not any(points.values()):
+      raise ValueError('--seeds does nothing here: no selected experiment'
+                       ' has driver runs (each is measured)')
   except ValueError as e:
     print(f'error: {e}', file=sys.stderr)
     return 2
   if args.dry_run:
     for e in experiments:
       if e.measure:
-        print(f'{e.paper} {e.name}: measured, no driver run')
+        print(f'{e.paper} {e.name}: measured'
+              + ('' if points[(e.paper, e.name)] else ', no driver run'))
       for point in points[(e.paper, e.name)]:
         status = 'finished' if core.sweep.is_finished(point) else 'to run'
         print(f'{e.paper} {e.name}: {status:8}'

@@ -25,9 +25,11 @@ split, each part would re-import the others.
 
 An experiment that no training run can show (GeL's Figure 3: the gradient
 coefficients of one client's update) has no grids but a `measure`: a function
-of the scale (Figure 3's runs a measuring subprocess), whose long-form frame
-is kept as `<run root>/<name>/measured.csv` and read by `analyze` like the
-runs' frame.
+of the scale (a measuring subprocess), whose long-form frame is kept as
+`<run root>/<name>/measured.csv` and read by `analyze` like the runs' frame.
+An experiment with grids may measure too (AdaBest's cost tables: the counted
+arithmetic beside the timed runs); `analyze` and the effects then read both
+in one frame, the measured rows told apart by their own columns.
 
 Grids of one paper share a run root (`<root>/<paper>/<scale>/`): a grid that
 two experiments name alike (GeL's Table 1 runs, read again by Figure 4) runs
@@ -36,11 +38,14 @@ once.
 
 import collections
 import dataclasses
+import io
 import json
 import math
 import os
 import re
 import shlex
+import subprocess
+import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Optional
@@ -154,8 +159,9 @@ class Experiment:
   # Runs at a time at most, whatever --parallel says: 1 for an experiment
   # that reads wall times, which runs side by side would distort.
   max_parallel: Optional[int] = None
-  # Instead of driver runs (then no grids): scale -> the frame `analyze`
-  # reads (no TFF runtime here: measure in a subprocess).
+  # Instead of driver runs (then no grids) or beside them: scale -> a frame
+  # `analyze` reads, with the runs' if there are any (no TFF runtime here:
+  # `measure_in_subprocess`).
   measure: Optional[Callable[[str], pd.DataFrame]] = None
   # scale -> the effects the paper reports, as paired comparisons of runs
   # (`reproduce.verdicts`); the report's verdict is computed from them.
@@ -305,6 +311,23 @@ def _write_timings(experiment: Experiment, scale: str, root: str,
   os.makedirs(os.path.dirname(path), exist_ok=True)
   release_managers.write_atomically(
       path, json.dumps(dict(sorted(timings.items())), indent=1))
+
+
+def measure_in_subprocess(module: str, args: Sequence[str],
+                          what: str) -> pd.DataFrame:
+  """The CSV that `python -m <module> <args>` prints, as a frame: how a
+  measured experiment measures (a subprocess, like every run, so that this
+  process imports no algorithm and no TFF runtime).
+
+  Raises:
+    RuntimeError: If the measurement fails (with its last error line).
+  """
+  done = subprocess.run([sys.executable, '-m', module, *args], cwd=REPO_DIR,
+                        capture_output=True, text=True, check=False)
+  if done.returncode:
+    lines = done.stderr.strip().splitlines() or ['(no output)']
+    raise RuntimeError(f'measuring {what} failed: {lines[-1]}')
+  return pd.read_csv(io.StringIO(done.stdout))
 
 
 def measured_path(experiment: Experiment, scale: str, root: str) -> str:
@@ -529,15 +552,20 @@ def write_report(experiment: Experiment, scale: str, root: str,
   """
   points = build_points(experiment, scale, root, seeds)
   timings = read_timings(experiment, scale, root)
+  measured = None
   if experiment.measure is not None:
     path = measured_path(experiment, scale, root)
     if not os.path.isfile(path):
       raise ValueError(f'{path} is missing; measure it first (without'
                        ' --report_only)')
-    frame = pd.read_csv(path)
+    measured = pd.read_csv(path)
+    measurement = (f'the measurement took'
+                   f' {timings.get(experiment.name, math.nan):.1f} s'
+                   f' (`{path}`)')
+  if not points:
+    frame = measured
     provenance = (
-        f'Scale `{scale}`: no driver run; the measurement took'
-        f' {timings.get(experiment.name, math.nan):.1f} s (`{path}`).'
+        f'Scale `{scale}`: no driver run; {measurement}.'
         ' Rerunning the command measures again and regenerates this report.')
   else:
     frame = load_finished_runs(points)
@@ -552,8 +580,15 @@ def write_report(experiment: Experiment, scale: str, root: str,
         f' {len(run_seconds)} runs ({at_a_time} at a time by default); their'
         f' rounds and evaluations alone (`metrics.csv`):'
         f' {_training_seconds(frame):.0f} s. {code_sentence(finished)}'
-        ' Rerunning the command skips finished runs and regenerates this'
-        ' report from their directories.')
+        + (f' Besides the runs, {measurement}.' if measured is not None
+           else '') +
+        ' Rerunning the command skips finished runs'
+        + (', measures again' if measured is not None else '') +
+        ' and regenerates this report from their directories.')
+    if measured is not None:
+      # Measured rows beside the runs' (their run columns empty), which
+      # `analyze` and the effects tell apart by their own columns.
+      frame = pd.concat([frame, measured], ignore_index=True)
   os.makedirs(output_dir, exist_ok=True)
   result = experiment.analyze(frame, output_dir)
   table = side_by_side(paper_numbers(experiment.paper, experiment.name),

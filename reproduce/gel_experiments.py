@@ -14,10 +14,7 @@ Rows and quantities are named as in `paper_numbers.csv`; speedup is Table 1's
 of both reached the target.
 """
 
-import io
 import os
-import subprocess
-import sys
 from collections.abc import Mapping
 from typing import Any, Optional
 
@@ -444,14 +441,9 @@ def measure_fig3(scale: str) -> pd.DataFrame:
   del scale
   variants = ','.join(f'{steps}:{guessed}'
                       for _, steps, guessed in FIG3_VARIANTS)
-  done = subprocess.run(
-      [sys.executable, '-m', 'experiment_driver.measure_coefficients',
-       f'--momentum={FIG3_MOMENTUM}', f'--variants={variants}'],
-      cwd=core.REPO_DIR, capture_output=True, text=True, check=False)
-  if done.returncode:
-    lines = done.stderr.strip().splitlines() or ['(no output)']
-    raise RuntimeError(f'measuring Figure 3 failed: {lines[-1]}')
-  measured = pd.read_csv(io.StringIO(done.stdout))
+  measured = core.measure_in_subprocess(
+      'experiment_driver.measure_coefficients',
+      [f'--momentum={FIG3_MOMENTUM}', f'--variants={variants}'], 'Figure 3')
   rows = {(steps, str(guessed)): row for row, steps, guessed in FIG3_VARIANTS}
   measured[core.ROW] = [rows[(s, str(g))] for s, g in zip(
       measured['gradient_steps'], measured['guessed_steps'])]

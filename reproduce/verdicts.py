@@ -237,8 +237,9 @@ def _select(frame: pd.DataFrame, flags: Mapping[str, Any]) -> pd.DataFrame:
       mask &= column.isna()
     else:
       mask &= column.map(_text) == _text(value)
+  # (A row of no run, e.g. a measured one beside the runs, is never one.)
   whole = mask.groupby(frame[RUN]).transform('all')
-  return frame[whole]
+  return frame[whole.where(frame[RUN].notna(), False).astype(bool)]
 
 
 def _text(value: Any) -> str:

@@ -35,8 +35,8 @@ SCALES = ('local', 'paper', 'smoke')
 def test_every_experiment_builds_distinct_points_at_every_scale(scale, tmp_path):
   for experiment in reproduce.EXPERIMENTS.values():
     points = core.build_points(experiment, scale, str(tmp_path))
-    # An experiment has driver runs, or is measured instead.
-    assert bool(points) != bool(experiment.measure), experiment.name
+    # An experiment has driver runs, is measured instead, or both.
+    assert points or experiment.measure, experiment.name
     names = [p.experiment_name for p in points]
     assert len(set(names)) == len(names)
     for point in points:
@@ -1685,6 +1685,76 @@ def test_adabest_cost_ranks_median_round_times_after_the_warmup(tmp_path):
   assert 'arithmetic) and 3,000' in result.notes[0]
   assert result.notes[1].startswith('Measured order, cheapest first')
   assert 'fedavg (11.0 ms; 10.0-12.0) < scaffold' in result.notes[1]
+
+
+def _counted_cost_rows(server_adabest=4.0):
+  """Counted rows as `measure_cost` returns them (additions, products)."""
+  counts = {('fedavg', 'local_step'): (1, 1),
+            ('fedavg', 'client_conclusion'): (0, 0),
+            ('fedavg', 'server_update'): (1, 1),
+            ('adabest', 'local_step'): (2, 1),
+            ('adabest', 'client_conclusion'): (1, 2),
+            ('adabest', 'server_update'): (server_adabest - 1, 1),
+            ('feddyn', 'local_step'): (4, 2),
+            ('feddyn', 'client_conclusion'): (1, 1),
+            ('feddyn', 'server_update'): (3, 1),
+            ('scaffold', 'local_step'): (3, 1),
+            ('scaffold', 'client_conclusion'): (3, 1),
+            ('scaffold', 'server_update'): (2, 2)}
+  return pd.DataFrame([
+      {adabest_experiments.COUNTED_ALGORITHM: a,
+       adabest_experiments.COUNTED_PHASE: phase, 'parameters': 1000,
+       'additions': add, 'multiplications': mul}
+      for (a, phase), (add, mul) in counts.items()])
+
+
+def test_adabest_cost_reads_counted_flops_beside_the_timed_runs(tmp_path):
+  root = str(tmp_path)
+  points = []
+  rounds = adabest_experiments.COST_WARMUP_ROUNDS + 2
+  for algorithm, seconds in (('fedopt', 1.0), ('adabest', 1.1),
+                             ('feddyn', 1.3), ('scaffold', 1.2)):
+    for seed in range(3):
+      name = f'{algorithm}{seed}'
+      run_directories.write_run(root, name, {
+          'algorithm': algorithm, 'task': 'digits', 'partition_seed': seed,
+          'seed': seed}, {
+              'round': list(range(1, rounds + 1)),
+              'round_time_sec': [seconds + 0.01 * seed] * rounds,
+              'clients_per_round': [10] * rounds})
+      points.append(core.sweep.SweepPoint(
+          name, {}, (), os.path.join(root, name), rounds))
+  runs = core.load_finished_runs(points)
+  frame = pd.concat([runs, _counted_cost_rows()], ignore_index=True)
+  result = adabest_experiments.analyze_cost(frame, root)
+  table = result.table.set_index([core.ROW, core.QUANTITY])[core.VALUE]
+  # The counted rows neither enter the timed means nor count as runs.
+  assert table[('all', 'round_time_ms/feddyn')] == pytest.approx(1310.0)
+  assert table[('all', 'step_flops_over_fedavg/feddyn')] == 4
+  assert table[('all', 'conclusion_flops_over_fedavg/adabest')] == 3
+  assert table[('all', 'server_flops_over_fedavg/scaffold')] == 2
+  steps = adabest_experiments.COST_LOCAL_STEPS
+  assert (f'AdaBest 1 per step, 3 to conclude, {steps + 3} a round at K ='
+          f' {steps}, 2 on the server') in result.notes[0]
+  cost = reproduce.EXPERIMENTS['adabest', 'table_cost']
+  judged = {a.effect.claim: a for a in (
+      verdicts.assess(frame, e) for e in cost.effects('local'))}
+  timed = judged['an AdaBest round costs less than a FedDyn round']
+  # Paired over the 3 runs' seeds only: AdaBest 0.2 s faster in each.
+  assert timed.pairs == 3 and timed.mean == pytest.approx(-0.2)
+  client = [a for c, a in judged.items() if c.startswith(
+      'AdaBest\'s client round costs fewer counted flops than FedDyn')]
+  assert client[0].mean == 3 * steps - 1  # (4K + 2) - (K + 3)
+  assert client[0].verdict == verdicts.REPRODUCED
+  server = [a for c, a in judged.items() if c.startswith(
+      'AdaBest\'s server update costs fewer counted flops than SCAFFOLD')]
+  assert server[0].mean == 0 and server[0].verdict == verdicts.NOT_REPRODUCED
+  # A server update one flop cheaper would reproduce it.
+  cheaper = pd.concat([runs, _counted_cost_rows(server_adabest=3.0)],
+                      ignore_index=True)
+  assert all(verdicts.assess(cheaper, e).verdict == verdicts.REPRODUCED
+             for e in cost.effects('local')
+             if isinstance(e, verdicts.Exact))
 
 
 def test_adabest_beta_is_the_papers_per_participation_and_tuned_at_one_percent(
