@@ -1070,6 +1070,16 @@ def test_dry_run_lists_commands_and_writes_nothing(tmp_path, capsys):
   # Synthetic's two runs and Shakespeare's two.
   assert len(out) == 4 and all('to run' in line for line in out)
   assert os.listdir(tmp_path) == []
+  # A measured experiment says so, and whether it has runs besides.
+  for paper, name, runs in (('adabest', 'table_cost', True),
+                            ('gel', 'fig3', False)):
+    assert cli.main([paper, name, '--scale=smoke', '--dry_run',
+                     f'--root_output_dir={tmp_path}']) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == (f'{paper} {name}: measured'
+                      + ('' if runs else ', no driver run'))
+    assert any('to run' in line for line in out[1:]) == runs
+  assert os.listdir(tmp_path) == []
 
 
 def _documented_commands():
