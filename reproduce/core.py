@@ -562,7 +562,7 @@ def write_report(experiment: Experiment, scale: str, root: str,
     measurement = (f'the measurement took'
                    f' {timings.get(experiment.name, math.nan):.1f} s'
                    f' (`{path}`)')
-  if not points:
+  if measured is not None and not points:
     frame = measured
     provenance = (
         f'Scale `{scale}`: no driver run; {measurement}.'
