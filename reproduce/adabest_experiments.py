@@ -210,8 +210,9 @@ def best_beta(per_run: pd.DataFrame, setting: list[str]
   """AdaBest's runs at its best beta per setting, as the paper tuned beta at
   1 % participation: by mean final accuracy over seeds on the held-out
   *validation* clients (`validation` column, never the test clients' that
-  are then reported); other algorithms' runs, and settings with one beta, as
-  they are. Returns the runs kept and a note per tuned setting.
+  are then reported; a tie within float rounding goes to the smaller beta,
+  `analysis.best_of`); other algorithms' runs, and settings with one beta,
+  as they are. Returns the runs kept and a note per tuned setting.
 
   Raises:
     ValueError: If a setting with several betas has no validation accuracy
@@ -230,7 +231,7 @@ def best_beta(per_run: pd.DataFrame, setting: list[str]
       raise ValueError(
           f'AdaBest\'s beta has no validation accuracy to be tuned on at'
           f' {key}; the runs need validation clients')
-    best = means.idxmax()
+    best, tied = analysis.best_of(means)
     keep |= per_run.index.isin(part.index[part[BETA] == best])
     key = key if isinstance(key, tuple) else (key,)
     where = ' '.join(f'{k:g}' if isinstance(k, float) else str(k)
@@ -238,7 +239,10 @@ def best_beta(per_run: pd.DataFrame, setting: list[str]
     notes.append(
         f'AdaBest\'s beta tuned over {", ".join(f"{b:g}" for b in means.index)}'
         f' at {where} on the validation clients: {best:g} (final validation'
-        f' accuracy {", ".join(f"{v:.1f}" for v in means)}).')
+        f' accuracy {", ".join(f"{v:.1f}" for v in means)}'
+        + (f'; {" and ".join(f"{b:g}" for b in tied)} tie within float'
+           f' rounding, and a tie goes to the smallest'
+           if len(tied) > 1 else '') + ').')
   return per_run[keep], notes
 
 
@@ -1299,7 +1303,8 @@ def analyze_beta(frame: pd.DataFrame, output_dir: str) -> core.Analysis:
   means = _validation_means(frame, [M, BETA]).dropna()
   if means.empty:
     return result
-  choices = means.groupby(level=0).idxmax().map(lambda key: key[1])
+  choices = means.groupby(level=0).apply(
+      lambda part: analysis.best_of(part.droplevel(0))[0])
   trend = ', '.join(f'{b:g} at {m:g}' for m, b in choices.items())
   rises = choices.is_monotonic_increasing and choices.nunique() > 1
   notes = [*result.notes, (

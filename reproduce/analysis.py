@@ -605,6 +605,30 @@ def learning_rate_grid(frame: pd.DataFrame,
                                  axis=0).sort_index(axis=1)
 
 
+# Two validation means closer than this, relative to the best, are a tie:
+# the runs log float32 accuracies (7 significant digits), so equal means
+# (the same examples right) can differ by float rounding, and which of them
+# wins would then depend on the machine.
+TIE_TOLERANCE = 1e-6
+
+
+def best_of(means: pd.Series) -> tuple[Any, list[Any]]:
+  """The best of `means` (e.g. mean validation accuracy per beta) and the
+  labels tied with it (within `TIE_TOLERANCE` of it, relative), ties going to the smallest
+  label, as an exact tie goes to the first of a sorted index: a rule fixed
+  in advance, not float rounding, decides them.
+
+  Raises:
+    ValueError: If `means` has no value.
+  """
+  means = means.dropna().sort_index()
+  if means.empty:
+    raise ValueError('nothing to choose from')
+  best = means.max()
+  tied = list(means.index[means >= best - TIE_TOLERANCE * abs(best)])
+  return tied[0], tied
+
+
 def best_learning_rates(grid: pd.DataFrame) -> tuple[Any, Any, float]:
   """`(row value, column value, accuracy)` of the grid's best cell.
 

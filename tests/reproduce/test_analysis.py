@@ -400,3 +400,17 @@ def test_mean_curves_average_runs_with_the_same_label(tmp_path):
   assert m10['num_runs'].tolist() == [2, 2]
   assert curves[curves['clients_per_round'] == 50]['num_runs'].tolist() == [
       1, 1]
+
+
+def test_best_of_breaks_ties_within_float_rounding_toward_the_smallest():
+  # 0.7 and 0.7 + 1e-8 are the same examples right, rounded apart.
+  means = pd.Series([0.5, 0.7 + 1e-8, 0.7], index=[3, 2, 1])
+  assert analysis.best_of(means) == (1, [1, 2])
+  # Apart by more than rounding: the larger wins whatever its label.
+  assert analysis.best_of(pd.Series([0.5, 0.7 + 1e-4, 0.7],
+                                    index=[3, 2, 1])) == (2, [2])
+  # Relative to the best: the same in percent.
+  assert analysis.best_of(100 * means) == (1, [1, 2])
+  assert analysis.best_of(pd.Series([np.nan, 0.6], index=[1, 2])) == (2, [2])
+  with pytest.raises(ValueError, match='nothing to choose from'):
+    analysis.best_of(pd.Series([np.nan], index=[1]))

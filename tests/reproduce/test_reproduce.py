@@ -1239,6 +1239,33 @@ def test_adabest_sensitivity_names_the_best_value_on_validation(tmp_path):
                          ' logged, so no best adabest_beta is named;')
 
 
+def test_best_beta_breaks_a_float_rounding_tie_toward_the_smaller_beta():
+  # Equal validation means that float32 rounding sets 1e-8 apart (adabest
+  # fig3's cells at sigma 0.3): the rule, not the rounding, decides.
+  beta = adabest_experiments.BETA
+
+  def choose(gap, percent=1):
+    per_run = pd.DataFrame({
+        'label': ['adabest', 'adabest', 'adabest', 'fedavg'],
+        beta: [0.2, 0.4, 0.6, np.nan], 'clients': [1, 1, 1, 1],
+        'validation': [percent * v for v in (
+            0.9, 0.97738123, 0.97738123 + gap, 0.5)]})
+    kept, notes = adabest_experiments.best_beta(per_run, ['clients'])
+    return sorted(kept[beta].fillna(-1)), notes
+
+  kept, [note] = choose(1e-8)
+  assert kept == [-1, 0.4]
+  assert ('0.4 and 0.6 tie within float rounding, and a tie goes to the'
+          ' smallest') in note
+  # The same in percent (as the analyses hold it): 1.2e-6 apart.
+  kept, [note] = choose(1.2e-8, percent=100)
+  assert kept == [-1, 0.4]
+  # One validation example's worth apart is a choice, not a tie.
+  kept, [note] = choose(1e-4)
+  assert kept == [-1, 0.6]
+  assert 'tie' not in note
+
+
 def test_fig_beta_says_whether_the_instability_runs_use_its_choice(
     tmp_path):
   tuned = float(adabest_experiments.INSTABILITY_TUNED_BETA)
