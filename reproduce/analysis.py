@@ -26,6 +26,8 @@ columns. On that frame:
   (Figures 5, 21, 22) and its per-client percentiles (Figure 6, Tables 6-9).
 * `learning_rate_grid`, `best_learning_rates`: the tuning grid over client
   and server learning rates (appendix A.4); any two flags can be the axes.
+* `best_of`: every choice on validation clients (a rate, a β), with ties
+  within float rounding broken by a rule rather than by the machine.
 * `mean_curves`: a metric per round averaged over runs that share labels (the
   paper's mean over 5 trials).
 
@@ -630,7 +632,8 @@ def best_of(means: pd.Series) -> tuple[Any, list[Any]]:
 
 
 def best_learning_rates(grid: pd.DataFrame) -> tuple[Any, Any, float]:
-  """`(row value, column value, accuracy)` of the grid's best cell.
+  """`(row value, column value, accuracy)` of the grid's best cell (a tie,
+  `best_of`, to the smallest row value, then column value).
 
   Raises:
     ValueError: If no cell has an accuracy.
@@ -638,8 +641,8 @@ def best_learning_rates(grid: pd.DataFrame) -> tuple[Any, Any, float]:
   stacked = grid.stack().dropna()
   if stacked.empty:
     raise ValueError('the grid has no accuracy to choose from')
-  row, column = stacked.idxmax()
-  return row, column, float(stacked.max())
+  (row, column), _ = best_of(stacked)
+  return row, column, float(stacked[row, column])
 
 
 def mean_curves(frame: pd.DataFrame,

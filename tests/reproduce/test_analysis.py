@@ -373,6 +373,13 @@ def test_learning_rate_grid_averages_seeds_and_finds_the_best(tmp_path):
   assert grid.loc[0.1, 1.0] == pytest.approx(0.7)
   assert grid.loc[1.0, 0.01] == pytest.approx(0.1)
   assert analysis.best_learning_rates(grid) == (0.1, 1.0, pytest.approx(0.7))
+  # A cell equal to the best but for float rounding ties with it, and the
+  # tie goes to the smaller client rate, wherever it stands in the grid.
+  grid.loc[1.0, 0.01] = grid.loc[0.1, 1.0] + 1e-9
+  assert analysis.best_learning_rates(grid)[:2] == (0.1, 1.0)
+  grid.loc[1.0, 0.01] = grid.loc[0.1, 1.0] + 1e-3
+  assert analysis.best_learning_rates(grid) == (1.0, 0.01,
+                                                pytest.approx(0.701))
 
 
 def test_learning_rate_grid_rejects_unset_learning_rates(tmp_path):
