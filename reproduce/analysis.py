@@ -616,9 +616,9 @@ TIE_TOLERANCE = 1e-6
 
 def best_of(means: pd.Series) -> tuple[Any, list[Any]]:
   """The best of `means` (e.g. mean validation accuracy per beta) and the
-  labels tied with it (within `TIE_TOLERANCE` of it, relative), ties going to the smallest
-  label, as an exact tie goes to the first of a sorted index: a rule fixed
-  in advance, not float rounding, decides them.
+  labels tied with it (within `TIE_TOLERANCE` of it, relative), ties going
+  to the smallest label, as an exact tie goes to the first of a sorted
+  index: a rule fixed in advance, not float rounding, decides them.
 
   Raises:
     ValueError: If `means` has no value.
