@@ -883,11 +883,14 @@ def _sensitivity(flag: str, by):
         core.ROW, sort=False):
       scores = pd.Series(
           [validation.get(tuple(r[c] for c in [*by, flag]), np.nan)
-           for _, r in part.iterrows()], index=part.index, dtype=float)
+           for _, r in part.iterrows()], index=part[flag].to_numpy(),
+          dtype=float)
       spread = (f'final test accuracy over {flag}'
                 f' {part[core.VALUE].min():.3f}-{part[core.VALUE].max():.3f}.')
       if scores.notna().any():
-        best = part.loc[scores.idxmax()]
+        # A tie within float rounding goes to the smallest value (best_of).
+        chosen, _ = analysis.best_of(scores)
+        best = part[part[flag] == chosen].iloc[0]
         notes.append(
             f'{row}: best {flag} on the validation clients {best[flag]:g}'
             f' (final validation accuracy {scores.max():.3f}; final test'

@@ -1237,6 +1237,25 @@ def test_adabest_sensitivity_names_the_best_value_on_validation(tmp_path):
   [note] = analyze(frame.drop(columns='validation/accuracy'), root).notes
   assert note.startswith('clients_per_round=1: no validation accuracy'
                          ' logged, so no best adabest_beta is named;')
+  # A tie within float rounding goes to the smaller beta (analysis.best_of),
+  # even where float rounding puts the larger one 1e-8 ahead.
+  tied = str(tmp_path / 'tied')
+  points = [_adabest_beta_run(tied, name, beta, seed, validation, test)
+            for name, beta, seed, validation, test in (
+                ('b2s0', 0.2, 0, 0.85, 0.5), ('b2s1', 0.2, 1, 0.85, 0.6),
+                ('b6s0', 0.6, 0, 0.85 + 1e-8, 0.95),
+                ('b6s1', 0.6, 1, 0.85 + 1e-8, 0.9))]
+  [note] = analyze(core.load_finished_runs(points), tied).notes
+  assert note.startswith('clients_per_round=1: best adabest_beta on the'
+                         ' validation clients 0.2 ')
+  # A real gap still wins.
+  points = [_adabest_beta_run(tied + '_gap', name, beta, seed, validation,
+                              test)
+            for name, beta, seed, validation, test in (
+                ('b2s0', 0.2, 0, 0.85, 0.5), ('b6s0', 0.6, 0, 0.86, 0.95))]
+  [note] = analyze(core.load_finished_runs(points), tied).notes
+  assert note.startswith('clients_per_round=1: best adabest_beta on the'
+                         ' validation clients 0.6 ')
 
 
 def test_best_beta_breaks_a_float_rounding_tie_toward_the_smaller_beta():
