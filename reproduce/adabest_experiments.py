@@ -893,7 +893,8 @@ def _sensitivity(flag: str, by):
         best = part[part[flag] == chosen].iloc[0]
         notes.append(
             f'{row}: best {flag} on the validation clients {best[flag]:g}'
-            f' (final validation accuracy {scores.max():.3f}; final test'
+            f' (final validation accuracy'
+            f' {scores[scores.index == chosen].iloc[0]:.3f}; final test'
             f' accuracy there {best[core.VALUE]:.3f}); {spread}')
       else:
         notes.append(f'{row}: no validation accuracy logged, so no best'
