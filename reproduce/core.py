@@ -662,6 +662,7 @@ def read_verdict(report_path: str) -> Optional[str]:
 # (`write_report`); `read_run_time` reads it back for the index.
 _RUN_TIME = re.compile(r'wall time from the command line summed: (\d+) s over'
                        r' (\d+) runs')
+_SCALE = re.compile(r'Scale `(\w+)`: \d+ of \d+ runs finished')
 
 
 def read_run_time(report_path: str) -> Optional[tuple[int, float]]:
@@ -673,6 +674,32 @@ def read_run_time(report_path: str) -> Optional[tuple[int, float]]:
   except FileNotFoundError:
     return None
   return (int(found.group(2)), float(found.group(1))) if found else None
+
+
+def _report_scale(report_path: str) -> Optional[str]:
+  """The scale a report's runs were made at, as its provenance states."""
+  try:
+    with open(report_path) as f:
+      found = _SCALE.search(f.read())
+  except FileNotFoundError:
+    return None
+  return found.group(1) if found else None
+
+
+def _distinct_runs(experiments: Sequence[Experiment],
+                   base_dir: str) -> tuple[int, int]:
+  """(runs in the grids of the reports that state their runs, distinct runs
+  among them). Reports of one paper share a run directory when their grids
+  hold the same flags, so a run two reports read runs once."""
+  total, distinct = 0, set()
+  for e in experiments:
+    scale = _report_scale(_report_path(base_dir, e))
+    if scale is None:
+      continue
+    points = build_points(e, scale, root='/runs')
+    total += len(points)
+    distinct.update(p.run_dir for p in points)
+  return total, len(distinct)
 
 
 def _report_path(base_dir: str, experiment: Experiment) -> str:
@@ -719,13 +746,14 @@ def write_index(experiments: Sequence[Experiment], base_dir: str,
 def write_results_index(experiments: Sequence[Experiment],
                         base_dir: str) -> str:
   """`<base_dir>/README.md`: every report's verdict, and the counts."""
-  rows, counts, seconds = [], collections.Counter(), 0.0
+  rows, counts = [], collections.Counter()
+  seconds = collections.Counter()  # paper -> its reports' runs summed
   for e in experiments:
     verdict, link = _report_cell(base_dir, e, f'{e.paper}/')
     counts[verdict if verdict in verdicts.VERDICTS else 'no verdict'] += 1
     run_time = read_run_time(_report_path(base_dir, e))
     if run_time is not None:
-      seconds += run_time[1]
+      seconds[e.paper] += run_time[1]
     runs = ('—' if run_time is None
             else f'{run_time[0]}, {run_time[1] / 3600:.1f} h')
     rows.append(f'| {e.paper} | `{e.name}` | {e.source} | {verdict} |'
@@ -733,14 +761,22 @@ def write_results_index(experiments: Sequence[Experiment],
   summary = ', '.join(f'{counts[v]} {v}' for v in (*verdicts.VERDICTS,
                                                    'no verdict')
                       if counts[v])
+  total_seconds = sum(seconds.values())
+  by_paper = ', '.join(f'{paper} {seconds[paper] / 3600:.1f} h'
+                       for paper in dict.fromkeys(e.paper for e in experiments)
+                       if seconds[paper])
+  grid_runs, distinct = _distinct_runs(experiments, base_dir)
   lines = ['# Reproductions: every report and its verdict', '',
            f'{len(rows)} reports: {summary}. Each verdict is computed from'
            ' the report\'s paired-seed comparisons by the rules of'
            f' `{verdicts.RULES_DOC}`; `make reproduce` regenerates them all.'
            ' Runs: each report\'s finished runs and their wall times summed'
-           f' ({seconds / 3600:.1f} h over the reports; a run two reports'
-           ' read is counted in each). Two run at a time, so the elapsed'
-           ' time on 2 cores is about half the sum.',
+           f' ({total_seconds / 3600:.1f} h over the reports'
+           + (f': {by_paper}' if by_paper else '') +
+           f'). A run two reports read is counted in each: the reports\''
+           f' grids hold {distinct:,} distinct runs of {grid_runs:,}. Two run'
+           ' at a time, so the elapsed time on 2 cores is about half the sum,'
+           f' {total_seconds / 7200:.1f} h.',
            '', '| paper | experiment | reproduces | verdict | runs | report |',
            '|---|---|---|---|---|---|', *rows]
   path = os.path.join(base_dir, 'README.md')

@@ -279,7 +279,27 @@ def test_report_states_the_verdict_and_the_index_counts_it(tmp_path):
   assert f'{total} reports: 1 REVERSED, {total - 1} no verdict.' in index
   assert '| REVERSED | 2, 1.5 h | [large_cohort/fig_lr_scaling/README.md]' in (
       index)
-  assert '(1.5 h over the reports;' in index
+  assert '(1.5 h over the reports: large_cohort 1.5 h).' in index
+  assert 'the elapsed time on 2 cores is about half the sum, 0.8 h.' in index
+  # fig_catastrophic's grids hold some of fig_lr_scaling's runs: with both
+  # reports written, the index counts those runs once among the distinct.
+  lr_runs = {p.run_dir for p in core.build_points(experiment, 'local', '/r')}
+  assert f'grids hold {len(lr_runs)} distinct runs of {len(lr_runs)}.' in (
+      index)
+  other = reproduce.EXPERIMENTS['large_cohort', 'fig_catastrophic']
+  other_runs = {p.run_dir
+                for p in core.build_points(other, 'local', '/r')}
+  shared = len(lr_runs & other_runs)
+  assert shared > 0
+  other_report = tmp_path / 'large_cohort' / other.name / 'README.md'
+  other_report.parent.mkdir(parents=True)
+  other_report.write_text(report.read_text())
+  core.write_results_index(list(reproduce.EXPERIMENTS.values()),
+                           str(tmp_path))
+  index = (tmp_path / 'README.md').read_text()
+  runs = len(lr_runs) + len(other_runs)
+  assert f'grids hold {runs - shared} distinct runs of {runs}.' in index
+  assert '(3.0 h over the reports: large_cohort 3.0 h).' in index
   # A report not written yet has no runs to state.
   assert '| — | — | not run yet:' in index
   paper_index = (tmp_path / 'large_cohort' / 'README.md').read_text()
