@@ -12,9 +12,10 @@ first rows, without a word. `<run>/manifest.json` (written atomically,
     checkpoints  per checkpoint round: the sha256 of each of its files and of
                  the metrics rows up to that round (`metrics_digest`)
     code         per start of the driver whose rounds the run kept: the
-                 code's revision and the round it started from
-                 (`fl_common.run_layout.code_revision`; absent in runs made
-                 before it was recorded)
+                 code's revision, the round it started from and the
+                 environment it ran in (`fl_common.run_layout.code_revision`
+                 and `.environment`; absent in runs made before they were
+                 recorded)
 
 The training loop records a checkpoint after it and its client states are
 saved (`record_checkpoint`); a checkpoint directory the manifest does not
@@ -132,7 +133,8 @@ class Manifest:
         raise ValueError('not a manifest of this package')
       if not isinstance(code, list) or not all(
           isinstance(c, dict) and isinstance(c.get('revision'), str) and
-          isinstance(c.get('from_round'), int) for c in code):
+          isinstance(c.get('from_round'), int) and
+          isinstance(c.get('environment', ''), str) for c in code):
         raise ValueError(f'its {run_layout.MANIFEST_CODE_KEY!r} record is'
                          ' malformed')
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
@@ -158,12 +160,21 @@ class Manifest:
     return list(dict.fromkeys(c['revision'] for c in self.code)) or [
         UNRECORDED]
 
+  def environments(self) -> list[str]:
+    """The environments (`run_layout.environment`) that made the kept
+    rounds, in order and without repeats; `[UNRECORDED]` for a run whose
+    manifest records none (made before runs recorded them)."""
+    return list(dict.fromkeys(c['environment'] for c in self.code
+                              if 'environment' in c)) or [UNRECORDED]
+
   def start_code(self, from_round: int) -> None:
-    """Records that this code (`run_layout.code_revision`) makes the rounds
-    after `from_round`, forgetting starts whose rounds are recomputed."""
+    """Records that this code (`run_layout.code_revision`), in this
+    environment (`run_layout.environment`), makes the rounds after
+    `from_round`, forgetting starts whose rounds are recomputed."""
     self.code = [c for c in self.code if c['from_round'] < from_round]
     self.code.append({'revision': run_layout.code_revision(),
-                      'from_round': from_round})
+                      'from_round': from_round,
+                      'environment': run_layout.environment()})
 
   def record_checkpoint(self, round_num: int, checkpoint_dir: str,
                         metrics_csv: str, present: set[int]) -> None:

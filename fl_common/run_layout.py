@@ -8,8 +8,9 @@ benchmarks read it. All of them name its files and columns from here:
 
     hparams.json     the run's flags and the values derived from them
     manifest.json    what each checkpoint was saved with (`run_files`), and
-                     the code that ran each stretch of rounds
-                     (`code_revision`; `run_files.Manifest` reads it)
+                     the code that ran each stretch of rounds and the
+                     environment it ran in (`code_revision`,
+                     `environment`; `run_files.Manifest` reads them)
     metrics.csv      one row per round, `round` first, flat metric columns
                      ('test/accuracy', 'client_work/train/loss', ...)
     tensorboard/     the same scalars per round
@@ -22,6 +23,7 @@ import functools
 import importlib.metadata
 import json
 import os
+import platform
 import subprocess
 from typing import Any, Optional
 
@@ -35,9 +37,15 @@ CHECKPOINT_DIR = 'checkpoints'
 CLIENT_STATES_DIR = 'client_states'
 LOCK_FILE = 'run.lock'
 ROUND_COLUMN = 'round'
-# manifest.json's list of `{'revision': code_revision(), 'from_round': r}`,
-# one per start of the driver whose rounds the run kept.
+# manifest.json's list of `{'revision': code_revision(), 'from_round': r,
+# 'environment': environment()}`, one per start of the driver whose rounds
+# the run kept.
 MANIFEST_CODE_KEY = 'code'
+# Besides the code, what decides a run's numbers (`environment`): each
+# library's name and the distributions that may provide it.
+_ENVIRONMENT_LIBRARIES = (('TensorFlow', ('tensorflow', 'tensorflow-cpu')),
+                          ('TFF', ('tensorflow-federated',)),
+                          ('NumPy', ('numpy',)))
 # The package's distribution (setup.py), for an installed copy without git.
 DISTRIBUTION = 'fl-papers-tff'
 _PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -86,6 +94,28 @@ def read_hparams(run_dir: str) -> dict[str, Any]:
 
 # The package's folder of generated reports (`python -m reproduce`).
 REPORTS_DIR = 'results'
+
+
+@functools.lru_cache(maxsize=None)
+def environment() -> str:
+  """The environment a run is made in, as its manifest records it:
+  `Python 3.13.0, TensorFlow 2.21.0, TFF 0.87.0, NumPy 2.4.6`.
+
+  The same commit gives other numbers under another Python or TensorFlow
+  (other kernels, other float reductions), so a report names the
+  environments its runs were made in beside their code.
+  """
+  parts = [f'Python {platform.python_version()}']
+  for name, distributions in _ENVIRONMENT_LIBRARIES:
+    for distribution in distributions:
+      try:
+        parts.append(f'{name} {importlib.metadata.version(distribution)}')
+        break
+      except importlib.metadata.PackageNotFoundError:
+        continue
+    else:
+      parts.append(f'{name} not installed')
+  return ', '.join(parts)
 
 
 @functools.lru_cache(maxsize=None)

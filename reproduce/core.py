@@ -386,20 +386,33 @@ def run_experiment(experiment: Experiment, scale: str, root: str,
       prestarter=prestarter)
 
 
+def _counted(values: Sequence[str]) -> str:
+  """'a (3 runs); b (1 run)': each value with its count, most common first."""
+  counts = collections.Counter(values)
+  return '; '.join(f'{value} ({count} run{"" if count == 1 else "s"})'
+                   for value, count in sorted(counts.items(),
+                                              key=lambda kv: (-kv[1], kv[0])))
+
+
 def code_sentence(finished: Sequence[sweep.SweepPoint]) -> str:
-  """Which code made the finished runs, from their manifests
-  (`run_files.Manifest.revisions`): each revision, or sequence of them
-  for a run resumed by other code, with its count of runs."""
-  counts = collections.Counter(
-      ' then '.join(run_files.Manifest(p.run_dir).read().revisions())
-      for p in finished)
-  parts = [f'{revision} ({count} run{"" if count == 1 else "s"})'
-           for revision, count in sorted(counts.items(),
-                                         key=lambda kv: (-kv[1], kv[0]))]
-  return (f'Code that made them (`{run_layout.MANIFEST_FILE}`): '
-          + '; '.join(parts).replace(
-              run_files.UNRECORDED,
-              'not recorded (made before runs recorded their code)') + '.')
+  """Which code made the finished runs, and in which environment, from
+  their manifests (`run_files.Manifest.revisions`, `.environments`): each
+  revision (or sequence of them for a run resumed by other code) and each
+  environment, with its count of runs. Runs made before manifests recorded
+  environments leave the environment unstated."""
+  manifests = [run_files.Manifest(p.run_dir).read() for p in finished]
+  code = _counted([' then '.join(m.revisions()) for m in manifests])
+  sentence = (f'Code that made them (`{run_layout.MANIFEST_FILE}`): '
+              + code.replace(
+                  run_files.UNRECORDED,
+                  'not recorded (made before runs recorded their code)')
+              + '.')
+  environments = [' then '.join(m.environments()) for m in manifests]
+  if any(e != run_files.UNRECORDED for e in environments):
+    sentence += (' Environment: ' + _counted(environments).replace(
+        run_files.UNRECORDED,
+        'not recorded (made before runs recorded it)') + '.')
+  return sentence
 
 
 def load_finished_runs(points: Sequence[sweep.SweepPoint]) -> pd.DataFrame:

@@ -4,12 +4,15 @@ own resumes are in `test_run_faults`."""
 
 import asyncio
 import collections
+import importlib.metadata
 import json
 import os
+import platform
 import shutil
 
 import numpy as np
 import pytest
+import tensorflow as tf
 
 from fl_common import client_state_store
 from fl_common import run_layout
@@ -189,12 +192,28 @@ def test_the_manifest_records_the_code_of_each_kept_stretch_of_rounds(
       revision, 'git other']
   manifest = run_files.Manifest(str(tmp_path / 'run')).read()
   assert [c['from_round'] for c in manifest.code] == [0, 4]
+  # Each start records its environment too.
+  environment = run_layout.environment()
+  assert manifest.environments() == [environment]
   # A start whose rounds are recomputed is forgotten.
   manifest.start_code(2)
-  assert manifest.code == [{'revision': revision, 'from_round': 0},
-                           {'revision': 'git other', 'from_round': 2}]
+  assert manifest.code == [
+      {'revision': revision, 'from_round': 0, 'environment': environment},
+      {'revision': 'git other', 'from_round': 2,
+       'environment': environment}]
   manifest.start_code(0)
-  assert manifest.code == [{'revision': 'git other', 'from_round': 0}]
+  assert manifest.code == [{'revision': 'git other', 'from_round': 0,
+                            'environment': environment}]
+
+
+def test_the_environment_names_python_and_the_libraries_versions():
+  environment = run_layout.environment()
+  assert environment.startswith(f'Python {platform.python_version()}, ')
+  for name, distribution in (('TFF', 'tensorflow-federated'),
+                             ('NumPy', 'numpy')):
+    assert f'{name} {importlib.metadata.version(distribution)}' in (
+        environment)
+  assert f'TensorFlow {tf.__version__}' in environment
 
 
 def test_revisions_in_order_without_repeats(tmp_path):
@@ -207,20 +226,25 @@ def test_revisions_in_order_without_repeats(tmp_path):
   (tmp_path / run_files.MANIFEST_NAME).write_text(json.dumps(
       {'format': run_files.FORMAT, 'hparams': {}, 'checkpoints': {},
        'code': [{'revision': 'git a', 'from_round': 0},
-                {'revision': 'git b', 'from_round': 10},
-                {'revision': 'git a', 'from_round': 20}]}))
-  assert manifest.read().revisions() == ['git a', 'git b']
+                {'revision': 'git b', 'from_round': 10, 'environment': 'e1'},
+                {'revision': 'git a', 'from_round': 20, 'environment': 'e2'},
+                {'revision': 'git c', 'from_round': 30, 'environment': 'e1'}
+                ]}))
+  assert manifest.read().revisions() == ['git a', 'git b', 'git c']
+  assert manifest.read().environments() == ['e1', 'e2']
 
 
 def test_a_malformed_code_record_is_named(tmp_path):
   _train(_run_dir(tmp_path), 2)
   path = tmp_path / 'run' / run_files.MANIFEST_NAME
   manifest = json.loads(path.read_text())
-  manifest['code'] = [{'revision': 3}]
-  path.write_text(json.dumps(manifest))
-  with pytest.raises(outputs.RunDirectoryError) as e:
-    _run_dir(tmp_path)
-  assert str(e.value).startswith(f'{path} is damaged')
+  for malformed in ({'revision': 3},
+                    {'revision': 'git a', 'from_round': 0, 'environment': 1}):
+    manifest['code'] = [malformed]
+    path.write_text(json.dumps(manifest))
+    with pytest.raises(outputs.RunDirectoryError) as e:
+      _run_dir(tmp_path)
+    assert str(e.value).startswith(f'{path} is damaged')
 
 
 # --- Client states ---

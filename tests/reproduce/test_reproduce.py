@@ -1025,8 +1025,11 @@ def test_write_report_puts_command_table_and_figures_in_readme(tmp_path,
   with open(os.path.join(points[0].run_dir, run_layout.MANIFEST_FILE),
             'w') as f:
     json.dump({'format': run_files.FORMAT, 'hparams': {}, 'checkpoints': {},
-               'code': [{'revision': 'git aaa', 'from_round': 0},
-                        {'revision': 'git bbb', 'from_round': 1}]}, f)
+               'code': [{'revision': 'git aaa', 'from_round': 0,
+                         'environment': 'Python 3.11.9, TensorFlow 2.14.1'},
+                        {'revision': 'git bbb', 'from_round': 1,
+                         'environment': 'Python 3.13.0, TensorFlow 2.21.0'}
+                        ]}, f)
   core._write_timings(experiment, 'smoke', root,
                       {points[0].experiment_name: 40.0,
                        points[1].experiment_name: 20.0})
@@ -1038,7 +1041,9 @@ def test_write_report_puts_command_table_and_figures_in_readme(tmp_path,
   assert 'python -m reproduce gel table1 --scale=smoke' in text
   assert ('Code that made them (`manifest.json`): git aaa then git bbb (1'
           ' run); not recorded (made before runs recorded their code) (1'
-          ' run).') in text
+          ' run). Environment: Python 3.11.9, TensorFlow 2.14.1 then'
+          ' Python 3.13.0, TensorFlow 2.21.0 (1 run); not recorded (made'
+          ' before runs recorded it) (1 run).') in text
   assert '| task=synthetic client_learning_rate=0.01 | rounds_to_target/' \
          'fedavgcm_gel | 112 | 2 (n=1) | Boukhari et al. 2024, Table 1' in text
   assert '![accuracy_vs_rounds.png](accuracy_vs_rounds.png)' in text
