@@ -99,11 +99,13 @@ REPORTS_DIR = 'results'
 @functools.lru_cache(maxsize=None)
 def environment() -> str:
   """The environment a run is made in, as its manifest records it:
-  `Python 3.13.0, TensorFlow 2.21.0, TFF 0.87.0, NumPy 2.4.6`.
+  `Python 3.13.0, TensorFlow 2.21.0, TFF 0.87.0, NumPy 2.4.6, CPU AMD EPYC
+  (x86_64, avx512f)`.
 
-  The same commit gives other numbers under another Python or TensorFlow
-  (other kernels, other float reductions), so a report names the
-  environments its runs were made in beside their code.
+  The same commit may give other numbers under another TensorFlow or on
+  another CPU (TensorFlow's kernels are chosen by the widest vector
+  instructions the CPU has, and sum floats in another order), so a report
+  names the environments its runs were made in beside their code.
   """
   parts = [f'Python {platform.python_version()}']
   for name, distributions in _ENVIRONMENT_LIBRARIES:
@@ -115,7 +117,33 @@ def environment() -> str:
         continue
     else:
       parts.append(f'{name} not installed')
-  return ', '.join(parts)
+  return ', '.join([*parts, _cpu()])
+
+
+# The vector instruction sets that decide TensorFlow's CPU kernels, widest
+# first (`/proc/cpuinfo`'s flag names).
+_VECTOR_FLAGS = ('avx512f', 'avx2', 'avx', 'sse4_2')
+
+
+def _cpu() -> str:
+  """'CPU <model> (<machine>, <widest vector instructions>)', from
+  `/proc/cpuinfo` where there is one (Linux), else the machine alone."""
+  model, flags = platform.processor(), set()
+  try:
+    with open('/proc/cpuinfo', encoding='utf-8', errors='replace') as f:
+      for line in f:
+        key, _, value = line.partition(':')
+        if key.strip() == 'model name' and value.strip():
+          model = value.strip()
+        elif key.strip() == 'flags':
+          flags = set(value.split())
+        if model and flags:
+          break
+  except OSError:
+    pass
+  widest = next((flag for flag in _VECTOR_FLAGS if flag in flags), None)
+  details = ', '.join(d for d in (platform.machine(), widest) if d)
+  return f'CPU {model or "unknown"}' + (f' ({details})' if details else '')
 
 
 @functools.lru_cache(maxsize=None)

@@ -214,6 +214,15 @@ def test_the_environment_names_python_and_the_libraries_versions():
     assert f'{name} {importlib.metadata.version(distribution)}' in (
         environment)
   assert f'TensorFlow {tf.__version__}' in environment
+  cpu = environment.split(', CPU ')[1]
+  assert f'({platform.machine()}' in cpu
+  if os.path.isfile('/proc/cpuinfo'):  # Linux: the model and widest ISA
+    with open('/proc/cpuinfo') as f:
+      cpuinfo = f.read()
+    model = cpu.split(' (')[0]
+    assert model != 'unknown' and f': {model}\n' in cpuinfo
+    widest = cpu.rstrip(')').split(', ')[-1]
+    assert f' {widest}' in cpuinfo and widest in run_layout._VECTOR_FLAGS
 
 
 def test_revisions_in_order_without_repeats(tmp_path):
