@@ -157,15 +157,19 @@ class Manifest:
     """The revisions that made the kept rounds, in order and without
     repeats; `[UNRECORDED]` for a run without a manifest or one written
     before runs recorded their code."""
-    return list(dict.fromkeys(c['revision'] for c in self.code)) or [
-        UNRECORDED]
+    return self._recorded('revision')
 
   def environments(self) -> list[str]:
     """The environments (`run_layout.environment`) that made the kept
     rounds, in order and without repeats; `[UNRECORDED]` for a run whose
     manifest records none (made before runs recorded them)."""
-    return list(dict.fromkeys(c['environment'] for c in self.code
-                              if 'environment' in c)) or [UNRECORDED]
+    return self._recorded('environment')
+
+  def _recorded(self, key: str) -> list[str]:
+    """The code records' distinct values of `key`, in order, or
+    `[UNRECORDED]`."""
+    return list(dict.fromkeys(c[key] for c in self.code if key in c)) or [
+        UNRECORDED]
 
   def start_code(self, from_round: int) -> None:
     """Records that this code (`run_layout.code_revision`), in this

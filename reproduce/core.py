@@ -386,12 +386,14 @@ def run_experiment(experiment: Experiment, scale: str, root: str,
       prestarter=prestarter)
 
 
-def _counted(values: Sequence[str]) -> str:
-  """'a (3 runs); b (1 run)': each value with its count, most common first."""
+def _counted(values: Sequence[str], unrecorded: str) -> str:
+  """'a (3 runs); b (1 run)': each value with its count, most common first,
+  `run_files.UNRECORDED` spelled `unrecorded`."""
   counts = collections.Counter(values)
   return '; '.join(f'{value} ({count} run{"" if count == 1 else "s"})'
                    for value, count in sorted(counts.items(),
-                                              key=lambda kv: (-kv[1], kv[0])))
+                                              key=lambda kv: (-kv[1], kv[0]))
+                   ).replace(run_files.UNRECORDED, unrecorded)
 
 
 def code_sentence(finished: Sequence[sweep.SweepPoint]) -> str:
@@ -401,17 +403,16 @@ def code_sentence(finished: Sequence[sweep.SweepPoint]) -> str:
   environment, with its count of runs. Runs made before manifests recorded
   environments leave the environment unstated."""
   manifests = [run_files.Manifest(p.run_dir).read() for p in finished]
-  code = _counted([' then '.join(m.revisions()) for m in manifests])
-  sentence = (f'Code that made them (`{run_layout.MANIFEST_FILE}`): '
-              + code.replace(
-                  run_files.UNRECORDED,
-                  'not recorded (made before runs recorded their code)')
-              + '.')
+  sentence = (
+      f'Code that made them (`{run_layout.MANIFEST_FILE}`): '
+      + _counted([' then '.join(m.revisions()) for m in manifests],
+                 'not recorded (made before runs recorded their code)') + '.')
   environments = [' then '.join(m.environments()) for m in manifests]
   if any(e != run_files.UNRECORDED for e in environments):
-    sentence += (' Environment: ' + _counted(environments).replace(
-        run_files.UNRECORDED,
-        'not recorded (made before runs recorded it)') + '.')
+    sentence += (' Environment: '
+                 + _counted(environments,
+                            'not recorded (made before runs recorded it)')
+                 + '.')
   return sentence
 
 
