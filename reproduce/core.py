@@ -701,19 +701,28 @@ def _report_scale(report_path: str) -> Optional[str]:
 
 
 def _distinct_runs(experiments: Sequence[Experiment],
-                   base_dir: str) -> tuple[int, int]:
+                   base_dir: str) -> tuple[int, int, float]:
   """(runs in the grids of the reports that state their runs, distinct runs
-  among them). Reports of one paper share a run directory when their grids
-  hold the same flags, so a run two reports read runs once."""
-  total, distinct = 0, set()
+  among them, an estimate of the distinct runs' summed seconds).
+
+  Reports of one paper share a run directory when their grids hold the same
+  flags, so a run two reports read runs once, but each report's stated time
+  counts it. Reports state only their sums, so a run already counted by an
+  earlier report is taken out at the mean run time of the report that reads
+  it again: an estimate, stated as one."""
+  total, distinct, seconds = 0, set(), 0.0
   for e in experiments:
-    scale = _report_scale(_report_path(base_dir, e))
+    report = _report_path(base_dir, e)
+    scale = _report_scale(report)
     if scale is None:
       continue
-    points = build_points(e, scale, root='/runs')
+    points = {p.run_dir for p in build_points(e, scale, root='/runs')}
     total += len(points)
-    distinct.update(p.run_dir for p in points)
-  return total, len(distinct)
+    run_time = read_run_time(report)
+    if run_time is not None and points:
+      seconds += run_time[1] * len(points - distinct) / len(points)
+    distinct |= points
+  return total, len(distinct), seconds
 
 
 def _report_path(base_dir: str, experiment: Experiment) -> str:
@@ -779,7 +788,8 @@ def write_results_index(experiments: Sequence[Experiment],
   by_paper = ', '.join(f'{paper} {seconds[paper] / 3600:.1f} h'
                        for paper in dict.fromkeys(e.paper for e in experiments)
                        if seconds[paper])
-  grid_runs, distinct = _distinct_runs(experiments, base_dir)
+  grid_runs, distinct, distinct_seconds = _distinct_runs(experiments,
+                                                         base_dir)
   lines = ['# Reproductions: every report and its verdict', '',
            f'{len(rows)} reports: {summary}. Each verdict is computed from'
            ' the report\'s paired-seed comparisons by the rules of'
@@ -788,9 +798,12 @@ def write_results_index(experiments: Sequence[Experiment],
            f' ({total_seconds / 3600:.1f} h over the reports'
            + (f': {by_paper}' if by_paper else '') +
            f'). A run two reports read is counted in each: the reports\''
-           f' grids hold {distinct:,} distinct runs of {grid_runs:,}. Two run'
-           ' at a time, so the elapsed time on 2 cores is about half the sum,'
-           f' {total_seconds / 7200:.1f} h.',
+           f' grids hold {distinct:,} distinct runs of {grid_runs:,}.'
+           ' Counted once each (a shared run at the mean run time of the'
+           ' later report that reads it), the runs take about'
+           f' {distinct_seconds / 3600:.1f} h; two run at a time, so'
+           ' `make reproduce` into one empty directory takes about'
+           f' {distinct_seconds / 7200:.1f} h on 2 cores.',
            '', '| paper | experiment | reproduces | verdict | runs | report |',
            '|---|---|---|---|---|---|', *rows]
   path = os.path.join(base_dir, 'README.md')
