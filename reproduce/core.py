@@ -799,8 +799,9 @@ def write_results_index(experiments: Sequence[Experiment],
            + (f': {by_paper}' if by_paper else '') +
            f'). A run two reports read is counted in each: the reports\''
            f' grids hold {distinct:,} distinct runs of {grid_runs:,}.'
-           ' Counted once each (a shared run at the mean run time of the'
-           ' later report that reads it), the runs take about'
+           ' Counting each run once (a shared run is taken out of the later'
+           ' report that reads it at that report\'s mean run time: an'
+           ' estimate), the runs take about'
            f' {distinct_seconds / 3600:.1f} h; two run at a time, so'
            ' `make reproduce` into one empty directory takes about'
            f' {distinct_seconds / 7200:.1f} h on 2 cores.',
