@@ -320,6 +320,7 @@ class RunDirectory:
     release_managers.write_atomically(self.hparams_json,
                       json.dumps(self.hparams, indent=2, sort_keys=True))
     self.manifest.hparams = json.loads(json.dumps(self.hparams))
+    self.manifest.new_run_id()
     self.manifest.start_code(resumed_round)
     self.manifest.write()
     try:
@@ -373,13 +374,34 @@ class RunDirectory:
     self._loop.run_until_complete(
         self._checkpoints().save(program_state, round_num))
 
-  def record_checkpoint(self, round_num: int) -> None:
+  @property
+  def upgrade_command(self) -> str:
+    """The command that converts this run from an earlier version."""
+    return f'python -m experiment_driver.upgrade_run {self.path}'
+
+  def run_id(self) -> str:
+    """The run's identity (`manifest.json`'s `run_id`): the recorded one,
+    else a new one, written with the manifest when the run starts.
+
+    Raises:
+      CheckpointError: If the manifest is damaged.
+    """
+    try:
+      self.manifest.read()
+    except run_files.RunFileError as e:
+      raise CheckpointError(str(e)) from e
+    return self.manifest.new_run_id()
+
+  def record_checkpoint(self, round_num: int,
+                        client_states: Optional[dict[str, Any]] = None
+                        ) -> None:
     """Records the saved checkpoint of `round_num` in the manifest, with the
-    metrics rows up to it: call once everything it depends on (the client
-    states' commit) is saved."""
+    metrics rows up to it and `client_states` (a stateful run's
+    `ClientStateStore.summary_as_of(round_num)`): call once everything it
+    depends on (the client states' commit) is saved."""
     self.manifest.record_checkpoint(
         round_num, self._checkpoint_path(round_num), self.metrics_csv,
-        set(self._versions()))
+        set(self._versions()), client_states)
     self.last_checkpoint_round = round_num
 
   def _checkpoint_path(self, version: int) -> str:
@@ -390,16 +412,15 @@ class RunDirectory:
         self._checkpoints().get_versions()) or [])
 
   def load_latest_checkpoint(
-      self, structure: Any,
-      client_states_problem: Optional[Callable[[int], Optional[str]]] = None,
+      self, structure: Any, client_states: Optional[Any] = None,
   ) -> tuple[Any, int]:
     """Returns `(program_state, round)` of the latest verified checkpoint, or
     `(None, 0)` if there is none.
 
     A checkpoint that was saved but not recorded (the run stopped in
     between) is removed: the previous one is the latest. The latest is
-    verified (module docstring); `client_states_problem(round)` says what is
-    wrong with the client states as of a round, or None.
+    verified (module docstring), with a stateful run's `client_states` (its
+    `ClientStateStore`): exactly the states the checkpoint recorded.
 
     Raises:
       CheckpointError: If a file the latest checkpoint depends on is missing
@@ -441,12 +462,21 @@ class RunDirectory:
       return None, 0
 
     def problem(version):
-      return (self.manifest.problem(version, self._checkpoint_path(version),
-                                    self.metrics_csv) or
-              (client_states_problem(version) if client_states_problem
-               else None))
+      found = self.manifest.problem(version, self._checkpoint_path(version),
+                                    self.metrics_csv)
+      if found or client_states is None:
+        return found
+      return client_states.problem_as_of(version) or (
+          self.manifest.client_states_problem(
+              version, self.client_states_dir,
+              client_states.summary_as_of(version), self.upgrade_command))
 
     latest = versions[-1]
+    # What no older checkpoint would mend (another run's store, a file it
+    # does not record) is refused as it is.
+    found = client_states.problem() if client_states is not None else None
+    if found:
+      raise CheckpointError(found)
     found = problem(latest)
     if found:
       older = next((v for v in reversed(versions[:-1]) if not problem(v)),

@@ -8,9 +8,13 @@ first rows, without a word. `<run>/manifest.json` (written atomically,
 `write_atomically`) records:
 
     format       this file's version
+    run_id       the run's identity, made when it starts (a random id): its
+                 client-state store names it as its owner
     hparams      the run's flags, as `hparams.json` holds them
     checkpoints  per checkpoint round: the sha256 of each of its files and of
-                 the metrics rows up to that round (`metrics_digest`)
+                 the metrics rows up to that round (`metrics_digest`), and
+                 for stateful clients the count and digest of the client
+                 states it resumes (`ClientStateStore.summary_as_of`)
     code         per start of the driver whose rounds the run kept: the
                  code's revision, the round it started from and the
                  environment it ran in (`fl_common.run_layout.code_revision`
@@ -29,6 +33,7 @@ import csv
 import hashlib
 import json
 import os
+import uuid
 from collections.abc import Mapping
 from typing import Any, Optional
 
@@ -103,6 +108,8 @@ class Manifest:
     self.path = os.path.join(run_path, MANIFEST_NAME)
     self._run_path = run_path
     self.hparams: Optional[dict[str, Any]] = None
+    # Made when the run starts; None in a manifest of an earlier version.
+    self.run_id: Optional[str] = None
     self.checkpoints: dict[int, dict[str, Any]] = {}
     self.code: list[dict[str, Any]] = []
 
@@ -126,6 +133,9 @@ class Manifest:
       hparams = data['hparams']
       checkpoints = {int(r): c for r, c in data['checkpoints'].items()}
       code = data.get(run_layout.MANIFEST_CODE_KEY, [])
+      run_id = data.get('run_id')
+      if run_id is not None and not isinstance(run_id, str):
+        raise ValueError('its run_id is not a string')
       if not isinstance(hparams, dict) or not all(
           isinstance(c, dict) and isinstance(c.get('files'), dict) and
           isinstance(c.get('metrics_sha256'), str)
@@ -143,11 +153,20 @@ class Manifest:
           ' checkpoints cannot be verified; pass another --experiment_name'
           ' to start again') from e
     self.hparams, self.checkpoints, self.code = hparams, checkpoints, code
+    if run_id is not None:  # else keep one `new_run_id` gave this run
+      self.run_id = run_id
     return self
+
+  def new_run_id(self) -> str:
+    """Gives a run that has none (a new one) its identity."""
+    if self.run_id is None:
+      self.run_id = uuid.uuid4().hex
+    return self.run_id
 
   def write(self) -> None:
     release_managers.write_atomically(self.path, json.dumps({
         'format': FORMAT,
+        'run_id': self.run_id,
         'hparams': self.hparams,
         'checkpoints': {str(r): c for r, c in sorted(self.checkpoints.items())},
         run_layout.MANIFEST_CODE_KEY: self.code,
@@ -181,10 +200,13 @@ class Manifest:
                       'environment': run_layout.environment()})
 
   def record_checkpoint(self, round_num: int, checkpoint_dir: str,
-                        metrics_csv: str, present: set[int]) -> None:
-    """Records checkpoint `round_num` (its files under `checkpoint_dir`) and
-    the metrics rows up to it; forgets checkpoints not in `present` (those
-    TFF's manager deleted)."""
+                        metrics_csv: str, present: set[int],
+                        client_states: Optional[dict[str, Any]] = None
+                        ) -> None:
+    """Records checkpoint `round_num` (its files under `checkpoint_dir`),
+    the metrics rows up to it and the summary of its client states (a
+    stateful run's); forgets checkpoints not in `present` (those TFF's
+    manager deleted)."""
     rows, digest = metrics_digest(metrics_csv, round_num)
     self.checkpoints = {r: c for r, c in self.checkpoints.items()
                         if r in present}
@@ -193,7 +215,28 @@ class Manifest:
         'metrics_rows': rows,
         'metrics_sha256': digest,
     }
+    if client_states is not None:
+      self.checkpoints[round_num]['client_states'] = dict(client_states)
     self.write()
+
+  def client_states_problem(self, round_num: int, client_states_dir: str,
+                            summary: dict[str, Any],
+                            upgrade_command: str) -> Optional[str]:
+    """What is wrong with the client states a stateful run's checkpoint
+    `round_num` would resume (`summary`, as their store records them), or
+    None when they are the ones the checkpoint was saved with."""
+    recorded = self.checkpoints[round_num].get('client_states')
+    if recorded is None:
+      return (f'{self.path} does not bind checkpoint {round_num} to its'
+              ' client states (written by an earlier version of this'
+              f' package); convert the run once with: {upgrade_command}')
+    if recorded != summary:
+      return (f'{client_states_dir} holds other client states than those'
+              f' checkpoint {round_num} was saved with ({summary["count"]}'
+              f' states, {recorded.get("count")} recorded): it was replaced'
+              ' or altered; restore this run\'s client_states/ or pass'
+              ' another --experiment_name')
+    return None
 
   def problem(self, round_num: int, checkpoint_dir: str,
               metrics_csv: str) -> Optional[str]:

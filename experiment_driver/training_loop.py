@@ -276,13 +276,15 @@ def _initial_program_state(server_state) -> dict[str, Any]:
 def _client_state_store(process, run_dir: outputs.RunDirectory
                         ) -> client_state_store.ClientStateStore:
   """The store of a stateful-client process' client states, in
-  `<run_dir>/client_states/` (only the cohort is held in memory)."""
+  `<run_dir>/client_states/` (only the cohort is held in memory), owned by
+  the run (`RunDirectory.run_id`)."""
   return client_state_store.ClientStateStore(
       run_dir.client_states_dir,
       process.initial_client_state(),
       # One more than the checkpoints: a checkpoint saved and committed but
       # not recorded (`RunDirectory.record_checkpoint`) is dropped on resume.
-      keep_commits=run_dir.checkpoints_to_keep + 1)
+      keep_commits=run_dir.checkpoints_to_keep + 1,
+      owner=run_dir.run_id(), upgrade_command=run_dir.upgrade_command)
 
 
 def _stateful_clients(process, store: client_state_store.ClientStateStore,
@@ -293,8 +295,8 @@ def _stateful_clients(process, store: client_state_store.ClientStateStore,
   as many checkpoints as the run directory keeps, and restored to the
   checkpoint's round on resume, so a resumed run sees exactly the client
   states of the round it resumes from (also an older checkpoint's, when the
-  latest was deleted); the resume verified them first
-  (`ClientStateStore.problem_as_of`).
+  latest was deleted); the resume verified them first: exactly the states
+  the checkpoint recorded (`RunDirectory.load_latest_checkpoint`).
   """
   runner = stateful_runner.StatefulClientRunner(process, store)
   runner.store.restore(start_round)
@@ -362,7 +364,7 @@ def run_training(
   store = (_client_state_store(process, run_dir) if isinstance(
       process, stateful_process.StatefulClientLearningProcess) else None)
   program_state, start_round = run_dir.load_latest_checkpoint(
-      structure, store.problem_as_of if store is not None else None)
+      structure, store)
   if start_round >= config.total_rounds:
     config.print_fn(
         f'{run_dir.path} is complete: its checkpoint of round {start_round}'
@@ -380,7 +382,8 @@ def run_training(
   if program_state is None:
     program_state = structure
     run_dir.save_checkpoint(program_state, 0)
-    run_dir.record_checkpoint(0)
+    run_dir.record_checkpoint(
+        0, store.summary_as_of(0) if store is not None else None)
   state = program_state['server_state']
   totals = {k: float(v) for k, v in program_state['totals'].items()}
   last_train_accuracy = float(program_state['last_train_accuracy'])
@@ -459,5 +462,7 @@ def run_training(
         }, round_num)
         if on_checkpoint is not None:
           on_checkpoint(round_num)
-        run_dir.record_checkpoint(round_num)
+        run_dir.record_checkpoint(
+            round_num,
+            store.summary_as_of(round_num) if store is not None else None)
   return metrics

@@ -11,14 +11,31 @@ Layout: one file per (client, round) version, named
 state leaves' bytes one after the other (their shapes and dtypes are
 `fresh_state`'s, so a file of another size is refused): a tenth of the time
 of an `.npz` to read, a round reading and writing every client of its
-cohort. (Stores written as `.npz` by earlier versions are converted when
-opened.) Each file is written to a temporary name in the same directory and
+cohort. (Stores written as `.npz` by earlier versions are converted once by
+`upgrade`.) Each file is written to a temporary name in the same directory and
 `os.replace`d, so it is either absent or complete. `MANIFEST.json` records
 the retained committed rounds and the sha256 of every file they use (also
 replaced atomically): a state file that is missing, or whose bytes differ
 from the digest recorded when it was written, is refused when read and is
 named by `problem_as_of`, which a resume calls before any round runs. Same-
 size damage (a flipped float) would otherwise be read as a valid state.
+
+What a resume reads is exactly what the manifest records, never what the
+directory happens to hold: versions come from the manifest (and this
+process's own writes), not from listing the directory. A state file the
+manifest does not list, at a round it covers (a file copied in under another
+client's name, another run's file), is refused by `problem_as_of`, never
+adopted; an unlisted file at a round after the last commit is what a crash
+left behind and is deleted by `restore`. The manifest names its `owner` (the
+run's identity, `ClientStateStore(owner=...)`): another run's store, moved in
+whole, is refused. `summary_as_of(r)` (count and digest of the states as of
+round r) lets a run's own manifest bind a checkpoint to its client states.
+
+A store written by an earlier version of the package (`.npz` files, a
+manifest without checksums or without an owner) is refused until it is
+converted once, explicitly: `upgrade` (or `python -m
+fl_common.client_state_store DIRECTORY OWNER`), which says what it did and
+records it in the manifest's `upgraded` log.
 
 Why one module: the file format, the versions, the commits and their
 checksums are one on-disk contract, each part relied on by the others. Files reach the disk
@@ -43,6 +60,7 @@ import hashlib
 import json
 import os
 import tempfile
+import time
 import urllib.parse
 from collections.abc import Sequence
 from typing import Any, Optional
@@ -86,7 +104,9 @@ class ClientStateStore:
   Example, around a training loop::
 
     store = ClientStateStore(os.path.join(run_dir, 'client_states'),
-                             fresh_state=process.initial_client_state())
+                             fresh_state=process.initial_client_state(),
+                             owner=run_id)
+    problem = store.problem_as_of(resumed_round)  # None, or refuse
     store.restore(resumed_round)       # on resume from a checkpoint
     for round_num in ...:
       states = store.load(client_ids)  # fresh states for new clients
@@ -95,8 +115,14 @@ class ClientStateStore:
       if checkpointed: store.commit(round_num)
   """
 
-  def __init__(self, directory: str, fresh_state: Any, keep_commits: int = 1):
+  def __init__(self, directory: str, fresh_state: Any, keep_commits: int = 1,
+               owner: Optional[str] = None,
+               upgrade_command: Optional[str] = None):
     """Opens (creating if needed) the store in `directory`.
+
+    Opening never changes a file: a store whose files or manifest do not
+    verify is described by `problem_as_of`, and reading a state it does not
+    record raises `ClientStateError`.
 
     Args:
       directory: Where the state files live.
@@ -104,6 +130,10 @@ class ClientStateStore:
         every saved state must have its structure, shapes and dtypes.
       keep_commits: How many of the last committed rounds `restore` can go
         back to (as many as the checkpoints kept beside it).
+      owner: Whose states these are (a run's identity); recorded in the
+        manifest at each commit, and a manifest of another owner is refused.
+      upgrade_command: The command a refusal of an earlier version's store
+        names (default: `upgrade`'s command line).
 
     Raises:
       ValueError: If `keep_commits` is not positive.
@@ -124,13 +154,20 @@ class ClientStateStore:
     self._manifest_cache: dict[str, Any] = {}
     # File name -> sha256 of its bytes: the committed files' (manifest) and
     # those written since.
-    self._digests: dict[str, str] = dict(self._manifest().get('files', {}))
-    for name in sorted(os.listdir(directory)):
-      if name.startswith(_PREFIX) and name.endswith(_LEGACY_SUFFIX):
-        name = self._convert_legacy_file(name)
-      if name.startswith(_PREFIX) and name.endswith(_SUFFIX):
-        client_id, round_num = self._parse_file_name(name)
-        self._versions.setdefault(client_id, []).append(round_num)
+    self._owner = owner
+    self._upgrade_command = upgrade_command or (
+        f'python -m fl_common.client_state_store {directory} {owner}')
+    # File name -> sha256 of its bytes: the committed files' (manifest) and
+    # those written since. A damaged manifest records nothing here (and
+    # `problem_as_of` says why).
+    try:
+      manifest = self._manifest()
+    except ClientStateError:
+      manifest = {}
+    self._digests: dict[str, str] = dict(manifest.get('files', {}))
+    for name in self._digests:
+      client_id, round_num = self._parse_file_name(name)
+      self._versions.setdefault(client_id, []).append(round_num)
     for versions in self._versions.values():
       versions.sort()
 
@@ -192,35 +229,29 @@ class ClientStateStore:
 
   def problem_as_of(self, round_num: int) -> Optional[str]:
     """What is wrong with the states as of committed round `round_num`,
-    or None when every file they use is present with its recorded digest.
+    or None when they are exactly what the manifest recorded.
 
-    Reads every file the states use (a resume calls it once). Round 0 (no
-    client has trained) needs no file.
+    Refused: a damaged or missing manifest (unless `round_num` is 0 and the
+    store is empty), one of another owner or of an earlier version of the
+    package (`upgrade`), a round it does not keep, a recorded file missing
+    or with other bytes, and any file in the directory that the manifest
+    does not list at a round it covers (an extra version, a file of another
+    client or of another run). Reads every file the states use (a resume
+    calls it once).
     """
-    if round_num == 0:
-      return None
     path = os.path.join(self._directory, MANIFEST_NAME)
-    try:
-      manifest = self._manifest()
-    except ClientStateError as e:
-      return str(e)
+    found = self.problem()
+    if found or round_num == 0:
+      return found
+    manifest = self._manifest()
     if not manifest:
       return (f'{path} is missing: the client states as of round'
               f' {round_num} cannot be verified')
     if round_num not in self.committed_rounds:
       return (f'{path} does not record the client states as of round'
               f' {round_num} (it keeps rounds {self.committed_rounds})')
-    files = manifest.get('files')
-    if files is None:
-      return (f'{path} records no checksums (written by an earlier version):'
-              f' the client states as of round {round_num} cannot be verified')
-    newest: dict[str, tuple[int, str]] = {}
-    for name in files:
-      client_id, version = self._parse_file_name(name)
-      if version <= round_num and version >= newest.get(client_id,
-                                                        (-1, ''))[0]:
-        newest[client_id] = (version, name)
-    for _, name in sorted(newest.values(), key=lambda v: v[1]):
+    files = manifest['files']
+    for name in sorted(self._names_as_of(round_num, files)):
       file_path = os.path.join(self._directory, name)
       if not os.path.exists(file_path):
         return f'{file_path} is missing'
@@ -229,6 +260,78 @@ class ClientStateStore:
           return (f'{file_path} is damaged (its sha256 differs from the one'
                   ' recorded when it was written)')
     return None
+
+  def problem(self) -> Optional[str]:
+    """What is wrong with the store whatever round it resumes, or None: a
+    damaged manifest, one of another owner or of an earlier version of the
+    package (`upgrade`), a file it does not list at a round it covers."""
+    path = os.path.join(self._directory, MANIFEST_NAME)
+    try:
+      manifest = self._manifest()
+    except ClientStateError as e:
+      return str(e)
+    upgrade = f'convert it once with: {self._upgrade_command}'
+    if any(name.startswith(_PREFIX) and name.endswith(_LEGACY_SUFFIX)
+           for name in os.listdir(self._directory)):
+      return (f'{self._directory} holds .npz client states, written by an'
+              f' earlier version of this package; {upgrade}')
+    if not manifest:
+      foreign = self._unlisted(-1)
+      if foreign:
+        return (f'{os.path.join(self._directory, foreign[0])} is not one of'
+                f' the client states this run recorded ({path} is missing):'
+                ' remove it to resume')
+      return None
+    files = manifest.get('files')
+    if files is None or 'owner' not in manifest:
+      return (f'{path} records no {"checksums" if files is None else "owner"}'
+              f' (written by an earlier version of this package); {upgrade}')
+    if manifest['owner'] != self._owner:
+      return (f'{path} belongs to another run ({manifest["owner"]}, this is'
+              f' {self._owner}): its client states are not this run\'s;'
+              ' restore this run\'s client_states/ or pass another'
+              ' --experiment_name')
+    foreign = self._unlisted(max(self.committed_rounds, default=0))
+    if foreign:
+      return (f'{os.path.join(self._directory, foreign[0])} is not one of the'
+              f' client states {path} recorded (another client\'s or another'
+              ' run\'s file, or a copy): remove it to resume')
+    return None
+
+  def _unlisted(self, up_to_round: int) -> list[str]:
+    """The directory's files that the manifest does not list, bar those a
+    crash after the last commit left (state files of later rounds) and
+    temporary files."""
+    foreign = []
+    for name in sorted(os.listdir(self._directory)):
+      if (name == MANIFEST_NAME or name.startswith(_TEMP_PREFIX) or
+          name in self._digests):
+        continue
+      try:
+        _, version = self._parse_file_name(name)
+      except ValueError:
+        foreign.append(name)
+        continue
+      if version <= up_to_round:
+        foreign.append(name)
+    return foreign
+
+  @classmethod
+  def _names_as_of(cls, round_num: int, files) -> list[str]:
+    """The file names, of `files`, that the states as of `round_num` use."""
+    newest: dict[str, tuple[int, str]] = {}
+    for name in files:
+      client_id, version = cls._parse_file_name(name)
+      if version <= round_num and version >= newest.get(client_id,
+                                                        (-1, ''))[0]:
+        newest[client_id] = (version, name)
+    return [name for _, name in newest.values()]
+
+  def summary_as_of(self, round_num: int) -> dict[str, Any]:
+    """`{'count', 'sha256'}` of the states as of `round_num` as this store
+    records them: a run's manifest keeps it with the checkpoint of that
+    round, so that the checkpoint resumes exactly those states."""
+    return summary_of(round_num, self._digests)
 
   def load(self, client_ids: Sequence[str]) -> list[Any]:
     """Returns the clients' latest states (fresh ones for unknown clients).
@@ -300,22 +403,23 @@ class ClientStateStore:
                  + [round_num], sync=True)
 
   def restore(self, round_num: int) -> None:
-    """Rewinds to the states as of checkpoint `round_num`; call on resume.
+    """Rewinds to the states as of committed round `round_num` (or 0, the
+    start); call on resume, after `problem_as_of(round_num)` found nothing.
 
     Discards whatever rounds after `round_num` wrote before a crash, and the
-    commits after it.
+    commits after it. States of a round that was never committed are not
+    restored: what they are was never recorded (the driver records a
+    checkpoint only after committing its states, and drops a checkpoint
+    saved but not recorded).
 
     Raises:
-      ValueError: If `round_num` is older than the last commit and is not
-        one of the retained commits (nor 0, the start), so that the states
-        as of it are gone.
+      ValueError: If `round_num` is not one of the retained commits nor 0.
     """
     retained = self.committed_rounds
-    if (round_num < self.committed_round and round_num not in retained and
-        round_num != 0) or round_num < 0:
+    if round_num not in retained and round_num != 0:
       raise ValueError(
-          f'the client states as of round {round_num} are gone: the store'
-          f' keeps those of rounds {retained} (keep_commits='
+          f'the client states as of round {round_num} are not recorded: the'
+          f' store keeps those of rounds {retained} (keep_commits='
           f'{self._keep_commits}).')
     self._retain([r for r in retained if r < round_num] + [round_num])
 
@@ -341,6 +445,15 @@ class ClientStateStore:
     for name in os.listdir(self._directory):
       if name.startswith(_TEMP_PREFIX):  # left by a crash during a write
         os.remove(os.path.join(self._directory, name))
+      elif name not in self._digests and name.endswith(_SUFFIX):
+        # Written by a round after the last commit before a crash (a
+        # foreign file at a committed round was refused by `problem_as_of`).
+        try:
+          _, version = self._parse_file_name(name)
+        except ValueError:
+          continue
+        if version > rounds[-1]:
+          os.remove(os.path.join(self._directory, name))
     if sync:
       for path in self._unsynced:
         if os.path.exists(path):
@@ -360,15 +473,20 @@ class ClientStateStore:
     for client_id, versions in self._versions.items():
       for version in versions:
         name = self._file_name(client_id, version)
-        if name not in self._digests:  # converted from a legacy store
-          with open(os.path.join(self._directory, name), 'rb') as f:
-            self._digests[name] = hashlib.sha256(f.read()).hexdigest()
         files[name] = self._digests[name]
-    _atomic_write(
-        os.path.join(self._directory, MANIFEST_NAME),
-        lambda f: f.write(json.dumps({'committed_round': rounds[-1],
-                                      'committed_rounds': rounds,
-                                      'files': files}).encode()))
+    try:
+      upgraded = self._manifest().get('upgraded', [])
+    except ClientStateError:
+      upgraded = []
+    self._write_manifest({'committed_round': rounds[-1],
+                          'committed_rounds': rounds, 'owner': self._owner,
+                          'files': files, 'upgraded': upgraded})
+
+  def _write_manifest(self, manifest: dict[str, Any]) -> None:
+    if not manifest.get('upgraded'):
+      manifest.pop('upgraded', None)
+    _atomic_write(os.path.join(self._directory, MANIFEST_NAME),
+                  lambda f: f.write(json.dumps(manifest).encode()))
 
   def _read(self, client_id: str) -> Any:
     versions = self._versions.get(client_id)
@@ -386,7 +504,7 @@ class ClientStateStore:
           f'{path} holds {len(data)} bytes, a client state {self._state_bytes}:'
           ' the file is not one of this store\'s states.')
     digest = self._digests.get(name)
-    if digest is not None and hashlib.sha256(data).hexdigest() != digest:
+    if digest is None or hashlib.sha256(data).hexdigest() != digest:
       raise ClientStateError(
           f'{path} is damaged (its sha256 differs from the one recorded when'
           ' it was written)')
@@ -401,19 +519,6 @@ class ClientStateStore:
   def _write(f, leaves: list[np.ndarray]) -> None:
     for leaf in leaves:
       f.write(np.ascontiguousarray(leaf).tobytes())
-
-  def _convert_legacy_file(self, name: str) -> str:
-    """Rewrites an `.npz` state of an earlier version as a `.state` file."""
-    path = os.path.join(self._directory, name)
-    new_name = name[:-len(_LEGACY_SUFFIX)] + _SUFFIX
-    with np.load(path) as npz:
-      leaves = [npz[f'leaf_{k}'] for k in range(len(self._fresh_leaves))]
-    client_id, _ = self._parse_file_name(new_name)
-    leaves = self._checked_leaves(client_id, leaves)
-    _atomic_write(os.path.join(self._directory, new_name),
-                  lambda f: self._write(f, leaves))
-    os.remove(path)
-    return new_name
 
   def _checked_leaves(self, client_id: str, state: Any) -> list[np.ndarray]:
     leaves = [np.asarray(x) for x in tf.nest.flatten(state)]
@@ -436,3 +541,105 @@ class ClientStateStore:
     quoted, round_text = name[len(_PREFIX):-len(_SUFFIX)].rsplit(
         _VERSION_SEPARATOR, 1)
     return urllib.parse.unquote(quoted), int(round_text)
+
+
+def summary_of(round_num: int, digests: dict[str, str]) -> dict[str, Any]:
+  """`{'count', 'sha256'}` of the states as of `round_num` among the files
+  `digests` records (`{file name: sha256}`)."""
+  names = sorted(ClientStateStore._names_as_of(round_num, digests))
+  digest = hashlib.sha256(json.dumps(
+      [(n, digests[n]) for n in names]).encode())
+  return {'count': len(names), 'sha256': digest.hexdigest()}
+
+
+def recorded_digests(directory: str) -> dict[str, str]:
+  """`{file name: sha256}` of the files the store's manifest records.
+
+  Raises:
+    ClientStateError: If the manifest is damaged.
+  """
+  return dict(_read_manifest(directory).get('files') or {})
+
+
+def _read_manifest(directory: str) -> dict[str, Any]:
+  store = ClientStateStore.__new__(ClientStateStore)
+  store._directory = directory
+  store._manifest_key = None
+  store._manifest_cache = {}
+  return store._manifest()
+
+
+def upgrade(directory: str, owner: Optional[str],
+            print_fn=print) -> list[str]:
+  """Converts a store written by an earlier version of this package, once.
+
+  Earlier versions wrote `.npz` states, manifests without checksums (their
+  files were adopted when opened) and manifests without an owner. This
+  rewrites each `.npz` as a `.state` file (the same leaves' bytes), records
+  the sha256 of every state file of a committed round that the manifest
+  does not list, and the owner; each step is printed and the manifest's
+  `upgraded` log records it. Use it on a store you know to be the run's own:
+  it adopts the files it finds, which is what opening a store no longer does.
+
+  Returns:
+    The steps taken (none for a store that needs none).
+
+  Raises:
+    ClientStateError: If the directory has no manifest (nothing says which
+      rounds were committed), or it is damaged.
+  """
+  path = os.path.join(directory, MANIFEST_NAME)
+  manifest = _read_manifest(directory)
+  if not manifest:
+    raise ClientStateError(
+        f'{path} is missing: nothing records which rounds were committed,'
+        ' so the store cannot be converted')
+  committed = [int(r) for r in manifest.get(
+      'committed_rounds', [manifest['committed_round']])]
+  files = dict(manifest.get('files') or {})
+  steps = []
+  for name in sorted(os.listdir(directory)):
+    if not (name.startswith(_PREFIX) and name.endswith(_LEGACY_SUFFIX)):
+      continue
+    new_name = name[:-len(_LEGACY_SUFFIX)] + _SUFFIX
+    with np.load(os.path.join(directory, name)) as npz:
+      leaves = [npz[f'leaf_{k}'] for k in range(len(npz.files))]
+    _atomic_write(os.path.join(directory, new_name),
+                  lambda f, leaves=leaves: ClientStateStore._write(f, leaves))
+    os.remove(os.path.join(directory, name))
+    steps.append(f'converted {name} to {new_name}')
+  for name in sorted(os.listdir(directory)):
+    if not (name.startswith(_PREFIX) and name.endswith(_SUFFIX)):
+      continue
+    _, version = ClientStateStore._parse_file_name(name)
+    if name in files or version > max(committed):
+      continue  # recorded, or a later round's (deleted on resume)
+    with open(os.path.join(directory, name), 'rb') as f:
+      files[name] = hashlib.sha256(f.read()).hexdigest()
+    steps.append(f'recorded {name} (sha256 {files[name][:12]}...)')
+  if manifest.get('owner') != owner:
+    steps.append(f'recorded the owner {owner}'
+                 + (f' (was {manifest["owner"]})' if 'owner' in manifest
+                    else ''))
+  if not steps:
+    return steps
+  for step in steps:
+    print_fn(f'{directory}: {step}')
+  upgraded = list(manifest.get('upgraded', [])) + [{
+      'at': time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime()),
+      'steps': len(steps), 'owner': owner}]
+  _atomic_write(path, lambda f: f.write(json.dumps({
+      'committed_round': max(committed), 'committed_rounds': committed,
+      'owner': owner, 'files': files, 'upgraded': upgraded}).encode()))
+  return steps
+
+
+if __name__ == '__main__':
+  import sys
+  if len(sys.argv) != 3:
+    sys.exit('usage: python -m fl_common.client_state_store DIRECTORY OWNER')
+  try:
+    if not upgrade(sys.argv[1], sys.argv[2]):
+      print(f'{sys.argv[1]}: nothing to convert')
+  except (ClientStateError, OSError) as e:
+    sys.exit(f'error: {e}')

@@ -1,6 +1,7 @@
 """The client-state store: fresh states, exact resume, atomic writes, memory."""
 
 import collections
+import json
 import os
 
 import numpy as np
@@ -78,16 +79,22 @@ def test_restore_after_crash_discards_rounds_after_the_checkpoint(tmp_path):
   assert resumed.committed_round == 2
 
 
-def test_crash_between_checkpoint_and_commit_keeps_that_round(tmp_path):
+def test_states_of_a_round_never_committed_are_not_restored(tmp_path):
   store = client_state_store.ClientStateStore(str(tmp_path), FRESH)
   store.save(['a'], [state_for('a', 1)], 1)
   store.commit(1)
   store.save(['a', 'b'], [state_for('a', 2), state_for('b', 2)], 2)
-  # The driver saved its round-2 checkpoint, then died before commit(2).
+  # The driver saved its round-2 checkpoint, then died before commit(2):
+  # that checkpoint was never recorded and is dropped; round 1 resumes.
   resumed = client_state_store.ClientStateStore(str(tmp_path), FRESH)
-  resumed.restore(2)
-  assert_state_equal(resumed.load(['a'])[0], state_for('a', 2))
-  assert_state_equal(resumed.load(['b'])[0], state_for('b', 2))
+  assert resumed.problem_as_of(2) is not None
+  with pytest.raises(ValueError, match='not recorded'):
+    resumed.restore(2)
+  assert resumed.problem_as_of(1) is None
+  resumed.restore(1)
+  assert_state_equal(resumed.load(['a'])[0], state_for('a', 1))
+  assert_state_equal(resumed.load(['b'])[0], FRESH)
+  assert files_of(tmp_path) == ['client-a@00000001.state']
 
 
 def test_commit_deletes_superseded_versions(tmp_path):
@@ -105,6 +112,7 @@ def test_failed_write_leaves_previous_version_and_no_partial_file(
     tmp_path, monkeypatch):
   store = client_state_store.ClientStateStore(str(tmp_path), FRESH)
   store.save(['a'], [state_for('a', 1)], 1)
+  store.commit(1)
   before = files_of(tmp_path)
 
   def crash_midway(file, leaves):
@@ -124,6 +132,7 @@ def test_failed_write_leaves_previous_version_and_no_partial_file(
 def test_commit_removes_temporary_files_left_by_a_killed_writer(tmp_path):
   store = client_state_store.ClientStateStore(str(tmp_path), FRESH)
   store.save(['a'], [state_for('a', 1)], 1)
+  store.commit(1)
   (tmp_path / '.tmp-killed').write_bytes(b'partial')
   reopened = client_state_store.ClientStateStore(str(tmp_path), FRESH)
   assert_state_equal(reopened.load(['a'])[0], state_for('a', 1))
@@ -151,7 +160,7 @@ def test_bad_calls_raise_value_error(tmp_path):
   store = client_state_store.ClientStateStore(str(tmp_path), FRESH)
   store.save(['a'], [state_for('a', 2)], 2)
   store.commit(2)
-  with pytest.raises(ValueError, match='as of round 1 are gone'):
+  with pytest.raises(ValueError, match='as of round 1 are not recorded'):
     store.restore(1)
   with pytest.raises(ValueError, match='round_num=1'):
     store.commit(1)
@@ -236,20 +245,115 @@ def test_rounds_write_without_fsync_and_a_commit_syncs_what_it_keeps(
   assert not set(kept) & set(synced)
 
 
-def test_a_store_of_npz_files_is_converted_and_a_foreign_file_refused(
+def _committed_store(directory, owner='run-a'):
+  """A store whose round-2 commit records a@1, b@2, a@2 (a@1 superseded)."""
+  store = client_state_store.ClientStateStore(str(directory), FRESH,
+                                              keep_commits=2, owner=owner)
+  store.save(['a', 'b'], [state_for('a', 1), state_for('b', 1)], 1)
+  store.commit(1)
+  store.save(['a', 'c'], [state_for('a', 2), state_for('c', 2)], 2)
+  store.commit(2)
+  return store
+
+
+def _reopened(directory, owner='run-a'):
+  return client_state_store.ClientStateStore(str(directory), FRESH,
+                                             keep_commits=2, owner=owner)
+
+
+def test_an_intact_store_verifies_and_its_summary_names_the_states(tmp_path):
+  store = _committed_store(tmp_path)
+  assert _reopened(tmp_path).problem_as_of(2) is None
+  assert _reopened(tmp_path).problem_as_of(1) is None
+  assert store.summary_as_of(2)['count'] == 3  # a@2, b@1, c@2
+  assert store.summary_as_of(1)['count'] == 2
+  assert store.summary_as_of(0) == client_state_store.summary_of(0, {})
+  assert store.summary_as_of(2) != store.summary_as_of(1)
+
+
+@pytest.mark.parametrize('damage', [
+    'another_clients_file', 'another_runs_file', 'extra_version',
+    'not_a_state_name'])
+def test_a_file_the_manifest_does_not_list_is_refused_never_adopted(
+    tmp_path, damage):
+  _committed_store(tmp_path / 'a')
+  other = _committed_store(tmp_path / 'b', owner='run-b')
+  del other
+  directory = tmp_path / 'a'
+  if damage == 'another_clients_file':  # c never took part in round 1
+    target = 'client-c@00000001.state'
+    (directory / target).write_bytes(
+        (directory / 'client-b@00000001.state').read_bytes())
+  elif damage == 'another_runs_file':
+    target = 'client-d@00000002.state'
+    (directory / target).write_bytes(
+        (tmp_path / 'b' / 'client-a@00000002.state').read_bytes())
+  elif damage == 'extra_version':
+    target = 'client-b@00000002.state'
+    (directory / target).write_bytes(
+        (directory / 'client-b@00000001.state').read_bytes())
+  else:
+    target = 'notes.txt'
+    (directory / target).write_text('x')
+  before = (directory / client_state_store.MANIFEST_NAME).read_bytes()
+  store = _reopened(directory)
+  for round_num in (1, 2):
+    problem = store.problem_as_of(round_num)
+    assert problem is not None and target in problem, problem
+  # Opening and checking wrote nothing: the file was not adopted.
+  assert (directory / client_state_store.MANIFEST_NAME).read_bytes() == before
+
+
+def test_another_runs_store_and_a_missing_version_are_refused(tmp_path):
+  _committed_store(tmp_path / 'a')
+  _committed_store(tmp_path / 'b', owner='run-b')
+  problem = _reopened(tmp_path / 'b').problem_as_of(2)
+  assert 'belongs to another run (run-b, this is run-a)' in problem
+  (tmp_path / 'a' / 'client-c@00000002.state').unlink()
+  problem = _reopened(tmp_path / 'a').problem_as_of(2)
+  assert problem.endswith('client-c@00000002.state is missing')
+  assert _reopened(tmp_path / 'a').problem_as_of(1) is None  # c not used
+
+
+def test_files_after_the_last_commit_are_a_crashs_and_restore_removes_them(
     tmp_path):
-  # Earlier versions wrote one .npz per state: opening converts them.
+  store = _committed_store(tmp_path)
+  store.save(['b', 'e'], [state_for('b', 3), state_for('e', 3)], 3)
+  resumed = _reopened(tmp_path)
+  assert resumed.problem_as_of(2) is None
+  resumed.restore(2)
+  assert 'client-e@00000003.state' not in files_of(tmp_path)
+  assert_state_equal(resumed.load(['e'])[0], FRESH)
+
+
+def test_a_store_of_an_earlier_version_is_refused_until_upgraded_once(
+    tmp_path, capsys):
+  # Earlier versions wrote one .npz per state and a manifest without
+  # checksums or owner.
   for client_id, round_num in (('a', 1), ('a', 2), ('b', 1)):
     leaves = tf.nest.flatten(state_for(client_id, round_num))
     np.savez(tmp_path / f'client-{client_id}@{round_num:08d}.npz',
              **{f'leaf_{k}': leaf for k, leaf in enumerate(leaves)})
-  store = client_state_store.ClientStateStore(str(tmp_path), FRESH)
+  (tmp_path / client_state_store.MANIFEST_NAME).write_text(
+      '{"committed_round": 2}')
+  store = _reopened(tmp_path)
+  assert 'earlier version' in store.problem_as_of(2)
+  assert files_of(tmp_path)[0].endswith('.npz')  # opening changed nothing
+  steps = client_state_store.upgrade(str(tmp_path), 'run-a')
+  assert len(steps) == 7  # 3 converted, 3 recorded, the owner
+  assert 'converted client-a@00000001.npz' in capsys.readouterr().out
   assert files_of(tmp_path) == ['client-a@00000001.state',
                                 'client-a@00000002.state',
                                 'client-b@00000001.state']
+  store = _reopened(tmp_path)
+  assert store.problem_as_of(2) is None
+  store.restore(2)
   a, b = store.load(['a', 'b'])
   assert_state_equal(a, state_for('a', 2))
   assert_state_equal(b, state_for('b', 1))
+  assert client_state_store.upgrade(str(tmp_path), 'run-a') == []  # once
+  manifest = json.loads((tmp_path / client_state_store.MANIFEST_NAME
+                         ).read_text())
+  assert manifest['owner'] == 'run-a' and len(manifest['upgraded']) == 1
   (tmp_path / 'client-c@00000001.state').write_bytes(b'not a state')
-  with pytest.raises(ValueError, match='not one of this store'):
-    client_state_store.ClientStateStore(str(tmp_path), FRESH).load(['c'])
+  assert 'client-c@00000001.state' in _reopened(tmp_path).problem_as_of(2)
