@@ -296,4 +296,25 @@ def build_algorithm(
 def run_directory() -> outputs.RunDirectory:
   return outputs.RunDirectory(
       os.path.expanduser(f.ROOT_OUTPUT_DIR.value), experiment_name(),
-      hparams(), checkpoints_to_keep=f.CHECKPOINTS_TO_KEEP.value)
+      hparams(), checkpoints_to_keep=f.CHECKPOINTS_TO_KEEP.value,
+      numerics=numerics())
+
+
+def numerics() -> dict[str, str]:
+  """What decides a round's numbers beside the flags and the code: the
+  runtime (the in-process TensorFlow, the worker_binary's statically linked
+  TensorFlow 2.14, or remote workers), the device kind and the oneDNN
+  setting. Runs agree across these only to float rounding, which a
+  chaotic trajectory amplifies (`docs/runtime.md`), so a run records them
+  and a resume on others is refused (`RunDirectory.check_hparams`)."""
+  if f.WORKER_ADDRESSES.value:
+    runtime_name, device = 'remote TFF workers', 'CPU'
+  elif f.RUNTIME.value == 'worker':
+    runtime_name, device = 'worker', 'CPU'
+  else:
+    runtime_name = 'in_process'
+    device = ('GPU' if any('GPU' in d for d in
+                           tff_runtime.in_process.check_devices(
+                               f.DEVICES.value or None)) else 'CPU')
+  return {'runtime': runtime_name, 'device': device,
+          'onednn': tf_environment.onednn_setting()}

@@ -125,7 +125,8 @@ class RunDirectory:
   """
 
   def __init__(self, root_output_dir: str, experiment_name: str,
-               hparams: Mapping[str, Any], checkpoints_to_keep: int = 3):
+               hparams: Mapping[str, Any], checkpoints_to_keep: int = 3,
+               numerics: Optional[Mapping[str, str]] = None):
     check_experiment_name(experiment_name)
     self.path = os.path.join(root_output_dir, experiment_name)
     self.checkpoints_to_keep = checkpoints_to_keep
@@ -134,6 +135,9 @@ class RunDirectory:
     self._lock_fd: Optional[int] = None
     self._created: Optional[str] = None
     self.hparams = dict(hparams)
+    # Where the rounds' numbers are made (runtime, device, oneDNN): a run
+    # resumes only where it started (`check_hparams`).
+    self.numerics = dict(numerics) if numerics is not None else None
     self.metrics_csv = os.path.join(self.path, run_layout.METRICS_FILE)
     self.tensorboard_dir = os.path.join(self.path, run_layout.TENSORBOARD_DIR)
     self.checkpoint_dir = os.path.join(self.path, run_layout.CHECKPOINT_DIR)
@@ -289,6 +293,17 @@ class RunDirectory:
             ' recorded when the run started: it was edited or damaged; restore'
             ' it or pass another --experiment_name')
       saved = recorded
+    recorded_numerics = self.manifest.numerics
+    if (recorded_numerics is not None and self.numerics is not None and
+        recorded_numerics != self.numerics):
+      def describe(n):
+        return ', '.join(f'{k} {n.get(k)}' for k in sorted(self.numerics))
+      raise RunDirectoryError(
+          f'{self.path} was computed with {describe(recorded_numerics)};'
+          f' this run would go on with {describe(self.numerics)}, whose'
+          ' rounds differ at float rounding (docs/runtime.md): resume with'
+          ' the runtime, devices and oneDNN setting it started with, or pass'
+          ' another --experiment_name')
     if saved is None:
       return
     hparams = self.hparams
@@ -321,6 +336,8 @@ class RunDirectory:
                       json.dumps(self.hparams, indent=2, sort_keys=True))
     self.manifest.hparams = json.loads(json.dumps(self.hparams))
     self.manifest.new_run_id()
+    if self.numerics is not None:
+      self.manifest.numerics = self.numerics
     self.manifest.start_code(resumed_round)
     self.manifest.write()
     try:

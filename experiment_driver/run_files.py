@@ -11,6 +11,9 @@ first rows, without a word. `<run>/manifest.json` (written atomically,
     run_id       the run's identity, made when it starts (a random id): its
                  client-state store names it as its owner
     hparams      the run's flags, as `hparams.json` holds them
+    numerics     where its rounds' numbers are made: runtime, device kind,
+                 oneDNN setting (`experiment_driver.build.numerics`); a
+                 resume elsewhere is refused
     checkpoints  per checkpoint round: the sha256 of each of its files and of
                  the metrics rows up to that round (`metrics_digest`), and
                  for stateful clients the count and digest of the client
@@ -110,6 +113,7 @@ class Manifest:
     self.hparams: Optional[dict[str, Any]] = None
     # Made when the run starts; None in a manifest of an earlier version.
     self.run_id: Optional[str] = None
+    self.numerics: Optional[dict[str, str]] = None
     self.checkpoints: dict[int, dict[str, Any]] = {}
     self.code: list[dict[str, Any]] = []
 
@@ -136,6 +140,9 @@ class Manifest:
       run_id = data.get('run_id')
       if run_id is not None and not isinstance(run_id, str):
         raise ValueError('its run_id is not a string')
+      numerics = data.get('numerics')
+      if numerics is not None and not isinstance(numerics, dict):
+        raise ValueError('its numerics record is not an object')
       if not isinstance(hparams, dict) or not all(
           isinstance(c, dict) and isinstance(c.get('files'), dict) and
           isinstance(c.get('metrics_sha256'), str)
@@ -155,6 +162,7 @@ class Manifest:
     self.hparams, self.checkpoints, self.code = hparams, checkpoints, code
     if run_id is not None:  # else keep one `new_run_id` gave this run
       self.run_id = run_id
+    self.numerics = numerics
     return self
 
   def new_run_id(self) -> str:
@@ -167,6 +175,7 @@ class Manifest:
     release_managers.write_atomically(self.path, json.dumps({
         'format': FORMAT,
         'run_id': self.run_id,
+        'numerics': self.numerics,
         'hparams': self.hparams,
         'checkpoints': {str(r): c for r, c in sorted(self.checkpoints.items())},
         run_layout.MANIFEST_CODE_KEY: self.code,

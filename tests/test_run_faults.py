@@ -144,6 +144,7 @@ def test_a_full_disk_is_one_error_line_and_freeing_space_resumes_exactly(
   if subprocess.run(['mount', '-t', 'tmpfs', '-o', 'size=64m', 'tmpfs',
                      str(disk)], capture_output=True).returncode != 0:
     pytest.skip('cannot mount a tmpfs here (needs root outside a sandbox)')
+  process = None
   try:
     args = [*_SMALL, f'--root_output_dir={disk}', '--experiment_name=full']
     process = subprocess.Popen(_command(*args), stdout=subprocess.PIPE,
@@ -152,13 +153,7 @@ def test_a_full_disk_is_one_error_line_and_freeing_space_resumes_exactly(
     for line in process.stdout:
       if line.startswith('round 2/4'):  # the checkpoint of round 2 is next
         process.send_signal(signal.SIGSTOP)
-        with open(filler, 'wb') as f:
-          try:
-            while True:
-              f.write(b'\0' * (1 << 16))
-              f.flush()
-          except OSError:
-            pass
+        _fill(filler)
         process.send_signal(signal.SIGCONT)
         break
     _, stderr = process.communicate(timeout=300)
@@ -174,7 +169,23 @@ def test_a_full_disk_is_one_error_line_and_freeing_space_resumes_exactly(
     pd.testing.assert_frame_equal(_metrics(run_dir),
                                   _metrics(reference_runs['fedopt']))
   finally:
+    if process is not None and process.poll() is None:
+      process.send_signal(signal.SIGCONT)  # never leave it stopped
+      process.kill()
+      process.wait()
     subprocess.run(['umount', '-l', str(disk)], check=False)
+
+
+def _fill(path) -> None:
+  """Fills the file system of `path` with a file of zeros. Unbuffered: a
+  buffered file's close would retry the write that found the disk full
+  (and raise ENOSPC) where the loop no longer catches it."""
+  try:
+    with open(path, 'wb', buffering=0) as f:
+      while True:
+        f.write(b'\0' * (1 << 16))
+  except OSError:
+    pass  # full (or full already at open)
 
 
 @pytest.mark.parametrize('sig, code, word', [
