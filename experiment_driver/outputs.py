@@ -128,6 +128,7 @@ class RunDirectory:
                hparams: Mapping[str, Any], checkpoints_to_keep: int = 3,
                numerics: Optional[Mapping[str, str]] = None):
     check_experiment_name(experiment_name)
+    self.root = root_output_dir
     self.path = os.path.join(root_output_dir, experiment_name)
     self.checkpoints_to_keep = checkpoints_to_keep
     self.last_round = 0  # the last round whose metrics were released
@@ -184,6 +185,7 @@ class RunDirectory:
         is written then.
       RunDirectoryError: If the directory cannot be created or written.
     """
+    self._refuse_symlinks()
     # The top-most directory this run creates (None: it creates none).
     missing = None
     path = os.path.abspath(self.path)
@@ -230,6 +232,23 @@ class RunDirectory:
             f' {kind}')
     _remove_interrupted_writes(self.path)
     _remove_interrupted_writes(self.checkpoint_dir)
+
+  def _refuse_symlinks(self) -> None:
+    """Refuses a run directory, or a file or directory of its layout, that
+    is a symbolic link: writing through it would write outside the root
+    (the root itself may be one: runs are confined to where it leads).
+
+    Raises:
+      RunDirectoryError: Naming the link and where it leads.
+    """
+    for path in (self.path, self.checkpoint_dir, self.tensorboard_dir,
+                 self.client_states_dir, self.metrics_csv, self.hparams_json,
+                 self.manifest.path, os.path.join(self.path, LOCK_NAME)):
+      if os.path.islink(path):
+        raise RunDirectoryError(
+            f'{path} is a symbolic link (to {os.path.realpath(path)}): a run'
+            f' writes only inside its directory under {self.root}; replace'
+            ' the link with a directory or pass another --experiment_name')
 
   def unlock(self) -> None:
     """Releases the lock; a directory this run created and left empty goes."""

@@ -30,6 +30,7 @@ one door to it, with the reasons).
 
 import atexit
 import contextlib
+import functools
 import gc
 import threading
 from collections.abc import Iterator, Sequence
@@ -82,13 +83,55 @@ __all__ = [
 visible_devices = in_process.visible_devices
 
 
+# The runtimes entered and not yet exited, innermost last.
+_OPEN_RUNTIMES: list[contextlib.AbstractContextManager] = []
+
+
+class _ExitedAtShutdown(contextlib.AbstractContextManager):
+  """A runtime's context manager that, if entered and never exited (a
+  notebook's `__enter__()`), is exited at interpreter exit by an `atexit`
+  hook, while the modules it needs still exist: left to the garbage
+  collector at shutdown, its generator ran with module globals already
+  cleared and Python printed an `Exception ignored ... TypeError`."""
+
+  def __init__(self, manager: contextlib.AbstractContextManager):
+    self._manager = manager
+
+  def __enter__(self):
+    value = self._manager.__enter__()
+    _OPEN_RUNTIMES.append(self._manager)
+    return value
+
+  def __exit__(self, *exc_info):
+    if self._manager in _OPEN_RUNTIMES:
+      _OPEN_RUNTIMES.remove(self._manager)
+    return self._manager.__exit__(*exc_info)
+
+
+def _runtime(function):
+  """`contextlib.contextmanager`, exited at interpreter exit if left open."""
+  manager = contextlib.contextmanager(function)
+
+  @functools.wraps(function)
+  def make(*args, **kwargs):
+    return _ExitedAtShutdown(manager(*args, **kwargs))
+
+  return make
+
+
+@atexit.register
+def _exit_open_runtimes() -> None:
+  while _OPEN_RUNTIMES:
+    _OPEN_RUNTIMES.pop().__exit__(None, None, None)
+
+
 def _check_max_clients_per_call(max_clients_per_call: Optional[int]) -> None:
   if max_clients_per_call is not None and max_clients_per_call < 1:
     raise ValueError('max_clients_per_call must be positive, got '
                      f'{max_clients_per_call}.')
 
 
-@contextlib.contextmanager
+@_runtime
 def local_runtime(
     devices: Optional[Sequence[str]] = None,
     max_clients_per_call: Optional[int] = None,
@@ -163,7 +206,7 @@ def local_context(
       device.close()
 
 
-@contextlib.contextmanager
+@_runtime
 def worker_runtime(
     max_concurrent_clients: Optional[int] = None,
     max_clients_per_call: Optional[int] = None,
@@ -230,7 +273,7 @@ def worker_runtime(
     stop_worker(process)
 
 
-@contextlib.contextmanager
+@_runtime
 def remote_runtime(
     addresses: Sequence[str],
     connect_timeout_seconds: float = 30.0,

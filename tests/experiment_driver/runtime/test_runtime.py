@@ -306,3 +306,33 @@ def test_command_line_tools_refuse_bad_flags_without_tffs_exit_traceback(
   assert 'Traceback' not in finished.stderr, finished.stderr[-2000:]
 
 
+
+
+_LEFT_OPEN = '''
+import sys
+import tasks, large_cohort
+from experiment_driver import runtime
+getattr(runtime, sys.argv[1])().__enter__()  # never exited, as in a notebook
+task = tasks.create_task('synthetic')
+ids = task.datasets.train_data.client_ids[:3]
+data = [task.datasets.train_preprocess_fn(
+    task.datasets.train_data.create_tf_dataset_for_client(i)) for i in ids]
+process = large_cohort.build_fedopt(
+    task.model_fn, client_optimizer=large_cohort.build_optimizer('sgd', 0.1),
+    server_optimizer=large_cohort.build_lamb(0.01))
+process.next(process.initialize(), data)
+print('trained')
+'''
+
+
+@pytest.mark.parametrize('which', ['local_runtime', 'worker_runtime'])
+def test_a_runtime_left_open_closes_at_exit_without_a_traceback(which):
+  repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(
+      os.path.abspath(__file__)))))
+  result = subprocess.run([sys.executable, '-c', _LEFT_OPEN, which],
+                          capture_output=True, text=True, cwd=repo,
+                          timeout=600)
+  assert result.returncode == 0, result.stderr[-3000:]
+  assert result.stdout.strip().endswith('trained')
+  assert 'Exception ignored' not in result.stderr, result.stderr[-3000:]
+  assert 'Traceback' not in result.stderr, result.stderr[-3000:]
