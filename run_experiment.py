@@ -77,6 +77,7 @@ def run() -> None:
   run_dir.check_hparams()
   run_dir.lock()
   try:
+    run_dir.verify_resume()
     _train(run_dir)
   except KeyboardInterrupt as e:
     # The call in flight is abandoned: its coroutine is never awaited, which

@@ -25,6 +25,9 @@ Sections, printed as tables in one run:
 * `cores` — the speed-up of the limit and of the full round from one core
   to all cores (`bench.cores`: a process pinned to one core vs one with every
   core).
+* `long_run` — the driver's resident memory over a 5,000-round Synthetic
+  run at the driver's defaults (`bench.long_run`): flat after a warm-up,
+  within `long_run.BOUND_MB`.
 * `e2e` — a Synthetic driver run at `--e2e_clients` per round from the
   command line (`bench.e2e`): wall time, start-up, mean round, the
   projection to 1,500 rounds, and the mean round over the limit's time for
@@ -60,6 +63,7 @@ from absl import logging
 from bench import cores
 from bench import e2e
 from bench import evaluation
+from bench import long_run
 from bench import memory
 from bench import ratios
 from bench import report
@@ -67,7 +71,7 @@ from bench import tff_rounds
 from bench import workloads
 from experiment_driver import runtime
 
-SECTIONS = ('ratios', 'cores', 'memory', 'e2e', 'eval')
+SECTIONS = ('ratios', 'cores', 'memory', 'long_run', 'e2e', 'eval')
 
 _SECTIONS = flags.DEFINE_list(
     'sections', list(SECTIONS), f'Which of {", ".join(SECTIONS)} to run.')
@@ -160,6 +164,9 @@ _EVAL_COLUMNS = [('evaluation', 'test clients scored', 's'),
                  ('test_accuracy', 'final test accuracy', '.4f'),
                  ('test_loss', 'final test loss', '.4f'),
                  ('ratio', 'x per client', '.3f')]
+_LONG_RUN_COLUMNS = [('round', 'round', 'd'), ('rss_mb', 'driver RSS MB', '.0f'),
+                     ('growth_mb', 'growth MB', '.1f'),
+                     ('within_bound', 'within bound', 's')]
 _MEMORY_COLUMNS = [('algorithm', 'algorithm', 's'),
                    ('workload', 'workload', 's'), ('clients', 'clients', 'd'),
                    ('clients_per_call', 'clients/call', 's'),
@@ -262,6 +269,15 @@ def main(argv: Sequence[str]) -> None:
         'Peak resident memory (2 rounds, every client in each round; '
         'clients/call: the runtime\'s cohort slices)', tables['memory'],
         _MEMORY_COLUMNS), flush=True)
+  if 'long_run' in _SECTIONS.value:
+    rounds = 1000 if quick else 5000
+    tables['long_run'] = long_run.measure_long_run(rounds)
+    print(report.format_table(
+        'Driver resident memory over a long run: python run_experiment.py'
+        f' --task=synthetic --clients_per_round=20 --total_rounds={rounds}'
+        f' (growth after round 500; bound {long_run.BOUND_MB:.0f} MB)',
+        tables['long_run'], _LONG_RUN_COLUMNS), flush=True)
+    print(flush=True)
   if 'e2e' in _SECTIONS.value:
     rounds = 20 if quick else _E2E_ROUNDS.value
     tables['e2e'] = [e2e.measure_e2e(_E2E_CLIENTS.value, rounds,

@@ -47,13 +47,14 @@ import math
 import os
 import re
 import shutil
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any, Optional
 
 import tensorflow_federated as tff
 
 from experiment_driver import release_managers
 from experiment_driver import run_files
+from fl_common import client_state_store
 from fl_common import run_layout
 
 LOCK_NAME = run_layout.LOCK_FILE
@@ -149,6 +150,9 @@ class RunDirectory:
     self._event_loop = None  # made on first use (see `_loop`)
     self._release_managers = []
     self._state_manager = None  # creates its directory: made on first use
+    # (round, whether its client states were checked) that `verify_resume`
+    # verified, or None.
+    self._verified: Optional[tuple[Optional[int], bool]] = None
 
   @property
   def _loop(self) -> asyncio.AbstractEventLoop:
@@ -447,6 +451,29 @@ class RunDirectory:
     return sorted(self._loop.run_until_complete(
         self._checkpoints().get_versions()) or [])
 
+  def verify_resume(self) -> None:
+    """Verifies, before the runtime starts and the process is built, what a
+    resume would read: the latest checkpoint, its metrics rows and, where
+    the run keeps client states, exactly the states that checkpoint
+    recorded. A damaged run is then refused in a second, not after the
+    model is built; `load_latest_checkpoint` does not verify again what
+    passed here.
+
+    Raises:
+      CheckpointError: As `load_latest_checkpoint`.
+    """
+    store = None
+    try:
+      self.manifest.read()
+    except run_files.RunFileError as e:
+      raise CheckpointError(str(e)) from e
+    if os.path.isdir(self.client_states_dir) or any(
+        'client_states' in c for c in self.manifest.checkpoints.values()):
+      store = client_state_store.ClientStateStore(
+          self.client_states_dir, fresh_state=(), owner=self.run_id(),
+          upgrade_command=self.upgrade_command, create=False)
+    self._verified = (self._latest_verified(store), store is not None)
+
   def load_latest_checkpoint(
       self, structure: Any, client_states: Optional[Any] = None,
   ) -> tuple[Any, int]:
@@ -463,6 +490,31 @@ class RunDirectory:
         or damaged, naming it and the command that recovers; or if the
         checkpoint cannot be read.
     """
+    latest = self._latest_verified(client_states)
+    if latest is None:
+      return None, 0
+    try:
+      state = self._loop.run_until_complete(
+          self._checkpoints().load(latest, structure))
+    except Exception as e:  # pylint: disable=broad-except
+      path = self._checkpoint_path(latest)
+      older = [v for v in self._versions() if v < latest]
+      before = (f'resume from round {older[-1]}, the checkpoint before it'
+                if older else 'start the run again')
+      raise CheckpointError(
+          f'checkpoint {path} cannot be read ({type(e).__name__}); delete'
+          f' it (rm -r {path}) and rerun to {before}, or pass another'
+          ' --experiment_name') from e
+    # Checkpoints past the one resumed from are gone: forget them.
+    self.manifest.checkpoints = {r: c for r, c in
+                                 self.manifest.checkpoints.items()
+                                 if r <= latest}
+    self.last_checkpoint_round = latest
+    return state, latest
+
+  def _latest_verified(self, client_states: Optional[Any]) -> Optional[int]:
+    """The round of the latest checkpoint, verified (`load_latest_checkpoint`),
+    or None when there is none."""
     try:
       self.manifest.read()
     except run_files.RunFileError as e:
@@ -495,12 +547,16 @@ class RunDirectory:
             f'every checkpoint of {self.path} is gone (rounds'
             f' {sorted(recorded)} were saved); pass another --experiment_name'
             f' or remove the directory (rm -r {self.path}) to start again')
-      return None, 0
+      return None
+    verified_round, states_verified = self._verified or (None, False)
 
     def problem(version):
-      found = self.manifest.problem(version, self._checkpoint_path(version),
-                                    self.metrics_csv)
-      if found or client_states is None:
+      found = None
+      if version != verified_round:
+        found = self.manifest.problem(
+            version, self._checkpoint_path(version), self.metrics_csv)
+      if found or client_states is None or (version == verified_round and
+                                            states_verified):
         return found
       return client_states.problem_as_of(version) or (
           self.manifest.client_states_problem(
@@ -527,22 +583,7 @@ class RunDirectory:
       raise CheckpointError(
           f'{found}; to resume from round {older}, the newest checkpoint that'
           f' verifies, run: rm -r {newer}; then rerun the same command')
-    try:
-      state = self._loop.run_until_complete(
-          self._checkpoints().load(latest, structure))
-    except Exception as e:  # pylint: disable=broad-except
-      path = self._checkpoint_path(latest)
-      before = (f'resume from round {versions[-2]}, the checkpoint before it'
-                if len(versions) > 1 else 'start the run again')
-      raise CheckpointError(
-          f'checkpoint {path} cannot be read ({type(e).__name__}); delete'
-          f' it (rm -r {path}) and rerun to {before}, or pass another'
-          ' --experiment_name') from e
-    # Checkpoints past the one resumed from are gone: forget them.
-    self.manifest.checkpoints = {r: c for r, c in recorded.items()
-                                 if r <= latest}
-    self.last_checkpoint_round = latest
-    return state, latest
+    return latest
 
 
 def flatten_metrics(structure: Any, prefix: str = '') -> dict[str, float]:

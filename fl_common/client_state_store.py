@@ -117,7 +117,7 @@ class ClientStateStore:
 
   def __init__(self, directory: str, fresh_state: Any, keep_commits: int = 1,
                owner: Optional[str] = None,
-               upgrade_command: Optional[str] = None):
+               upgrade_command: Optional[str] = None, create: bool = True):
     """Opens (creating if needed) the store in `directory`.
 
     Opening never changes a file: a store whose files or manifest do not
@@ -134,6 +134,8 @@ class ClientStateStore:
         manifest at each commit, and a manifest of another owner is refused.
       upgrade_command: The command a refusal of an earlier version's store
         names (default: `upgrade`'s command line).
+      create: Whether to create `directory` if it is missing (not when the
+        store is opened only to verify it: `problem_as_of`).
 
     Raises:
       ValueError: If `keep_commits` is not positive.
@@ -142,7 +144,8 @@ class ClientStateStore:
       raise ValueError(f'keep_commits must be >= 1, got {keep_commits}.')
     self._keep_commits = keep_commits
     self._directory = directory
-    os.makedirs(directory, exist_ok=True)
+    if create:
+      os.makedirs(directory, exist_ok=True)
     self._fresh_leaves = [np.asarray(x) for x in tf.nest.flatten(fresh_state)]
     self._fresh_state = fresh_state
     self._versions: dict[str, list[int]] = {}
@@ -271,8 +274,10 @@ class ClientStateStore:
     except ClientStateError as e:
       return str(e)
     upgrade = f'convert it once with: {self._upgrade_command}'
+    names = (os.listdir(self._directory) if os.path.isdir(self._directory)
+             else [])
     if any(name.startswith(_PREFIX) and name.endswith(_LEGACY_SUFFIX)
-           for name in os.listdir(self._directory)):
+           for name in names):
       return (f'{self._directory} holds .npz client states, written by an'
               f' earlier version of this package; {upgrade}')
     if not manifest:
@@ -303,6 +308,8 @@ class ClientStateStore:
     crash after the last commit left (state files of later rounds) and
     temporary files."""
     foreign = []
+    if not os.path.isdir(self._directory):
+      return foreign
     for name in sorted(os.listdir(self._directory)):
       if (name == MANIFEST_NAME or name.startswith(_TEMP_PREFIX) or
           name in self._digests):

@@ -552,3 +552,17 @@ def test_eval_rounds_is_refused_where_it_would_do_nothing(args):
           os.path.dirname(os.path.abspath(__file__)))), check=False)
   assert result.returncode != 0
   assert '--eval_rounds only sets the eval section' in result.stderr
+
+
+def test_long_run_samples_the_drivers_memory_and_its_growth_after_warm_up():
+  from bench import long_run  # pylint: disable=g-import-not-at-top
+  rows = long_run.measure_long_run(rounds=30, clients_per_round=3,
+                                   sample_every=10, warm_up=10)
+  assert [row['round'] for row in rows] == [10, 20, 30]
+  assert all(200 < row['rss_mb'] < 20_000 for row in rows)
+  assert rows[0]['growth_mb'] == 0.0
+  assert rows[2]['growth_mb'] == rows[2]['rss_mb'] - rows[0]['rss_mb']
+  assert rows[2]['within_bound'] == (
+      'yes' if rows[2]['growth_mb'] <= long_run.BOUND_MB else 'NO')
+  with pytest.raises(ValueError, match='warm_up'):
+    long_run.measure_long_run(rounds=30, sample_every=10, warm_up=15)

@@ -78,11 +78,14 @@ def _growth_mb(task_name, task_kwargs, rounds, modes):
 def test_client_datasets_do_not_accumulate_across_rounds():
   # Stack Overflow's preprocessing puts its 10k-word vocabulary in a map
   # function: ~0.6 MB per client dataset. TensorFlow 2.14's kernel cache kept
-  # each one (+50 MB over these 150 datasets) unless something cleared it,
+  # each one (+0.6 MB a dataset) unless something cleared it,
   # as seeding does; 2.21 keeps ~6 MB unseeded. Seeded, nothing may pile up.
-  growth = _growth_mb('stackoverflow', {'use_synthetic_data': True}, 30,
+  # The bound is a quarter of what that leak would add over these 300
+  # datasets (~180 MB): allocator noise alone reached 17.7 MB over 150
+  # datasets on a fresh machine.
+  growth = _growth_mb('stackoverflow', {'use_synthetic_data': True}, 60,
                       ['seeded'])
-  assert growth['seeded'] < 15.0, growth
+  assert growth['seeded'] < 45.0, growth
 
 
 def test_partitioned_client_datasets_do_not_accumulate_across_rounds():
