@@ -37,6 +37,7 @@ from absl import logging
 import tensorflow_federated as tff
 
 from experiment_driver import algorithm_setup
+from experiment_driver import release_managers
 from experiment_driver import flag_groups
 from fl_common import run_layout
 from gel_tff import accounting
@@ -372,9 +373,12 @@ def write_run_summary(run_dir: str, task_name: str) -> dict[str, float]:
         ' --target_accuracy.')
   summary = accounting.summarize_run(run_dir, TARGET_METRIC.value, target,
                                      BASELINE_RUN_DIR.value)
-  with open(os.path.join(run_dir, 'gel_summary.json'), 'w') as f:
-    json.dump(dict(summary, target_accuracy=target), f, indent=2,
-              sort_keys=True)
+  # Atomically: a run killed while writing it leaves the previous summary
+  # or none, never half a file.
+  release_managers.write_atomically(
+      os.path.join(run_dir, 'gel_summary.json'),
+      json.dumps(dict(summary, target_accuracy=target), indent=2,
+                 sort_keys=True))
   return summary
 
 

@@ -51,6 +51,9 @@ def tff_runtime():
 # grows long only finishes later than it could: nothing else depends on it.
 LONGEST_MODULES = (
     'tests/test_run_faults.py',
+    'tests/test_damage_adabest.py',
+    'tests/test_damage_fedopt.py',
+    'tests/test_damage_gel.py',
     'tests/experiment_driver/test_flag_rules.py',
     'tests/bench/test_bench.py',
     'tests/test_run_experiment.py',

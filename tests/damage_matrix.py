@@ -28,8 +28,10 @@ from tests import run_directories
 # Kinds of run files, keyed by a path relative to the run directory.
 KINDS = ('hparams.json', 'manifest.json', 'metrics.csv', 'run.lock',
          'tensorboard/events', 'checkpoints/latest', 'checkpoints/older',
-         'client_states/MANIFEST.json', 'client_states/state')
+         'client_states/MANIFEST.json', 'client_states/state',
+         'gel_summary.json')
 STATEFUL_KINDS = ('client_states/MANIFEST.json', 'client_states/state')
+GEL_KINDS = ('gel_summary.json',)
 DAMAGES = ('truncate', 'flip', 'delete', 'another_run', 'older_copy',
            'extra_file')
 
@@ -42,7 +44,7 @@ def kind_of(relative: str) -> Optional[str]:
   """The kind of the run file at `relative` (a path in the run directory)."""
   parts = relative.split(os.sep)
   if relative in ('hparams.json', 'manifest.json', 'metrics.csv',
-                  'run.lock'):
+                  'run.lock', 'gel_summary.json'):
     return relative
   if parts[0] == 'tensorboard':
     return 'tensorboard/events'
@@ -71,8 +73,12 @@ def check_every_file_has_a_kind(run_dir: str) -> None:
       ' tests/damage_matrix.py')
 
 
-def cases(stateful: bool) -> list[tuple[str, str]]:
-  kinds = [k for k in KINDS if stateful or k not in STATEFUL_KINDS]
+def cases(stateful: bool = False, gel: bool = False
+          ) -> list[tuple[str, str]]:
+  """The (kind, damage) pairs of a family's run directory: stateful
+  clients' add the client-state store's files, GeL's its summary."""
+  kinds = [k for k in KINDS if (stateful or k not in STATEFUL_KINDS) and
+           (gel or k not in GEL_KINDS)]
   return [(kind, damage) for kind in kinds for damage in DAMAGES]
 
 

@@ -18,10 +18,10 @@ def test_every_run_file_has_its_cases(matrix):
   damage_matrix.check_every_file_has_a_kind(matrix.base)
   kinds = {damage_matrix.kind_of(f)
            for f in damage_matrix.files_of(matrix.base)}
-  assert kinds == {kind for kind, _ in damage_matrix.cases(True)}
+  assert kinds == {kind for kind, _ in damage_matrix.cases(stateful=True)}
 
 
-@pytest.mark.parametrize('kind,damage', damage_matrix.cases(True))
+@pytest.mark.parametrize('kind,damage', damage_matrix.cases(stateful=True))
 def test_a_damaged_run_file_is_refused_or_resumes_exactly(
     matrix, tmp_path, kind, damage):
   matrix.check(str(tmp_path), kind, damage)

@@ -7,11 +7,13 @@ runs `run_experiment.py` as a subprocess.
 """
 
 import glob
+import json
 import os
 import shutil
 import signal
 import stat
 import subprocess
+import sys
 import time
 
 import numpy as np
@@ -357,3 +359,54 @@ def test_tensorflow_temp_files_of_a_killed_run_go_with_the_next_run(tmp_path):
   assert glob.glob(str(temp / owned / '__autograph_generated_file*'))
   _run(*args[:-1], '--total_rounds=3', '--experiment_name=t2', env=env)
   assert not os.listdir(temp)
+
+
+def _as_an_earlier_version_wrote_it(run_dir):
+  """Strips what earlier versions did not record: the run's identity and
+  numerics, each checkpoint's client-state summary, the store's owner and
+  checksums; and stores one state as `.npz`, as the first versions did."""
+  manifest = json.loads((run_dir / 'manifest.json').read_text())
+  manifest.pop('run_id')
+  manifest.pop('numerics')
+  for record in manifest['checkpoints'].values():
+    record.pop('client_states', None)
+  (run_dir / 'manifest.json').write_text(json.dumps(manifest))
+  states = run_dir / 'client_states'
+  store = json.loads((states / 'MANIFEST.json').read_text())
+  store.pop('owner')
+  store.pop('files')
+  (states / 'MANIFEST.json').write_text(json.dumps(store))
+  first = sorted(states.glob('client-*.state'))[0]
+  # The leaves' bytes as one leaf: converted, the same bytes again.
+  np.savez(str(first)[:-len('.state')] + '.npz',
+           leaf_0=np.frombuffer(first.read_bytes(), np.uint8))
+  first.unlink()
+
+
+def test_a_run_of_an_earlier_version_is_refused_until_converted_once(
+    reference_runs, tmp_path):
+  args = [*_STATEFUL, f'--root_output_dir={tmp_path}',
+          '--experiment_name=old']
+  _run(*[a for a in args if not a.startswith('--total_rounds')],
+       '--total_rounds=2')
+  run_dir = tmp_path / 'old'
+  _as_an_earlier_version_wrote_it(run_dir)
+  result = _run(*args, check=False)
+  assert result.returncode == 2, result.stderr[-2000:]
+  (line,) = _stderr_lines(result)
+  assert 'earlier version' in line
+  assert f'python -m experiment_driver.upgrade_run {run_dir}' in line
+  converted = subprocess.run(
+      [sys.executable, '-m', 'experiment_driver.upgrade_run', str(run_dir)],
+      capture_output=True, text=True, cwd=_REPO, timeout=300)
+  assert converted.returncode == 0, converted.stderr[-2000:]
+  assert 'converted client-' in converted.stdout
+  assert 'gave the run its identity' in converted.stdout
+  assert 'bound checkpoint 2 to its' in converted.stdout
+  again = subprocess.run(
+      [sys.executable, '-m', 'experiment_driver.upgrade_run', str(run_dir)],
+      capture_output=True, text=True, cwd=_REPO, timeout=300)
+  assert again.stdout.strip() == f'{run_dir}: nothing to convert'
+  _run(*args)
+  pd.testing.assert_frame_equal(_metrics(run_dir),
+                                _metrics(reference_runs['adabest']))
