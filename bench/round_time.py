@@ -164,7 +164,8 @@ _EVAL_COLUMNS = [('evaluation', 'test clients scored', 's'),
                  ('test_accuracy', 'final test accuracy', '.4f'),
                  ('test_loss', 'final test loss', '.4f'),
                  ('ratio', 'x per client', '.3f')]
-_LONG_RUN_COLUMNS = [('round', 'round', 'd'), ('rss_mb', 'driver RSS MB', '.0f'),
+_LONG_RUN_COLUMNS = [('round', 'round', 'd'),
+                     ('rss_mb', 'driver RSS MB', '.0f'),
                      ('growth_mb', 'growth MB', '.1f'),
                      ('within_bound', 'within bound', 's')]
 _MEMORY_COLUMNS = [('algorithm', 'algorithm', 's'),

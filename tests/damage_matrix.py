@@ -22,6 +22,7 @@ import shutil
 from typing import Optional
 
 import pandas as pd
+import pytest
 
 from tests import run_directories
 
@@ -201,3 +202,29 @@ class Matrix:
 def _read(path: str) -> bytes:
   with open(path, 'rb') as f:
     return f.read()
+
+
+def module_tests(args: list[str], stateful: bool = False, gel: bool = False):
+  """A test module's fixture and tests for the family run by `args`:
+
+      matrix, test_every_run_file_has_its_cases, test_a_damaged_... = (
+          damage_matrix.module_tests([...], stateful=True))
+  """
+
+  @pytest.fixture(scope='module')
+  def matrix(tmp_path_factory):
+    return Matrix(str(tmp_path_factory.mktemp('runs')), args)
+
+  # pylint: disable=redefined-outer-name
+  def test_every_run_file_has_its_cases(matrix):
+    check_every_file_has_a_kind(matrix.base)
+    kinds = {kind_of(f) for f in files_of(matrix.base)}
+    assert kinds == {kind for kind, _ in cases(stateful, gel)}
+
+  @pytest.mark.parametrize('kind,damage', cases(stateful, gel))
+  def test_a_damaged_run_file_is_refused_or_resumes_exactly(
+      matrix, tmp_path, kind, damage):
+    matrix.check(str(tmp_path), kind, damage)
+
+  return (matrix, test_every_run_file_has_its_cases,
+          test_a_damaged_run_file_is_refused_or_resumes_exactly)

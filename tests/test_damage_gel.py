@@ -1,28 +1,19 @@
-"""The damage matrix (`tests/damage_matrix.py`) on FedAvgCM with GeL (budget-limited clients): each run file
-truncated, flipped, deleted, another run's, an older copy, or joined by an
-extra file, then resumed: refused in one line, or exact. Its runs sample
-GeL's 20 clients a round (fewer is a warning on stderr)."""
-
-import pytest
+"""The damage matrix (`tests/damage_matrix.py`) on FedAvgCM with GeL (budget-
+limited clients); its runs sample GeL's 20 clients a round (fewer is a
+warning on stderr): each run file truncated, flipped, deleted, another
+run's, an older copy, or joined by an extra file, then resumed: refused in
+one line, or exact."""
 
 from tests import damage_matrix
 
-_ARGS = ['--task=synthetic', '--algorithm=fedavgcm_gel', '--clients_per_round=20', '--max_eval_clients=20', '--seed=3']
+_ARGS = [
+    '--task=synthetic',
+    '--algorithm=fedavgcm_gel',
+    '--clients_per_round=20',
+    '--max_eval_clients=20',
+    '--seed=3',
+]
 
-
-@pytest.fixture(scope='module')
-def matrix(tmp_path_factory):
-  return damage_matrix.Matrix(str(tmp_path_factory.mktemp('runs')), _ARGS)
-
-
-def test_every_run_file_has_its_cases(matrix):
-  damage_matrix.check_every_file_has_a_kind(matrix.base)
-  kinds = {damage_matrix.kind_of(f)
-           for f in damage_matrix.files_of(matrix.base)}
-  assert kinds == {kind for kind, _ in damage_matrix.cases(gel=True)}
-
-
-@pytest.mark.parametrize('kind,damage', damage_matrix.cases(gel=True))
-def test_a_damaged_run_file_is_refused_or_resumes_exactly(
-    matrix, tmp_path, kind, damage):
-  matrix.check(str(tmp_path), kind, damage)
+(matrix, test_every_run_file_has_its_cases,
+ test_a_damaged_run_file_is_refused_or_resumes_exactly) = (
+     damage_matrix.module_tests(_ARGS, gel=True))
