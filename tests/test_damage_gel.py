@@ -1,6 +1,5 @@
-"""The damage matrix (`tests/damage_matrix.py`) on FedAvgCM with GeL (budget-
-limited clients); its runs sample GeL's 20 clients a round (fewer is a
-warning on stderr): each run file truncated, flipped, deleted, another
+"""The damage matrix (`tests/damage_matrix.py`) on FedAvgCM with GeL
+(budget-limited clients): each run file truncated, flipped, deleted, another
 run's, an older copy, or joined by an extra file, then resumed: refused in
 one line, or exact."""
 
@@ -9,7 +8,7 @@ from tests import damage_matrix
 _ARGS = [
     '--task=synthetic',
     '--algorithm=fedavgcm_gel',
-    '--clients_per_round=20',
+    '--clients_per_round=3',
     '--max_eval_clients=20',
     '--seed=3',
 ]
