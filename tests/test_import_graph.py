@@ -100,6 +100,9 @@ _ACROSS_MODULES = {
     'test_install.py': 'requirements/ and setup.py',
     'test_pytest_main.py': 'the Bazel launcher, tests/pytest_main.py',
     'test_run_faults.py': "run_experiment.py's faults and resumption",
+    'test_damage_fedopt.py': 'the damage matrix of every run file, FedOpt',
+    'test_damage_adabest.py': 'the damage matrix of every run file, AdaBest',
+    'test_damage_gel.py': 'the damage matrix of every run file, GeL',
     'bench/test_bench.py': 'the benchmark package',
     'experiment_driver/test_flag_checks.py': 'flag_groups and flag_rules',
     'experiment_driver/runtime/test_remote_workers.py':
