@@ -209,26 +209,9 @@ class ClientStateStore:
     except FileNotFoundError:
       return {}
     key = (stat.st_mtime_ns, stat.st_size, stat.st_ino)
-    if self._manifest_key == key:
-      return self._manifest_cache
-    try:
-      with open(path, 'rb') as f:
-        manifest = json.loads(f.read().decode())
-      if not isinstance(manifest, dict) or not (
-          'committed_round' in manifest or 'committed_rounds' in manifest):
-        raise ValueError('not a manifest')
-      [int(r) for r in manifest.get('committed_rounds',
-                                    [manifest.get('committed_round')])]
-      files = manifest.get('files', {})
-      if not isinstance(files, dict) or not all(
-          isinstance(v, str) for v in files.values()):
-        raise ValueError('not a manifest')
-    except (OSError, ValueError, TypeError) as e:
-      raise ClientStateError(
-          f'{path} is damaged ({type(e).__name__}): the client states it'
-          ' records cannot be verified') from e
-    self._manifest_key, self._manifest_cache = key, manifest
-    return manifest
+    if self._manifest_key != key:
+      self._manifest_key, self._manifest_cache = key, _read_manifest(path)
+    return self._manifest_cache
 
   def problem_as_of(self, round_num: int) -> Optional[str]:
     """What is wrong with the states as of committed round `round_num`,
@@ -565,15 +548,35 @@ def recorded_digests(directory: str) -> dict[str, str]:
   Raises:
     ClientStateError: If the manifest is damaged.
   """
-  return dict(_read_manifest(directory).get('files') or {})
+  return dict(_read_manifest(os.path.join(directory, MANIFEST_NAME)).get(
+      'files') or {})
 
 
-def _read_manifest(directory: str) -> dict[str, Any]:
-  store = ClientStateStore.__new__(ClientStateStore)
-  store._directory = directory
-  store._manifest_key = None
-  store._manifest_cache = {}
-  return store._manifest()
+def _read_manifest(path: str) -> dict[str, Any]:
+  """The store manifest at `path` ({} when there is none).
+
+  Raises:
+    ClientStateError: If it cannot be read or is not a store's manifest.
+  """
+  try:
+    with open(path, 'rb') as f:
+      manifest = json.loads(f.read().decode())
+    if not isinstance(manifest, dict) or not (
+        'committed_round' in manifest or 'committed_rounds' in manifest):
+      raise ValueError('not a manifest')
+    [int(r) for r in manifest.get('committed_rounds',
+                                  [manifest.get('committed_round')])]
+    files = manifest.get('files', {})
+    if not isinstance(files, dict) or not all(
+        isinstance(v, str) for v in files.values()):
+      raise ValueError('not a manifest')
+  except FileNotFoundError:
+    return {}
+  except (OSError, ValueError, TypeError) as e:
+    raise ClientStateError(
+        f'{path} is damaged ({type(e).__name__}): the client states it'
+        ' records cannot be verified') from e
+  return manifest
 
 
 def upgrade(directory: str, owner: Optional[str],
@@ -596,7 +599,7 @@ def upgrade(directory: str, owner: Optional[str],
       rounds were committed), or it is damaged.
   """
   path = os.path.join(directory, MANIFEST_NAME)
-  manifest = _read_manifest(directory)
+  manifest = _read_manifest(path)
   if not manifest:
     raise ClientStateError(
         f'{path} is missing: nothing records which rounds were committed,'
