@@ -1,13 +1,22 @@
 """python -m reproduce PAPER [EXPERIMENT ...] [--scale=local|paper|smoke]
+                     [--phase=confirmatory|exploratory]
+python -m reproduce freeze PAPER EXPERIMENT [EXPERIMENT ...]
 
 Runs each named experiment's grid of driver runs (finished runs skipped,
 unfinished ones resumed, `--parallel` at a time) and writes its report: the
-paper's numbers beside the package's, and its figures. `PAPER` may be `all`;
-no `EXPERIMENT` means every experiment of the paper. `--list` lists them.
+paper's numbers beside the package's, its figures and its history. `PAPER`
+may be `all`; no `EXPERIMENT` means every experiment of the paper. `--list`
+lists them.
 
-Reports go to `results/<paper>/<experiment>/` at the local scale (the
-committed evidence) and under `<root_output_dir>/<paper>/<scale>/reports/`
-otherwise, unless `--report_dir` says where.
+Phases (`reproduce.protocol`): `confirmatory` (the default, what `make
+reproduce` runs) needs the experiment's protocol frozen and unchanged, and
+runs its frozen version's confirmatory seeds; `exploratory` runs development
+seeds, for developing a setup. `freeze` freezes protocols.
+
+Confirmatory reports go to `results/<paper>/<experiment>/` at the local
+scale (the committed evidence); other reports under
+`<root_output_dir>/reports/<phase>/<scale>/`, unless `--report_dir` says
+where.
 """
 
 import argparse
@@ -21,6 +30,7 @@ from experiment_driver import prestart
 from experiment_driver import runtime
 import reproduce
 from reproduce import core
+from reproduce import protocol as protocols
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -32,8 +42,16 @@ def _parser() -> argparse.ArgumentParser:
   parser.add_argument('experiments', nargs='*', metavar='EXPERIMENT',
                       help='Experiments of the paper (default: all).')
   parser.add_argument('--scale', default='local', choices=core.SCALES)
+  parser.add_argument('--phase', default=protocols.CONFIRMATORY,
+                      choices=protocols.PHASES,
+                      help='confirmatory: the frozen protocol\'s seeds;'
+                      ' exploratory: development seeds.')
+  parser.add_argument('--protocols_dir', default=protocols.PROTOCOLS_DIR,
+                      help='Where the protocols are (default: the'
+                      ' package\'s).')
   parser.add_argument('--seeds', type=int, default=None,
-                      help='Seeds per grid point (default: the scale\'s).')
+                      help='Seeds per grid point, exploratory only (default:'
+                      ' the protocol\'s, else the scale\'s).')
   parser.add_argument('--root_output_dir', default=core.DEFAULT_ROOT,
                       help='Root of the run directories.')
   parser.add_argument('--report_dir', default=None,
@@ -73,11 +91,36 @@ def _select(paper: Optional[str], names: Sequence[str]):
 def report_dir(args, experiment: core.Experiment) -> str:
   if args.report_dir:
     base = args.report_dir
-  elif args.scale == 'local':
+  elif args.scale == 'local' and args.phase == protocols.CONFIRMATORY:
     base = core.RESULTS_DIR
   else:
-    base = os.path.join(args.root_output_dir, 'reports', args.scale)
+    base = os.path.join(args.root_output_dir, 'reports', args.phase,
+                        args.scale)
   return os.path.join(base, experiment.paper, experiment.name)
+
+
+def _freeze(argv: Sequence[str]) -> int:
+  parser = argparse.ArgumentParser(
+      prog='python -m reproduce freeze',
+      description='Freezes protocols: records each one\'s SHA-256, the commit'
+      ' that holds it and its confirmatory seeds (reproduce.protocol).')
+  parser.add_argument('paper')
+  parser.add_argument('experiments', nargs='+', metavar='EXPERIMENT')
+  parser.add_argument('--protocols_dir', default=protocols.PROTOCOLS_DIR)
+  args = parser.parse_args(argv)
+  try:
+    experiments = _select(args.paper, args.experiments)
+    loaded = [(e, protocols.load(e.paper, e.name, args.protocols_dir))
+              for e in experiments]
+    for e, protocol in loaded:
+      record = protocols.freeze(protocol, e)
+      print(f'frozen: {protocol.path} version {record["version"]}, sha256'
+            f' {record["sha256"][:16]}, commit {record["commit"] or "none"},'
+            f' confirmatory seeds from {record["first_seed"]}')
+  except ValueError as e:
+    print(f'error: {e}', file=sys.stderr)
+    return 2
+  return 0
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -85,6 +128,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
   # (each run is a driver subprocess), so TFF's default context goes now,
   # before argparse may exit on bad arguments.
   runtime.refuse_unmanaged_default_context()
+  argv = sys.argv[1:] if argv is None else list(argv)
+  if argv[:1] == ['freeze']:
+    return _freeze(argv[1:])
   args = _parser().parse_args(argv)
   try:
     if args.list:
@@ -96,9 +142,17 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if args.report_only and args.dry_run:
       raise ValueError('--report_only and --dry_run exclude each other')
     experiments = _select(args.paper, args.experiments)
-    # Every grid is built (and so checked) before anything runs.
+    if args.seeds is not None and args.phase == protocols.CONFIRMATORY:
+      raise ValueError('--seeds: a confirmatory run takes its protocol\'s'
+                       ' seed count (change the protocol and freeze it'
+                       ' again, or run --phase=exploratory)')
+    # Every protocol is checked and every grid built before anything runs.
+    phases = {(e.paper, e.name): core.phase_for(e, args.phase, args.scale,
+                                                args.protocols_dir)
+              for e in experiments}
     points = {(e.paper, e.name): core.build_points(
-        e, args.scale, args.root_output_dir, args.seeds) for e in experiments}
+        e, args.scale, args.root_output_dir, args.seeds,
+        phase=phases[(e.paper, e.name)]) for e in experiments}
     if args.seeds is not None and not any(points.values()):
       raise ValueError('--seeds does nothing here: no selected experiment'
                        ' has driver runs (each is measured)')
@@ -118,19 +172,21 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
   # One prestarter for all the experiments: its servers import the driver
   # once, not once per experiment (`experiment_driver.prestart`).
   with prestart.Prestarter() as prestarter:
-    return _run_and_report(args, experiments, prestarter)
+    return _run_and_report(args, experiments, phases, prestarter)
 
 
-def _run_and_report(args, experiments, prestarter) -> int:
+def _run_and_report(args, experiments, phases, prestarter) -> int:
   """Runs (unless `--report_only`) and reports each experiment in turn."""
   failed = False
   for e in experiments:
-    print(f'== {e.paper} {e.name}: {e.source} ({args.scale})', flush=True)
+    phase = phases[(e.paper, e.name)]
+    print(f'== {e.paper} {e.name}: {e.source} ({args.scale}, {phase.name})',
+          flush=True)
     if not args.report_only:
       start = time.monotonic()
       results = core.run_experiment(e, args.scale, args.root_output_dir,
                                     args.seeds, args.parallel,
-                                    prestarter=prestarter)
+                                    prestarter=prestarter, phase=phase)
       if results or not e.measure:
         for line in core.sweep.summary_lines(results):
           print(line)
@@ -139,7 +195,7 @@ def _run_and_report(args, experiments, prestarter) -> int:
     try:
       directory = report_dir(args, e)  # <base>/<paper>/<experiment>
       path = core.write_report(e, args.scale, args.root_output_dir,
-                               directory, args.seeds)
+                               directory, args.seeds, phase)
       print(f'report: {path}', flush=True)
       core.write_index(list(reproduce.EXPERIMENTS.values()),
                        os.path.dirname(os.path.dirname(directory)), e.paper)

@@ -58,6 +58,8 @@ from experiment_driver import release_managers
 from experiment_driver import run_files
 from fl_common import run_layout
 from reproduce import analysis
+from reproduce import history
+from reproduce import protocol as protocols
 from reproduce import sweep
 from reproduce import verdicts
 
@@ -179,22 +181,76 @@ class Verdict:
   assessments: tuple[verdicts.Assessment, ...]
 
 
-def judge(experiment: Experiment, frame: pd.DataFrame,
-          scale: str) -> Verdict:
-  """The experiment's verdict on its runs' frame (`reproduce.verdicts`)."""
-  assessments = tuple(verdicts.assess(frame, effect)
-                      for effect in experiment.effects(scale))
+@dataclasses.dataclass(frozen=True)
+class Phase:
+  """Which runs a command makes and reads: `protocols.EXPLORATORY`
+  (development seeds) or `protocols.CONFIRMATORY` (the frozen version's
+  seed block), with the experiment's protocol (None: an experiment without
+  one, exploratory only) and, confirmatory, its frozen version's record."""
+
+  name: str = protocols.EXPLORATORY
+  protocol: Optional[protocols.Protocol] = None
+  frozen: Optional[Mapping[str, object]] = None
+
+  @property
+  def first_seed(self) -> int:
+    return int(self.frozen['first_seed']) if self.frozen else 0
+
+
+def phase_for(experiment: Experiment, name: str, scale: str,
+              protocols_dir: str = protocols.PROTOCOLS_DIR) -> Phase:
+  """The experiment's phase `name` at `scale`.
+
+  Raises:
+    ValueError: Confirmatory: if the protocol is missing, not frozen,
+      changed since its freeze, or not what the code carries out.
+  """
+  if name not in protocols.PHASES:
+    raise ValueError(f'phase must be one of {", ".join(protocols.PHASES)},'
+                     f' got {name!r}')
+  try:
+    protocol = protocols.load(experiment.paper, experiment.name,
+                              protocols_dir)
+  except ValueError:
+    if name == protocols.CONFIRMATORY or os.path.exists(
+        protocols.path_of(experiment.paper, experiment.name, protocols_dir)):
+      raise
+    return Phase(name)
+  if name == protocols.EXPLORATORY:
+    return Phase(name, protocol)
+  record = protocols.frozen(protocol)
+  found = protocols.differences(protocol, experiment, scale)
+  if found:
+    raise ValueError(f'the code does not carry out the frozen {protocol.path}'
+                     f' (version {record["version"]}): ' + '; '.join(found[:3])
+                     + (f' (and {len(found) - 3} more)' if len(found) > 3
+                        else ''))
+  return Phase(name, protocol, record)
+
+
+def judge(experiment: Experiment, frame: pd.DataFrame, scale: str,
+          phase: Optional[Phase] = None) -> Verdict:
+  """The experiment's verdict on its runs' frame (`reproduce.verdicts`),
+  its effects declared as its protocol declares them."""
+  effects = protocols.apply(phase.protocol if phase else None,
+                            experiment.effects(scale))
+  assessments = verdicts.assess_all(frame, effects)
   not_testable = experiment.not_testable(scale)
-  verdict = verdicts.combine([a.verdict for a in assessments], not_testable)
+  verdict = verdicts.combine([a.verdict for a in assessments if a.primary],
+                             not_testable)
   if not_testable:
     reason = (f'{not_testable} Test it with `python -m reproduce'
               f' {experiment.paper} {experiment.name} --scale=paper`.')
   elif not assessments:
     reason = 'the experiment declares no effect to test.'
   else:
-    counts = collections.Counter(a.verdict for a in assessments)
-    reason = ', '.join(f'{n} of {len(assessments)} effects {v}'
-                       for v, n in counts.most_common()) + '.'
+    primary = [a for a in assessments if a.primary]
+    counts = collections.Counter(a.verdict for a in primary)
+    reason = ('Primary effects: '
+              + ', '.join(f'{n} of {len(primary)} {v}'
+                          for v, n in counts.most_common())
+              + (f'; {len(assessments) - len(primary)} secondary' if
+                 len(primary) < len(assessments) else '') + '.')
   return Verdict(verdict, reason, assessments)
 
 
@@ -234,12 +290,19 @@ def _smoke_grid(grid: Grid) -> Grid:
                              total_rounds=min(grid.total_rounds, SMOKE_ROUNDS))
 
 
-def setting_for(experiment: Experiment, scale: str) -> Setting:
+def setting_for(experiment: Experiment, scale: str,
+                phase: Optional[Phase] = None) -> Setting:
+  """The experiment's setting at `scale`, with its protocol's seed count
+  where the protocol gives one."""
   if scale not in SCALES:
     raise ValueError(f'scale must be one of {", ".join(SCALES)}, got'
                      f' {scale!r}')
+  declared = (phase.protocol.seeds(scale) if phase and phase.protocol
+              else None)
   if scale != 'smoke':
-    return experiment.setting(scale)
+    setting = experiment.setting(scale)
+    return (setting if declared is None
+            else dataclasses.replace(setting, seeds=declared))
   local = experiment.setting('local')
   return dataclasses.replace(
       local, grids=tuple(_smoke_grid(g)
@@ -253,13 +316,17 @@ def run_root(root: str, experiment: Experiment, scale: str) -> str:
 def build_points(experiment: Experiment, scale: str, root: str,
                  seeds: Optional[int] = None,
                  command: Sequence[str] = sweep.DEFAULT_COMMAND,
+                 phase: Optional[Phase] = None,
                  ) -> list[sweep.SweepPoint]:
-  """Every run of the experiment at `scale` (seeds default: the scale's).
+  """Every run of the experiment at `scale` in `phase` (default:
+  exploratory; seeds default: the protocol's, else the scale's).
 
   Raises:
-    ValueError: For an unknown scale, `seeds` < 1 or a malformed grid.
+    ValueError: For an unknown scale, `seeds` < 1, a malformed grid, or a
+      seed of the other phase's range (`protocols.check_seeds`).
   """
-  setting = setting_for(experiment, scale)
+  phase = phase or Phase()
+  setting = setting_for(experiment, scale, phase)
   if seeds is not None and seeds < 1:
     raise ValueError(f'seeds must be >= 1, got {seeds}')
   seeds = setting.seeds if seeds is None else seeds
@@ -271,8 +338,11 @@ def build_points(experiment: Experiment, scale: str, root: str,
                                    name_prefix=grid.name, flags=grid.flags,
                                    command=command)
       continue
-    for seed in seed_values(min(seeds, grid.max_seeds or seeds),
-                            grid.first_seed):
+    values = seed_values(min(seeds, grid.max_seeds or seeds),
+                         phase.first_seed + grid.first_seed)
+    protocols.check_seeds(phase.name, [int(v) for v in values],
+                          phase.first_seed if phase.frozen else None)
+    for seed in values:
       points += sweep.build_points(
           (*grid.axes, sweep.Axis(grid.seed_flag, (seed,))), directory,
           grid.total_rounds, name_prefix=grid.name,
@@ -366,12 +436,14 @@ def run_experiment(experiment: Experiment, scale: str, root: str,
                    seeds: Optional[int] = None, parallel: int = 2,
                    print_fn: Callable[[str], None] = print,
                    prestarter: Optional[prestart.Prestarter] = None,
+                   phase: Optional[Phase] = None,
                    ) -> list[sweep.PointResult]:
   """Runs the experiment's unfinished points (`parallel` at a time, at most
   `experiment.max_parallel`), recording each one's wall time as it ends; a
   measured experiment is measured again (it takes seconds). `prestarter`
   (`reproduce.sweep.run_sweep`) lets several experiments share its servers."""
-  points = run_order(experiment, build_points(experiment, scale, root, seeds))
+  points = run_order(experiment, build_points(experiment, scale, root, seeds,
+                                              phase=phase))
   if experiment.measure is not None:
     _measure(experiment, scale, root, print_fn)
   if experiment.max_parallel is not None:
@@ -541,9 +613,10 @@ def markdown_table(frame: pd.DataFrame) -> str:
 
 
 def command_line(experiment: Experiment, scale: str,
-                 seeds: Optional[int]) -> str:
+                 seeds: Optional[int],
+                 phase: str = protocols.CONFIRMATORY) -> str:
   parts = ['python', '-m', 'reproduce', experiment.paper, experiment.name,
-           f'--scale={scale}']
+           f'--scale={scale}', f'--phase={phase}']
   if seeds is not None:
     parts.append(f'--seeds={seeds}')
   return shlex.join(parts)
@@ -554,9 +627,80 @@ def _training_seconds(frame: pd.DataFrame) -> float:
   return float(frame[columns].sum().sum()) if columns else 0.0
 
 
+VERDICT_FILE = 'verdict.json'
+
+
+def _judged_phase(experiment: Experiment, scale: str, root: str,
+                  seeds: Optional[int], phase: Phase,
+                  measured: Optional[pd.DataFrame]
+                  ) -> Optional[tuple[Verdict, list[sweep.SweepPoint],
+                                      list[sweep.SweepPoint], pd.DataFrame]]:
+  """(verdict, points, finished points, frame) of one phase's runs in
+  `root`, or None when none of them has finished."""
+  points = build_points(experiment, scale, root, seeds, phase=phase)
+  finished = [p for p in points if sweep.is_finished(p)]
+  if measured is not None and not points:
+    frame = measured
+  elif not finished:
+    return None
+  else:
+    frame = load_finished_runs(points)
+    if measured is not None:
+      # Measured rows beside the runs' (their run columns empty), which
+      # `analyze` and the effects tell apart by their own columns.
+      frame = pd.concat([frame, measured], ignore_index=True)
+  return judge(experiment, frame, scale, phase), points, finished, frame
+
+
+def _seed_range(experiment: Experiment, scale: str, phase: Phase,
+                seeds: Optional[int]) -> str:
+  setting = setting_for(experiment, scale, phase)
+  count = seeds or setting.seeds
+  firsts = [g.first_seed for g in setting.grids if g.seed_flag]
+  if not firsts:
+    return 'no seed axis'
+  low = phase.first_seed + min(firsts)
+  high = phase.first_seed + max(g.first_seed + min(count, g.max_seeds or count)
+                                for g in setting.grids if g.seed_flag) - 1
+  return f'seeds {low}-{high}'
+
+
+def _effects_section(judged: Verdict, title: str) -> list[str]:
+  if not judged.assessments:
+    return []
+  by_cell = [a.effect for a in judged.assessments
+             if isinstance(a.effect, verdicts.Effect)
+             and not a.effect.pairs_by_seed]
+  pairing = ('seed' if not by_cell else
+             'seed or, where the table counts cells, by a grid\'s cell (equal'
+             f' {", ".join(by_cell[0].pair_flags)})')
+  return [f'## {title}', '',
+          'Each effect pairs the treatment\'s and the baseline\'s runs by'
+          f' {pairing}. Intervals: 95 % (paired t; for a 0/1 outcome the'
+          ' exact interval of the exact McNemar test), 90 % for an'
+          ' equivalence (TOST). p: Holm-corrected over the primary effects;'
+          ' a secondary effect\'s is its own.', '',
+          markdown_table(verdicts.effects_table(judged.assessments)), '']
+
+
+def _verdict_record(judged: Optional[Verdict]) -> Optional[dict]:
+  if judged is None:
+    return None
+  return {'verdict': judged.verdict,
+          'effects': verdicts.counts(judged.assessments),
+          'secondary': sum(not a.primary for a in judged.assessments)}
+
+
 def write_report(experiment: Experiment, scale: str, root: str,
-                 output_dir: str, seeds: Optional[int] = None) -> str:
-  """Analyzes the finished runs and writes `<output_dir>/README.md`.
+                 output_dir: str, seeds: Optional[int] = None,
+                 phase: Optional[Phase] = None) -> str:
+  """Analyzes the finished runs and writes `<output_dir>/README.md` and
+  `<output_dir>/verdict.json`.
+
+  The report's verdict is its phase's (confirmatory: the frozen protocol's
+  seeds). A confirmatory report also reads the exploratory runs it finds in
+  `root` (development seeds) as exploratory, and every report carries its
+  protocol and its history (`reproduce.history`).
 
   Returns:
     The report's path.
@@ -564,7 +708,7 @@ def write_report(experiment: Experiment, scale: str, root: str,
   Raises:
     ValueError: If no run has finished or the analysis cannot be made.
   """
-  points = build_points(experiment, scale, root, seeds)
+  phase = phase or Phase()
   timings = read_timings(experiment, scale, root)
   measured = None
   if experiment.measure is not None:
@@ -576,14 +720,16 @@ def write_report(experiment: Experiment, scale: str, root: str,
     measurement = (f'the measurement took'
                    f' {timings.get(experiment.name, math.nan):.1f} s'
                    f' (`{path}`)')
+  found = _judged_phase(experiment, scale, root, seeds, phase, measured)
+  if found is None:
+    raise ValueError(f'no {phase.name} run of this experiment has finished;'
+                     ' run it first (without --report_only)')
+  judged, points, finished, frame = found
   if measured is not None and not points:
-    frame = measured
     provenance = (
         f'Scale `{scale}`: no driver run; {measurement}.'
         ' Rerunning the command measures again and regenerates this report.')
   else:
-    frame = load_finished_runs(points)
-    finished = [p for p in points if sweep.is_finished(p)]
     run_seconds = [timings[p.experiment_name] for p in finished
                    if p.experiment_name in timings]
     at_a_time = 'one' if experiment.max_parallel == 1 else 'two'
@@ -599,47 +745,49 @@ def write_report(experiment: Experiment, scale: str, root: str,
         ' Rerunning the command skips finished runs'
         + (', measures again' if measured is not None else '') +
         ' and regenerates this report from their directories.')
-    if measured is not None:
-      # Measured rows beside the runs' (their run columns empty), which
-      # `analyze` and the effects tell apart by their own columns.
-      frame = pd.concat([frame, measured], ignore_index=True)
+  exploratory = None
+  if phase.name == protocols.CONFIRMATORY:
+    exploratory = _judged_phase(
+        experiment, scale, root, seeds,
+        Phase(protocols.EXPLORATORY, phase.protocol), measured)
   os.makedirs(output_dir, exist_ok=True)
   result = experiment.analyze(frame, output_dir)
   table = side_by_side(paper_numbers(experiment.paper, experiment.name),
                        result.table)
-  setting = setting_for(experiment, scale)
-  judged = judge(experiment, frame, scale)
-  measured = verdicts.package_sentence(judged.assessments) or (
+  setting = setting_for(experiment, scale, phase)
+  package = verdicts.package_sentence(judged.assessments) or (
       'no effect declared.')
+  report_path = os.path.join(output_dir, 'README.md')
+  past = []
+  if phase.protocol is not None:
+    module = os.path.join(REPO_DIR, 'reproduce',
+                          f'{experiment.paper}_experiments.py')
+    past = history.of_report(REPO_DIR, _report_path(RESULTS_DIR, experiment),
+                             phase.protocol.path, module, experiment.name)
   lines = [
       f'# {PAPER_TITLES[experiment.paper]}: {experiment.source}',
       '',
       f'**Paper:** {experiment.claim} ({experiment.source})',
       '',
-      f'**Package:** at scale `{scale}`, {measured}',
+      _protocol_line(experiment, scale, phase, seeds),
       '',
-      f'{VERDICT_PREFIX}{judged.verdict}. {judged.reason} (Rules:'
-      f' `{verdicts.RULES_DOC}`.)',
+      f'**Package ({phase.name}):** at scale `{scale}`, {package}',
+      '',
+      f'{VERDICT_PREFIX}{judged.verdict} ({phase.name}). {judged.reason}'
+      f' (Rules: `{verdicts.RULES_DOC}`.)',
+      '',
+      _exploratory_line(phase, exploratory, past, experiment, scale, seeds),
       '',
       '```',
-      command_line(experiment, scale, seeds),
+      command_line(experiment, scale, seeds, phase.name),
       '```',
       '',
       provenance,
       '',
   ]
-  if judged.assessments:
-    by_cell = [a.effect for a in judged.assessments
-               if isinstance(a.effect, verdicts.Effect)
-               and not a.effect.pairs_by_seed]
-    pairing = ('seed' if not by_cell else
-               'seed or, where the table counts cells, by a grid\'s cell (equal'
-               f' {", ".join(by_cell[0].pair_flags)})')
-    lines += ['## Effects', '',
-              'Each effect pairs the treatment\'s and the baseline\'s runs by'
-              f' {pairing}; the interval is the paired differences\' 95 %'
-              ' Student-t interval.', '',
-              markdown_table(verdicts.effects_table(judged.assessments)), '']
+  lines += _effects_section(judged, f'Effects ({phase.name})')
+  if exploratory is not None:
+    lines += _effects_section(exploratory[0], 'Effects (exploratory)')
   if setting.substitutes:
     lines += ['**What this scale substitutes for the paper\'s setting.** '
               + setting.substitutes, '']
@@ -652,9 +800,65 @@ def write_report(experiment: Experiment, scale: str, root: str,
     lines += [f'![{name}]({name})' for name in result.figures] + ['']
   if result.notes:
     lines += ['## Reading', ''] + [note + '\n' for note in result.notes]
-  path = os.path.join(output_dir, 'README.md')
-  release_managers.write_atomically(path, '\n'.join(lines).rstrip() + '\n')
-  return path
+  if phase.protocol is not None:
+    lines += ['## History', '', *history.markdown(past), '']
+  release_managers.write_atomically(report_path,
+                                    '\n'.join(lines).rstrip() + '\n')
+  record = {
+      'phase': phase.name, 'scale': scale,
+      'protocol': (None if phase.protocol is None else {
+          'sha256': phase.protocol.sha256,
+          'version': phase.frozen['version'] if phase.frozen else None}),
+      phase.name: _verdict_record(judged),
+  }
+  if exploratory is not None:
+    record[protocols.EXPLORATORY] = _verdict_record(exploratory[0])
+  release_managers.write_atomically(
+      os.path.join(output_dir, VERDICT_FILE),
+      json.dumps(record, indent=1) + '\n')
+  return report_path
+
+
+def _protocol_line(experiment: Experiment, scale: str, phase: Phase,
+                   seeds: Optional[int]) -> str:
+  if phase.protocol is None:
+    return ('**Protocol:** none (this experiment has no protocol file:'
+            ' exploratory only).')
+  rel = os.path.relpath(phase.protocol.path, REPO_DIR)
+  if phase.frozen:
+    commit = phase.frozen.get('commit')
+    return (f'**Protocol:** [`{rel}`]({os.path.relpath(phase.protocol.path, os.path.join(RESULTS_DIR, experiment.paper, experiment.name))})'
+            f' version {phase.frozen["version"]}, sha256'
+            f' `{phase.protocol.sha256[:16]}`, frozen'
+            f' {phase.frozen["frozen_at"]}'
+            + (f' at commit `{commit[:7]}`' if commit else '') +
+            f'; confirmatory {_seed_range(experiment, scale, phase, seeds)},'
+            ' drawn at the freeze.')
+  return (f'**Protocol:** `{rel}` (sha256 `{phase.protocol.sha256[:16]}`,'
+          ' not frozen for this run: exploratory, development'
+          f' {_seed_range(experiment, scale, phase, seeds)}).')
+
+
+def _exploratory_line(phase: Phase, exploratory, past, experiment,
+                      scale: str, seeds: Optional[int]) -> str:
+  if phase.name == protocols.EXPLORATORY:
+    return ('**Exploratory:** this report is exploratory (development'
+            ' seeds); its verdict decides nothing until a frozen protocol'
+            ' is run on confirmatory seeds.')
+  if exploratory is not None:
+    dev = _seed_range(experiment, scale,
+                      Phase(protocols.EXPLORATORY, phase.protocol), seeds)
+    return (f'**Exploratory:** {exploratory[0].verdict} on development'
+            f' {dev} ({len(exploratory[2])} runs in this root), by the same'
+            ' rules; see the exploratory effects below.')
+  before = [e for e in past if e.verdict != 'none stated']
+  if before:
+    last = before[-1]
+    return (f'**Exploratory:** no development-seed run in this root; the'
+            f' last committed version before this one said {last.verdict}'
+            f' (`{last.commit}`, {last.date}, under the rules of its day;'
+            ' see History).')
+  return '**Exploratory:** none recorded.'
 
 
 def read_verdict(report_path: str) -> Optional[str]:
@@ -730,16 +934,41 @@ def _report_path(base_dir: str, experiment: Experiment) -> str:
                       'README.md')
 
 
+def read_verdict_record(report_path: str) -> Optional[dict]:
+  """The report's `verdict.json` (`write_report`), or None for a report
+  written before reports had one."""
+  try:
+    with open(os.path.join(os.path.dirname(report_path), VERDICT_FILE)) as f:
+      return json.load(f)
+  except (FileNotFoundError, json.JSONDecodeError):
+    return None
+
+
+def _phase_verdicts(report: str) -> tuple[str, str]:
+  """(confirmatory, exploratory) verdicts of a report as the index shows
+  them: from its `verdict.json`; a report written before protocols has no
+  confirmatory verdict, and its stated one is exploratory."""
+  record = read_verdict_record(report)
+  if record is None:
+    stated = read_verdict(report)
+    return ('not run yet', f'{stated} (rules before protocols)' if stated
+            else 'none stated')
+  get = lambda phase: (record.get(phase) or {}).get('verdict')
+  return (get(protocols.CONFIRMATORY) or 'not run yet',
+          get(protocols.EXPLORATORY) or '—')
+
+
 def _report_cell(base_dir: str, experiment: Experiment,
-                 link_prefix: str) -> tuple[str, str]:
-  """(verdict, link) of an experiment's report under `base_dir`."""
+                 link_prefix: str) -> tuple[str, str, str]:
+  """(confirmatory verdict, exploratory verdict, link) of an experiment's
+  report under `base_dir`."""
   report = _report_path(base_dir, experiment)
   if not os.path.isfile(report):
-    return ('—', f'not run yet: `python -m reproduce {experiment.paper}'
-                 f' {experiment.name}`')
-  verdict = read_verdict(report) or 'none stated (regenerate the report)'
+    return ('—', '—', f'not run yet: `python -m reproduce {experiment.paper}'
+                      f' {experiment.name}`')
+  confirmatory, exploratory = _phase_verdicts(report)
   target = f'{link_prefix}{experiment.name}/README.md'
-  return verdict, f'[{target}]({target})'
+  return confirmatory, exploratory, f'[{target}]({target})'
 
 
 def write_index(experiments: Sequence[Experiment], base_dir: str,
@@ -752,13 +981,14 @@ def write_index(experiments: Sequence[Experiment], base_dir: str,
            ' (`python -m reproduce`, see the repository README); the paper\'s'
            ' numbers are in `reproduce/paper_numbers.csv`; verdicts follow'
            f' `{verdicts.RULES_DOC}`.', '',
-           '| experiment | reproduces | verdict | report |',
-           '|---|---|---|---|']
+           '| experiment | reproduces | confirmatory | exploratory | report |',
+           '|---|---|---|---|---|']
   for e in experiments:
     if e.paper != paper:
       continue
-    verdict, link = _report_cell(base_dir, e, '')
-    lines.append(f'| `{e.name}` | {e.source} | {verdict} | {link} |')
+    confirmatory, exploratory, link = _report_cell(base_dir, e, '')
+    lines.append(f'| `{e.name}` | {e.source} | {confirmatory} |'
+                 f' {exploratory} | {link} |')
   path = os.path.join(base_dir, paper, 'README.md')
   os.makedirs(os.path.dirname(path), exist_ok=True)
   release_managers.write_atomically(path, '\n'.join(lines) + '\n')
@@ -766,24 +996,50 @@ def write_index(experiments: Sequence[Experiment], base_dir: str,
   return path
 
 
+def _effect_counts(base_dir: str, experiments: Sequence[Experiment],
+                   phase: str) -> collections.Counter:
+  """Primary effects per verdict over the reports' `verdict.json`s."""
+  counts = collections.Counter()
+  for e in experiments:
+    record = read_verdict_record(_report_path(base_dir, e)) or {}
+    for verdict, n in ((record.get(phase) or {}).get('effects') or {}).items():
+      counts[verdict] += n
+  return counts
+
+
+def _counted_verdicts(counts: Mapping[str, int], order: Sequence[str]) -> str:
+  shown = ', '.join(f'{counts[v]} {v}' for v in order if counts.get(v))
+  return shown or 'none'
+
+
 def write_results_index(experiments: Sequence[Experiment],
                         base_dir: str) -> str:
-  """`<base_dir>/README.md`: every report's verdict, and the counts."""
-  rows, counts = [], collections.Counter()
+  """`<base_dir>/README.md`: every report's confirmatory and exploratory
+  verdicts, and the counts of reports and of primary effects."""
+  rows = []
+  reports = {protocols.CONFIRMATORY: collections.Counter(),
+             protocols.EXPLORATORY: collections.Counter()}
   seconds = collections.Counter()  # paper -> its reports' runs summed
   for e in experiments:
-    verdict, link = _report_cell(base_dir, e, f'{e.paper}/')
-    counts[verdict if verdict in verdicts.VERDICTS else 'no verdict'] += 1
+    confirmatory, exploratory, link = _report_cell(base_dir, e,
+                                                   f'{e.paper}/')
+    reports[protocols.CONFIRMATORY][confirmatory] += 1
+    reports[protocols.EXPLORATORY][exploratory] += 1
     run_time = read_run_time(_report_path(base_dir, e))
     if run_time is not None:
       seconds[e.paper] += run_time[1]
     runs = ('—' if run_time is None
             else f'{run_time[0]}, {run_time[1] / 3600:.1f} h')
-    rows.append(f'| {e.paper} | `{e.name}` | {e.source} | {verdict} |'
-                f' {runs} | {link} |')
-  summary = ', '.join(f'{counts[v]} {v}' for v in (*verdicts.VERDICTS,
-                                                   'no verdict')
-                      if counts[v])
+    rows.append(f'| {e.paper} | `{e.name}` | {e.source} | {confirmatory} |'
+                f' {exploratory} | {runs} | {link} |')
+  legacy = sum(n for v, n in reports[protocols.EXPLORATORY].items()
+               if v.endswith('(rules before protocols)'))
+  summary = {phase: _counted_verdicts(
+      counts, (*verdicts.VERDICTS, 'not run yet', '—'))
+      for phase, counts in reports.items()}
+  effects = {phase: _counted_verdicts(
+      _effect_counts(base_dir, experiments, phase), verdicts.EFFECT_VERDICTS)
+      for phase in reports}
   total_seconds = sum(seconds.values())
   by_paper = ', '.join(f'{paper} {seconds[paper] / 3600:.1f} h'
                        for paper in dict.fromkeys(e.paper for e in experiments)
@@ -791,10 +1047,20 @@ def write_results_index(experiments: Sequence[Experiment],
   grid_runs, distinct, distinct_seconds = _distinct_runs(experiments,
                                                          base_dir)
   lines = ['# Reproductions: every report and its verdict', '',
-           f'{len(rows)} reports: {summary}. Each verdict is computed from'
-           ' the report\'s paired-seed comparisons by the rules of'
-           f' `{verdicts.RULES_DOC}`; `make reproduce` regenerates them all.'
-           ' Runs: each report\'s finished runs and their wall times summed'
+           f'{len(rows)} reports. **Confirmatory** (a frozen protocol run on'
+           f' its confirmatory seeds): {summary[protocols.CONFIRMATORY]};'
+           f' their primary effects: {effects[protocols.CONFIRMATORY]}.'
+           f' **Exploratory** (development seeds):'
+           f' {summary[protocols.EXPLORATORY]}; their primary effects:'
+           f' {effects[protocols.EXPLORATORY]}.'
+           + (f' {legacy} reports were written before protocols, by rules'
+              ' that judged direction only, with Student-t intervals for 0/1'
+              ' outcomes and no correction; their verdicts are exploratory'
+              ' and are kept in each report\'s history.' if legacy else '')
+           + ' Each verdict is computed by the rules of'
+           f' `{verdicts.RULES_DOC}`; `make reproduce` runs the'
+           ' confirmatory pass.', '',
+           'Runs: each report\'s finished runs and their wall times summed'
            f' ({total_seconds / 3600:.1f} h over the reports'
            + (f': {by_paper}' if by_paper else '') +
            f'). A run two reports read is counted in each: the reports\''
@@ -805,8 +1071,9 @@ def write_results_index(experiments: Sequence[Experiment],
            f' {distinct_seconds / 3600:.1f} h; two run at a time, so'
            ' `make reproduce` into one empty directory takes about'
            f' {distinct_seconds / 7200:.1f} h on 2 cores.',
-           '', '| paper | experiment | reproduces | verdict | runs | report |',
-           '|---|---|---|---|---|---|', *rows]
+           '', '| paper | experiment | reproduces | confirmatory |'
+           ' exploratory | runs | report |',
+           '|---|---|---|---|---|---|---|', *rows]
   path = os.path.join(base_dir, 'README.md')
   os.makedirs(base_dir, exist_ok=True)
   release_managers.write_atomically(path, '\n'.join(lines) + '\n')
