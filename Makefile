@@ -75,16 +75,26 @@ BENCH_GPU_FLAGS ?=
 bench-gpu: install
 	$(PY) -m bench.gpu $(BENCH_GPU_FLAGS)
 
+# The confirmatory pass: every frozen protocol on its confirmatory seeds.
 reproduce: install
-	$(PY) -m reproduce all --scale=local --root_output_dir=$(REPRODUCE_ROOT)
+	$(PY) -m reproduce all --scale=local --phase=confirmatory \
+	  --root_output_dir=$(REPRODUCE_ROOT)
 
-# Every experiment for two rounds, one seed (CI): runs, analyses and reports
-# in a fresh temporary directory.
+# Every experiment for two rounds, one seed (CI), exploratory: runs, analyses
+# and reports in a fresh temporary directory; then the confirmatory path on a
+# tiny protocol (GeL's Figure 2 copied there): freeze, confirmatory run,
+# report.
 reproduce-smoke: install
 	root=$$(mktemp -d) && \
-	  $(PY) -m reproduce all --scale=smoke --root_output_dir=$$root \
-	    > $$root.log 2>&1; status=$$?; \
-	  grep -E '^(==|sweep:|report:|error:|failed:)' $$root.log; \
+	  { $(PY) -m reproduce all --scale=smoke --root_output_dir=$$root && \
+	    mkdir -p $$root/protocols/gel && \
+	    cp reproduce/protocols/gel/fig2.toml $$root/protocols/gel/ && \
+	    $(PY) -m reproduce freeze gel fig2 --protocols_dir=$$root/protocols && \
+	    $(PY) -m reproduce gel fig2 --scale=smoke --phase=confirmatory \
+	      --protocols_dir=$$root/protocols --root_output_dir=$$root \
+	      --report_dir=$$root/reports; \
+	  } > $$root.log 2>&1; status=$$?; \
+	  grep -E '^(==|sweep:|report:|frozen:|error:|failed:)' $$root.log; \
 	  rm -rf $$root $$root.log; exit $$status
 
 # Bazel: Debian's bazel-bootstrap 4.2.3 plus the offline stand-ins of the rule

@@ -8,10 +8,10 @@ paper's numbers beside the package's, its figures and its history. `PAPER`
 may be `all`; no `EXPERIMENT` means every experiment of the paper. `--list`
 lists them.
 
-Phases (`reproduce.protocol`): `confirmatory` (the default, what `make
-reproduce` runs) needs the experiment's protocol frozen and unchanged, and
-runs its frozen version's confirmatory seeds; `exploratory` runs development
-seeds, for developing a setup. `freeze` freezes protocols.
+Phases (`reproduce.protocol`): `exploratory` (the default) runs development
+seeds, for developing a setup; `confirmatory` (what `make reproduce` runs)
+needs the experiment's protocol frozen and unchanged, and runs its frozen
+version's confirmatory seeds. `freeze` freezes protocols.
 
 Confirmatory reports go to `results/<paper>/<experiment>/` at the local
 scale (the committed evidence); other reports under
@@ -42,7 +42,7 @@ def _parser() -> argparse.ArgumentParser:
   parser.add_argument('experiments', nargs='*', metavar='EXPERIMENT',
                       help='Experiments of the paper (default: all).')
   parser.add_argument('--scale', default='local', choices=core.SCALES)
-  parser.add_argument('--phase', default=protocols.CONFIRMATORY,
+  parser.add_argument('--phase', default=protocols.EXPLORATORY,
                       choices=protocols.PHASES,
                       help='confirmatory: the frozen protocol\'s seeds;'
                       ' exploratory: development seeds.')
@@ -146,6 +146,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
       raise ValueError('--seeds: a confirmatory run takes its protocol\'s'
                        ' seed count (change the protocol and freeze it'
                        ' again, or run --phase=exploratory)')
+    if args.paper == 'all' and args.phase == protocols.CONFIRMATORY:
+      # `all` confirms what is frozen; the rest is named, not run.
+      unfrozen = [e for e in experiments if not protocols.is_frozen(
+          e.paper, e.name, args.protocols_dir)]
+      for e in unfrozen:
+        print(f'not frozen, not run: {e.paper} {e.name} (exploratory only'
+              ' until its protocol is frozen)')
+      experiments = [e for e in experiments if e not in unfrozen]
     # Every protocol is checked and every grid built before anything runs.
     phases = {(e.paper, e.name): core.phase_for(e, args.phase, args.scale,
                                                 args.protocols_dir)

@@ -964,7 +964,7 @@ def _report_cell(base_dir: str, experiment: Experiment,
   report under `base_dir`."""
   report = _report_path(base_dir, experiment)
   if not os.path.isfile(report):
-    return ('—', '—', f'not run yet: `python -m reproduce {experiment.paper}'
+    return ('not run yet', '—', f'not run yet: `python -m reproduce {experiment.paper}'
                       f' {experiment.name}`')
   confirmatory, exploratory = _phase_verdicts(report)
   target = f'{link_prefix}{experiment.name}/README.md'
@@ -1008,8 +1008,11 @@ def _effect_counts(base_dir: str, experiments: Sequence[Experiment],
 
 
 def _counted_verdicts(counts: Mapping[str, int], order: Sequence[str]) -> str:
-  shown = ', '.join(f'{counts[v]} {v}' for v in order if counts.get(v))
-  return shown or 'none'
+  """'2 REPRODUCED, 1 REVERSED': `order`'s verdicts first, then any other
+  (a report's verdict under earlier rules)."""
+  keys = [v for v in order if counts.get(v)] + sorted(
+      v for v in counts if v not in order and v != '—' and counts[v])
+  return ', '.join(f'{counts[v]} {v}' for v in keys) or 'none'
 
 
 def write_results_index(experiments: Sequence[Experiment],
@@ -1035,7 +1038,7 @@ def write_results_index(experiments: Sequence[Experiment],
   legacy = sum(n for v, n in reports[protocols.EXPLORATORY].items()
                if v.endswith('(rules before protocols)'))
   summary = {phase: _counted_verdicts(
-      counts, (*verdicts.VERDICTS, 'not run yet', '—'))
+      counts, (*verdicts.VERDICTS, 'not run yet'))
       for phase, counts in reports.items()}
   effects = {phase: _counted_verdicts(
       _effect_counts(base_dir, experiments, phase), verdicts.EFFECT_VERDICTS)

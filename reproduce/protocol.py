@@ -450,6 +450,13 @@ def frozen(protocol: Protocol) -> dict[str, Any]:
   return latest
 
 
+def is_frozen(paper: str, experiment: str,
+              base: str = PROTOCOLS_DIR) -> bool:
+  """Whether the protocol has a frozen version (changed or not)."""
+  return os.path.isfile(path_of(paper, experiment, base)[:-len('.toml')]
+                        + '.frozen.json')
+
+
 def check_seeds(phase: str, seeds: Sequence[int],
                 first_seed: Optional[int] = None) -> None:
   """Refuses a seed of the other phase's range (and a confirmatory seed

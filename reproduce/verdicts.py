@@ -424,7 +424,6 @@ def newcombe_interval(both: int, only_treatment: int, only_baseline: int,
              * (both + only_baseline) * (only_treatment + neither))
   phi = ((both * neither - only_treatment * only_baseline) / math.sqrt(margins)
          if margins else 0.0)
-  phi = max(phi, 0.0)  # Newcombe: a negative correlation is taken as 0
   d = p1 - p2
   below = math.sqrt(max((p1 - l1) ** 2 - 2 * phi * (p1 - l1) * (u2 - p2)
                         + (u2 - p2) ** 2, 0.0))
@@ -520,7 +519,8 @@ def verdict_of(effect: Effect, test: Test,
   p = test.p_value if p_adjusted is None else p_adjusted
   unit = 'seed' if effect.pairs_by_seed else 'cell'
   if test.pairs < MIN_PAIRS:
-    return Assessment(effect, test.pairs, test.mean, math.nan, math.nan,
+    # (The interval of 2-4 pairs is shown, as a reading; it decides nothing.)
+    return Assessment(effect, test.pairs, test.mean, test.low, test.high,
                       NOT_TESTABLE,
                       f'{test.pairs} paired {unit}{"s" if test.pairs != 1 else ""},'
                       f' fewer than {MIN_PAIRS}', test.p_value, p,
@@ -589,7 +589,7 @@ def assess_all(frame: pd.DataFrame, effects: Sequence[Any]
       continue
     treated, base = paired_values(frame, effect)
     n = len(treated)
-    tests[i] = (test_of(effect, treated, base) if n >= MIN_PAIRS else
+    tests[i] = (test_of(effect, treated, base) if n >= 2 else
                 Test(n, float(np.mean(treated - base)) if n else math.nan,
                      math.nan, math.nan, math.nan, ''))
   primary = [i for i, t in tests.items()

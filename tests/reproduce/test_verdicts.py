@@ -6,6 +6,7 @@ names runs the experiment makes, paired by seed, so that a typo in a flag
 cannot turn a verdict into NOT TESTABLE unseen.
 """
 
+import json
 import os
 
 from absl import flags
@@ -13,6 +14,9 @@ from absl.testing import flagsaver
 import numpy as np
 import pandas as pd
 import pytest
+from scipy import stats
+from statsmodels.stats import proportion
+from statsmodels.stats import weightstats
 
 from experiment_driver import build  # noqa: F401  (defines the flags)
 from experiment_driver import flag_rules
@@ -42,56 +46,57 @@ def _effect(direction=1, paper_size=None, **kwargs):
 
 def test_pairing_by_seed_cancels_the_seeds_noise():
   # Seeds move both arms by up to 0.3; the treatment is 0.01 above in each.
-  offsets = {0: 0.0, 1: 0.3, 2: 0.1, 3: 0.2}
+  offsets = {0: 0.0, 1: 0.3, 2: 0.1, 3: 0.2, 4: 0.25}
   frame = _runs({**{('t', s): 0.5 + o + 0.01 + 0.001 * s
                     for s, o in offsets.items()},
                  **{('b', s): 0.5 + o for s, o in offsets.items()}})
   result = verdicts.assess(frame, _effect())
-  assert result.pairs == 4
-  assert result.mean == pytest.approx(0.0115)
+  assert result.pairs == 5
+  assert result.mean == pytest.approx(0.012)
   assert 0 < result.low < result.mean < result.high
-  assert result.verdict == verdicts.REPRODUCED
+  assert result.verdict == verdicts.DIRECTION_ONLY
 
 
 def test_the_reports_count_a_grids_cells_not_seeds():
-  # One seed, two rate cells: the pairs are cells, and the reports say so;
+  # One seed, five rate cells: the pairs are cells, and the reports say so;
   # a single seed flag (AdaBest's partition_seed) still counts seeds.
   frame = _runs({('t', 0): 0.9, ('b', 0): 0.5})
-  frame = pd.concat([frame.assign(rate=0.1),
-                     frame.assign(rate=0.3, run=frame['run'] + '_r')])
+  frame = pd.concat([frame.assign(rate=r, run=frame['run'] + f'_{r}',
+                                  **{'test/accuracy': frame['test/accuracy']
+                                     + r})
+                     for r in (0.1, 0.2, 0.3, 0.4, 0.5)])
   by_cell = _effect(pair_by=('rate', 'seed'))
   result = verdicts.assess(frame, by_cell)
-  assert result.pairs == 2
-  assert verdicts.package_sentence([result]).endswith(
-      '2 paired cells (rate x seed)).')
-  assert verdicts.effects_table([result])['paired seeds'].tolist() == [
-      '2 cells']
-  by_seed = verdicts.assess(frame, _effect(pair_by='rate'))
+  assert result.pairs == 5
+  assert '5 paired cells (rate x seed)) ->' in (
+      verdicts.package_sentence([result]))
+  assert verdicts.effects_table([result])['pairs'].tolist() == ['5 cells']
   assert not _effect(pair_by='rate').pairs_by_seed
   assert _effect(pair_by='partition_seed').pair_unit() == 'seeds'
   seeds = verdicts.assess(_runs({('t', 0): 0.9, ('t', 1): 0.8,
                                  ('b', 0): 0.5, ('b', 1): 0.5}), _effect())
-  assert verdicts.package_sentence([seeds]).endswith('2 paired seeds).')
-  assert verdicts.effects_table([seeds])['paired seeds'].tolist() == [2]
-  assert by_seed.pairs == 2
+  assert verdicts.package_sentence([seeds]).endswith(
+      '2 paired seeds, fewer than 5.')
+  assert verdicts.effects_table([seeds])['pairs'].tolist() == [2]
 
 
 def test_runs_that_end_equal_read_zero_not_float_noise():
   # Float32 accuracies of runs ending on the same example count: their
   # paired differences are ~1e-8, not zero, and read as +0.
-  frame = _runs({('t', 0): np.float32(0.98055553), ('b', 0): 0.98055555,
-                 ('t', 1): np.float32(0.98333335), ('b', 1): 0.98333333})
+  frame = _runs({**{('t', s): np.float32(0.98055553) + 0.01 * s
+                    for s in range(5)},
+                 **{('b', s): 0.98055555 + 0.01 * s for s in range(5)}})
   result = verdicts.assess(frame, _effect())
   assert result.mean != 0
-  assert 'differs by +0 (95 % CI [' in verdicts.package_sentence([result])
+  assert 'differs by +0 ([' in verdicts.package_sentence([result])
   assert verdicts.effects_table([result]).iloc[0].str.startswith(
       '+0 [').any()
 
 
 def test_each_verdict_of_one_effect():
-  up = np.array([0.10, 0.12, 0.11])
+  up = np.array([0.10, 0.12, 0.11, 0.13, 0.09])
   assert verdicts.verdict_of_differences(_effect(), up).verdict == (
-      verdicts.REPRODUCED)
+      verdicts.DIRECTION_ONLY)
   assert verdicts.verdict_of_differences(_effect(-1), up).verdict == (
       verdicts.REVERSED)
   # In the paper's direction, but under half the paper's size.
@@ -103,20 +108,136 @@ def test_each_verdict_of_one_effect():
       _effect(paper_size=0.2), up).verdict == verdicts.REPRODUCED
   assert verdicts.verdict_of_differences(
       _effect(-1, paper_size=-0.2), -up).verdict == verdicts.REPRODUCED
-  noisy = np.array([0.1, -0.12, 0.05])
+  noisy = np.array([0.1, -0.12, 0.05, 0.02, -0.04])
   assert verdicts.verdict_of_differences(_effect(), noisy).verdict == (
       verdicts.NOT_REPRODUCED)
-  one = verdicts.verdict_of_differences(_effect(), np.array([0.5]))
-  assert one.verdict == verdicts.NOT_TESTABLE
-  assert '1 paired seed' in one.reason
+  # Fewer than five pairs: no verdict, however clear the pairs look.
+  four = verdicts.verdict_of_differences(_effect(), up[:4])
+  assert four.verdict == verdicts.NOT_TESTABLE
+  assert '4 paired seeds, fewer than 5' in four.reason
 
 
-def test_interval_is_students_t():
-  diffs = np.array([1.0, 2.0, 3.0])
+def test_a_relative_size_is_judged_as_a_ratio():
+  # GeL's speed-up: 100 -> 70 rounds is (t - b) / b = -0.3; the paper -0.24.
+  frame = _runs({**{('t', s): 70 + s for s in range(6)},
+                 **{('b', s): 100 + s for s in range(6)}})
+  result = verdicts.assess(frame, _effect(-1, paper_size=-0.24,
+                                          relative=True))
+  assert result.mean == pytest.approx(np.mean(
+      [-30 / (100 + s) for s in range(6)]))
+  assert result.verdict == verdicts.REPRODUCED
+  # Half the paper's relative size is -0.12: -0.05 is PARTLY.
+  small = _runs({**{('t', s): 95 + s * 1.01 for s in range(6)},
+                 **{('b', s): 100 + s for s in range(6)}})
+  assert verdicts.assess(small, _effect(-1, paper_size=-0.24,
+                                        relative=True)).verdict == (
+      verdicts.PARTLY)
+
+
+def test_the_t_test_is_scipys():
+  diffs = np.array([1.0, 2.0, 3.0, 4.0, 6.0])
   result = verdicts.verdict_of_differences(_effect(), diffs)
-  # t(0.975, 2) = 4.3027; s = 1; n = 3.
-  assert result.low == pytest.approx(2 - 4.302653 / np.sqrt(3), rel=1e-5)
-  assert result.high == pytest.approx(2 + 4.302653 / np.sqrt(3), rel=1e-5)
+  expected = stats.ttest_1samp(diffs, 0.0)
+  assert result.p_value == pytest.approx(expected.pvalue)
+  low, high = expected.confidence_interval(0.95)
+  assert (result.low, result.high) == (pytest.approx(low),
+                                       pytest.approx(high))
+  # t(0.975, 4) = 2.776: the interval by hand.
+  half = 2.776445 * np.std(diffs, ddof=1) / np.sqrt(5)
+  assert result.low == pytest.approx(3.2 - half, rel=1e-5)
+
+
+def test_five_discordant_pairs_and_five_ties_are_not_significant():
+  # fig_catastrophic at c0aab98: 5 runs fail at M = 800 and not at M = 10,
+  # 5 pairs tie. A t interval called it +0.5 [+0.123, +0.877]; the exact
+  # McNemar (sign) test gives p = 2 / 2^5 = 0.0625.
+  binary = _effect(paper_size=0.8, outcome=verdicts.BINARY)
+  result = verdicts.verdict_of_differences(
+      binary, np.array([1.0] * 5 + [0.0] * 5))
+  assert result.p_value == pytest.approx(0.0625)
+  assert result.verdict == verdicts.NOT_REPRODUCED
+  assert result.low < 0 < result.high  # the exact interval agrees
+  # Six of six discordant in the paper's direction: p = 0.03125.
+  six = verdicts.verdict_of_differences(binary, np.array([1.0] * 6))
+  assert six.p_value == pytest.approx(0.03125)
+  assert six.verdict == verdicts.REPRODUCED
+  assert six.low > 0
+
+
+@pytest.mark.parametrize('treated, base', [
+    ([1] * 10, [0] * 10),   # every pair discordant one way
+    ([1] * 10, [1] * 10),   # every run fails in both arms
+    ([0] * 10, [0] * 10),   # no run fails
+    ([1] * 5, [0] * 5),
+])
+def test_a_zero_width_interval_cannot_occur_for_0_1_outcomes(treated, base):
+  # The t interval of identical differences is [d, d] (fig_lr_scaling's
+  # [+1, +1]); the exact and Newcombe intervals never are.
+  test = verdicts.mcnemar_test(np.array(treated, float),
+                               np.array(base, float))
+  assert test.high - test.low > 0.1
+  assert test.low <= test.mean <= test.high
+
+
+def test_a_0_1_outcome_must_be_0_or_1():
+  with pytest.raises(ValueError, match='0/1 outcome'):
+    verdicts.mcnemar_test(np.array([0.5, 1.0]), np.array([0.0, 0.0]))
+
+
+def test_newcombe_interval_is_the_hybrid_score_interval():
+  # With uncorrelated pairs (a d = b c) Newcombe's paired interval is his
+  # interval for independent proportions, which statsmodels computes.
+  low, high = verdicts.newcombe_interval(6, 2, 3, 1)
+  expected = proportion.confint_proportions_2indep(8, 12, 9, 12,
+                                                   method='newcomb')
+  assert (low, high) == (pytest.approx(expected[0]),
+                         pytest.approx(expected[1]))
+  # Positive correlation (concordant pairs) narrows it.
+  narrow = verdicts.newcombe_interval(30, 2, 3, 15)
+  wide = proportion.confint_proportions_2indep(32, 50, 33, 50,
+                                               method='newcomb')
+  assert narrow[1] - narrow[0] < wide[1] - wide[0]
+
+
+def test_equivalence_is_tost_against_the_margin():
+  same = np.array([0.004, -0.003, 0.001, 0.002, -0.001, 0.0])
+  claim = _effect(test=verdicts.EQUIVALENCE, margin=0.01)
+  result = verdicts.verdict_of_differences(claim, same)
+  expected = weightstats.DescrStatsW(same).ttost_mean(-0.01, 0.01)[0]
+  assert result.p_value == pytest.approx(expected)
+  assert result.verdict == verdicts.REPRODUCED
+  # A real difference is not equivalence, whatever its sign.
+  apart = same + 0.05
+  assert verdicts.verdict_of_differences(claim, apart).verdict == (
+      verdicts.NOT_REPRODUCED)
+  # Noise too wide for the margin is not equivalence either.
+  wide = np.array([0.05, -0.04, 0.03, -0.05, 0.02])
+  assert verdicts.verdict_of_differences(claim, wide).verdict == (
+      verdicts.NOT_REPRODUCED)
+
+
+def test_holm_corrects_the_primary_effects_together():
+  # Two primary effects, each p ~0.036 alone: Holm doubles the smaller,
+  # so neither stays under 0.05; a secondary effect is not corrected.
+  rng = np.random.default_rng(0)
+  base = rng.normal(0.5, 0.1, 6)
+  diffs = np.array([0.02, 0.035, -0.002, 0.03, 0.0, 0.025])
+  values = {('b', s): base[s] for s in range(6)}
+  for arm in ('t1', 't2', 't3'):
+    values.update({(arm, s): base[s] + diffs[s] for s in range(6)})
+  frame = _runs(values)
+  alone = stats.ttest_1samp(diffs, 0.0).pvalue
+  assert 0.025 < alone < 0.05
+  effects = [verdicts.Effect(f'{arm} beats b', _FINAL, {'arm': arm},
+                             {'arm': 'b'}, 1) for arm in ('t1', 't2')]
+  effects.append(verdicts.Effect('t3 beats b', _FINAL, {'arm': 't3'},
+                                 {'arm': 'b'}, 1, primary=False))
+  results = verdicts.assess_all(frame, effects)
+  assert [r.p_adjusted for r in results[:2]] == [pytest.approx(2 * alone)] * 2
+  assert [r.verdict for r in results] == [
+      verdicts.NOT_REPRODUCED, verdicts.NOT_REPRODUCED,
+      verdicts.DIRECTION_ONLY]
+  assert results[2].p_adjusted == pytest.approx(alone)
 
 
 def test_unpaired_seeds_are_left_out():
@@ -184,9 +305,17 @@ def test_exact_claims():
 
 @pytest.mark.parametrize('effects, expected', [
     ([verdicts.REPRODUCED, verdicts.REPRODUCED], verdicts.REPRODUCED),
+    ([verdicts.REPRODUCED, verdicts.DIRECTION_ONLY], verdicts.REPRODUCED),
     ([verdicts.REPRODUCED, verdicts.NOT_REPRODUCED], verdicts.PARTLY),
     ([verdicts.PARTLY], verdicts.PARTLY),
     ([verdicts.REPRODUCED, verdicts.NOT_TESTABLE], verdicts.PARTLY),
+    # Fewer than half reproduce: not PARTLY.
+    ([verdicts.REPRODUCED, verdicts.NOT_REPRODUCED, verdicts.NOT_REPRODUCED],
+     verdicts.NOT_REPRODUCED),
+    # One reversed primary effect makes the report REVERSED, however many
+    # others reproduce (a reversal no longer hides inside PARTLY).
+    ([verdicts.REPRODUCED, verdicts.REPRODUCED, verdicts.REVERSED],
+     verdicts.REVERSED),
     ([verdicts.REVERSED, verdicts.NOT_REPRODUCED], verdicts.REVERSED),
     ([verdicts.NOT_REPRODUCED, verdicts.NOT_TESTABLE],
      verdicts.NOT_REPRODUCED),
@@ -205,8 +334,11 @@ def test_a_scale_that_cannot_show_the_effect_is_not_testable():
 def test_the_rules_document_names_every_verdict():
   with open(os.path.join(core.REPO_DIR, verdicts.RULES_DOC)) as f:
     text = f.read()
-  for verdict in verdicts.VERDICTS:
+  for verdict in verdicts.EFFECT_VERDICTS:
     assert verdict in text
+  for rule in ('ttest_1samp', 'mcnemar', 'ttost', 'holm', 'Newcombe',
+               'Clopper'):
+    assert rule.lower() in text.lower(), rule
 
 
 def _frame_of_points(points) -> pd.DataFrame:
@@ -276,9 +408,12 @@ def test_report_states_the_verdict_and_the_index_counts_it(tmp_path):
                    'large_cohort')
   index = (tmp_path / 'README.md').read_text()
   total = len(reproduce.EXPERIMENTS)
-  assert f'{total} reports: 1 REVERSED, {total - 1} no verdict.' in index
-  assert '| REVERSED | 2, 1.5 h | [large_cohort/fig_lr_scaling/README.md]' in (
-      index)
+  # A report written before protocols: its verdict is exploratory.
+  assert (f'{total} reports. **Confirmatory** (a frozen protocol run on its'
+          f' confirmatory seeds): {total} not run yet;') in index
+  assert ('| not run yet | REVERSED (rules before protocols) | 2, 1.5 h |'
+          ' [large_cohort/fig_lr_scaling/README.md]') in index
+  assert '1 reports were written before protocols' in index
   assert '(1.5 h over the reports: large_cohort 1.5 h).' in index
   assert ('the runs take about 1.5 h; two run at a time, so `make reproduce`'
           ' into one empty directory takes about 0.8 h on 2 cores.') in index
@@ -295,6 +430,12 @@ def test_report_states_the_verdict_and_the_index_counts_it(tmp_path):
   other_report = tmp_path / 'large_cohort' / other.name / 'README.md'
   other_report.parent.mkdir(parents=True)
   other_report.write_text(report.read_text())
+  # A confirmatory report: its verdict.json's verdicts and effect counts.
+  (other_report.parent / core.VERDICT_FILE).write_text(json.dumps({
+      'confirmatory': {'verdict': verdicts.REVERSED, 'effects': {
+          verdicts.REPRODUCED: 2, verdicts.REVERSED: 1}},
+      'exploratory': {'verdict': verdicts.PARTLY, 'effects': {
+          verdicts.DIRECTION_ONLY: 3}}}))
   core.write_results_index(list(reproduce.EXPERIMENTS.values()),
                            str(tmp_path))
   index = (tmp_path / 'README.md').read_text()
@@ -306,7 +447,14 @@ def test_report_states_the_verdict_and_the_index_counts_it(tmp_path):
   estimate = 5400 * (2 - shared / len(lr_runs)) / 3600
   assert f'the runs take about {estimate:.1f} h;' in index
   assert estimate < 3.0 - 0.05
+  assert (f'seeds): 1 REVERSED, {total - 1} not run yet; their primary'
+          ' effects: 2 REPRODUCED, 1 REVERSED. **Exploratory** (development'
+          ' seeds): 1 PARTLY, 1 REVERSED (rules before protocols); their'
+          ' primary effects: 3 DIRECTION ONLY.') in index
+  assert '| `fig_catastrophic` |' in index
+  assert '| REVERSED | PARTLY |' in index
   # A report not written yet has no runs to state.
-  assert '| — | — | not run yet:' in index
+  assert '| not run yet | — | — | not run yet:' in index
   paper_index = (tmp_path / 'large_cohort' / 'README.md').read_text()
-  assert '| REVERSED | [fig_lr_scaling/README.md]' in paper_index
+  assert ('| not run yet | REVERSED (rules before protocols) |'
+          ' [fig_lr_scaling/README.md]') in paper_index
