@@ -107,13 +107,21 @@ def _freeze(argv: Sequence[str]) -> int:
   parser.add_argument('paper')
   parser.add_argument('experiments', nargs='+', metavar='EXPERIMENT')
   parser.add_argument('--protocols_dir', default=protocols.PROTOCOLS_DIR)
+  parser.add_argument('--dry_run', action='store_true',
+                      help='Check each protocol and print what its freeze'
+                      ' would record; write nothing.')
   args = parser.parse_args(argv)
   try:
     experiments = _select(args.paper, args.experiments)
     loaded = [(e, protocols.load(e.paper, e.name, args.protocols_dir))
               for e in experiments]
     for e, protocol in loaded:
-      record = protocols.freeze(protocol, e)
+      record = protocols.freeze(protocol, e, dry_run=args.dry_run)
+      if args.dry_run:
+        print(f'would freeze: {protocol.path} as version {record["version"]},'
+              f' sha256 {record["sha256"][:16]}, confirmatory seeds from'
+              f' {record["first_seed"]}')
+        continue
       print(f'frozen: {protocol.path} version {record["version"]}, sha256'
             f' {record["sha256"][:16]}, commit {record["commit"] or "none"},'
             f' confirmatory seeds from {record["first_seed"]}')

@@ -758,12 +758,16 @@ def write_report(experiment: Experiment, scale: str, root: str,
   package = verdicts.package_sentence(judged.assessments) or (
       'no effect declared.')
   report_path = os.path.join(output_dir, 'README.md')
+  # The history is the committed report's (`results/`): read when writing
+  # it there, referred to from a report written elsewhere.
+  committed = _report_path(RESULTS_DIR, experiment)
+  in_results = os.path.abspath(report_path) == os.path.abspath(committed)
   past = []
-  if phase.protocol is not None:
+  if phase.protocol is not None and in_results:
     module = os.path.join(REPO_DIR, 'reproduce',
                           f'{experiment.paper}_experiments.py')
-    past = history.of_report(REPO_DIR, _report_path(RESULTS_DIR, experiment),
-                             phase.protocol.path, module, experiment.name)
+    past = history.of_report(REPO_DIR, committed, phase.protocol.path,
+                             module, experiment.name)
   lines = [
       f'# {PAPER_TITLES[experiment.paper]}: {experiment.source}',
       '',
@@ -801,7 +805,11 @@ def write_report(experiment: Experiment, scale: str, root: str,
   if result.notes:
     lines += ['## Reading', ''] + [note + '\n' for note in result.notes]
   if phase.protocol is not None:
-    lines += ['## History', '', *history.markdown(past), '']
+    lines += ['## History', '',
+              *(history.markdown(past) if in_results else [
+                  'This report was written outside `results/`; the committed'
+                  ' report\'s history is in'
+                  f' `{os.path.relpath(committed, REPO_DIR)}`.']), '']
   release_managers.write_atomically(report_path,
                                     '\n'.join(lines).rstrip() + '\n')
   record = {
@@ -958,6 +966,20 @@ def _phase_verdicts(report: str) -> tuple[str, str]:
           get(protocols.EXPLORATORY) or '—')
 
 
+def _protocol_cell(experiment: Experiment) -> str:
+  """'v2 frozen', or 'draft' (a protocol not frozen yet)."""
+  try:
+    protocol = protocols.load(experiment.paper, experiment.name)
+    records = protocols.versions(protocol)
+  except ValueError:
+    return 'none'
+  if not records:
+    return 'draft'
+  latest = records[-1]
+  changed = '' if latest['sha256'] == protocol.sha256 else ', changed since'
+  return f'v{latest["version"]} frozen{changed}'
+
+
 def _report_cell(base_dir: str, experiment: Experiment,
                  link_prefix: str) -> tuple[str, str, str]:
   """(confirmatory verdict, exploratory verdict, link) of an experiment's
@@ -1033,8 +1055,10 @@ def write_results_index(experiments: Sequence[Experiment],
       seconds[e.paper] += run_time[1]
     runs = ('—' if run_time is None
             else f'{run_time[0]}, {run_time[1] / 3600:.1f} h')
-    rows.append(f'| {e.paper} | `{e.name}` | {e.source} | {confirmatory} |'
-                f' {exploratory} | {runs} | {link} |')
+    rows.append(f'| {e.paper} | `{e.name}` | {e.source} |'
+                f' {_protocol_cell(e)} | {confirmatory} | {exploratory} |'
+                f' {runs} | {link} |')
+  frozen = sum(protocols.is_frozen(e.paper, e.name) for e in experiments)
   legacy = sum(n for v, n in reports[protocols.EXPLORATORY].items()
                if v.endswith('(rules before protocols)'))
   summary = {phase: _counted_verdicts(
@@ -1056,10 +1080,13 @@ def write_results_index(experiments: Sequence[Experiment],
            f' **Exploratory** (development seeds):'
            f' {summary[protocols.EXPLORATORY]}; their primary effects:'
            f' {effects[protocols.EXPLORATORY]}.'
-           + (f' {legacy} reports were written before protocols, by rules'
-              ' that judged direction only, with Student-t intervals for 0/1'
-              ' outcomes and no correction; their verdicts are exploratory'
-              ' and are kept in each report\'s history.' if legacy else '')
+           + f' Protocols: {frozen} of {len(rows)} frozen, the others'
+           ' drafts under revision (exploratory only).'
+           + (f' {legacy} reports were written before protocols, by earlier'
+              ' rules (direction, the paper\'s size in few effects, Student-t'
+              ' intervals for 0/1 outcomes, two pairs enough, no correction);'
+              ' their verdicts are exploratory and stay in each report\'s'
+              ' history.' if legacy else '')
            + ' Each verdict is computed by the rules of'
            f' `{verdicts.RULES_DOC}`; `make reproduce` runs the'
            ' confirmatory pass.', '',
@@ -1074,9 +1101,9 @@ def write_results_index(experiments: Sequence[Experiment],
            f' {distinct_seconds / 3600:.1f} h; two run at a time, so'
            ' `make reproduce` into one empty directory takes about'
            f' {distinct_seconds / 7200:.1f} h on 2 cores.',
-           '', '| paper | experiment | reproduces | confirmatory |'
+           '', '| paper | experiment | reproduces | protocol | confirmatory |'
            ' exploratory | runs | report |',
-           '|---|---|---|---|---|---|---|', *rows]
+           '|---|---|---|---|---|---|---|---|', *rows]
   path = os.path.join(base_dir, 'README.md')
   os.makedirs(base_dir, exist_ok=True)
   release_managers.write_atomically(path, '\n'.join(lines) + '\n')

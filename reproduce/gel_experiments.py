@@ -562,7 +562,8 @@ def _local_work_reading(frame: pd.DataFrame, task: str) -> str:
     parts.append(f'[{a0}, {b0}] to [{a1}, {b1}]: {found.mean:+.3g} rounds'
                  f' (95 % CI [{found.low:+.3g}, {found.high:+.3g}],'
                  f' {found.pairs} paired seeds)')
-    saturated = found.verdict != verdicts.REPRODUCED
+    # Saturated: the interval no longer excludes 0 (a reading, not a verdict).
+    saturated = not found.high < 0
   reading = (f'{task}: the budgeted baseline\'s rounds to the target, from'
              ' one budget range to the next: ' + '; '.join(parts) + '.')
   if saturated:

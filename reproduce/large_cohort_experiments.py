@@ -628,10 +628,11 @@ def reproduce_chance(p_treatment: float, p_baseline: float, pairs: int,
   """The chance that a failure effect (a 0/1 per run, the treatment's runs
   failing with probability `p_treatment`, the baseline's `p_baseline`,
   independently) comes out REPRODUCED by the verdict rules over `pairs`
-  paired seeds: exact, over the paired differences' outcomes (+1, -1, 0)."""
+  paired seeds: exact, over the paired differences' outcomes (+1, -1, 0),
+  each judged as a 0/1 outcome (exact McNemar) is."""
   up, down = p_treatment * (1 - p_baseline), (1 - p_treatment) * p_baseline
   effect = verdicts.Effect('', _HELD_OUT_FAILED, {}, {}, direction=1,
-                           paper_size=paper_size)
+                           paper_size=paper_size, outcome=verdicts.BINARY)
   chance = 0.0
   for ups in range(pairs + 1):
     for downs in range(pairs + 1 - ups):
@@ -1799,8 +1800,8 @@ def _scaling_power_reading(frame: pd.DataFrame, server: pd.DataFrame) -> str:
   reading = (
       f'At the failure rates measured at M={int(big)} (linear'
       f' {100 * p_linear:.0f} %, none {100 * p_none:.0f} %), {seeds} paired'
-      ' seeds give the failure effect REPRODUCED (interval above 0, at least'
-      ' half the paper\'s +1) with probability'
+      ' seeds give the failure effect REPRODUCED (exact McNemar p < 0.05, at'
+      ' least half the paper\'s +1) with probability'
       f' {100 * chance(seeds):.0f} %')
   if chance(seeds) >= 0.95:
     return reading + ': the seeds suffice to show it.'

@@ -390,8 +390,10 @@ def committed_at(path: str) -> Optional[str]:
   return _git(directory, 'rev-parse', 'HEAD')
 
 
-def freeze(protocol: Protocol, experiment) -> dict[str, Any]:
-  """Freezes the protocol as a new version (module docstring).
+def freeze(protocol: Protocol, experiment,
+           dry_run: bool = False) -> dict[str, Any]:
+  """Freezes the protocol as a new version (module docstring); `dry_run`:
+  checks it and returns the record, writing nothing.
 
   Raises:
     ValueError: If the code does not carry the protocol out, the file is
@@ -421,6 +423,8 @@ def freeze(protocol: Protocol, experiment) -> dict[str, Any]:
       'first_seed': first_confirmatory_seed(
           protocol.sha256, [r['first_seed'] for r in earlier]),
   }
+  if dry_run:
+    return record
   release_managers.write_atomically(
       protocol.frozen_path,
       json.dumps({'versions': [*earlier, record]}, indent=1) + '\n')

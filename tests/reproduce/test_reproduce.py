@@ -15,6 +15,7 @@ from unittest import mock
 import numpy as np
 import pandas as pd
 import pytest
+from scipy import stats
 
 import reproduce
 from experiment_driver import measure_coefficients
@@ -1103,7 +1104,9 @@ def test_the_readme_shows_reproduce_commands():
 def test_documented_reproduce_commands_parse(args, tmp_path, capsys):
   """Each command the README shows is valid (as a dry run: nothing runs)."""
   extra = [] if '--list' in args else ['--dry_run']
-  assert cli.main([*args, *extra, f'--root_output_dir={tmp_path}']) == 0
+  if args[0] != 'freeze':
+    extra.append(f'--root_output_dir={tmp_path}')
+  assert cli.main([*args, *extra]) == 0
   assert capsys.readouterr().out
 
 
@@ -2074,7 +2077,8 @@ def test_optimizers_read_the_digits_gap_on_the_server_model(tmp_path):
               if e.claim.startswith('on the digits')]
   assessment = verdicts.assess(frame, effect)
   assert assessment.pairs == 2 and assessment.mean == pytest.approx(0.1)
-  assert assessment.verdict == verdicts.REPRODUCED
+  # Two pairs show the gap but decide nothing (verdicts.MIN_PAIRS).
+  assert assessment.verdict == verdicts.NOT_TESTABLE
 
 
 def test_adabest_seeds_vary_the_partition_the_initialization_and_sampling(
@@ -2257,23 +2261,24 @@ def test_lr_scaling_reads_failures_by_the_rate_over_rules_and_references(
 def test_reproduce_chance_is_exact_over_the_paired_outcomes():
   chance = large_cohort_experiments.reproduce_chance
   # Every treatment run fails, no baseline run: every difference is +1.
-  assert chance(1.0, 0.0, 5, 0.8) == pytest.approx(1.0)
-  # Two pairs, each +1 or 0 with probability 1/2: only (+1, +1) has an
-  # interval above 0 (t(0.975, 1) = 12.7 sinks (+1, 0)).
-  assert chance(1.0, 0.5, 2, 0.8) == pytest.approx(0.25)
-  # One pair has no interval: never REPRODUCED.
-  assert chance(1.0, 0.0, 1, 0.8) == 0.0
+  # The exact McNemar test needs 6 discordant pairs (p = 2 / 2^6); 5 give
+  # p = 0.0625 whatever they show.
+  assert chance(1.0, 0.0, 6, 0.8) == pytest.approx(1.0)
+  assert chance(1.0, 0.0, 5, 0.8) == 0.0
+  # Ten pairs, each +1 or 0 with probability 1/2: at least 6 ones, none
+  # against (and their mean at least 0.4).
+  assert chance(1.0, 0.5, 10, 0.8) == pytest.approx(
+      stats.binom.sf(5, 10, 0.5))
   # More seeds, more power; equal rates seldom pass.
-  assert chance(0.72, 0.14, 10, 0.8) > chance(0.72, 0.14, 5, 0.8)
-  assert chance(0.5, 0.5, 5, 0.8) < 0.05
+  assert chance(0.72, 0.14, 20, 0.8) > chance(0.72, 0.14, 10, 0.8)
+  assert chance(0.5, 0.5, 10, 0.8) < 0.05
 
 
 def test_lr_scaling_power_reading_at_the_measured_failure_rates():
   # Linear fails in 40 % of 5 runs at M = 800, none in 0 %: the paired
-  # differences are +1 (p = 0.4) or 0. REPRODUCED needs an interval above
-  # 0 and a mean of at least 0.5: 5 ones (0.4^5 = 0.0102) or 4 (mean 0.8,
-  # half-width 2.776 x 0.447 / sqrt(5) = 0.555; 5 x 0.4^4 x 0.6 = 0.0768),
-  # not 3 (mean 0.6, half-width 0.68): 0.087 in all.
+  # differences are +1 (p = 0.4) or 0. REPRODUCED needs the exact McNemar
+  # test's p < 0.05 (6 discordant pairs at least) and a mean of at least
+  # 0.5: never at 5 seeds; at 10, 6 or more ones: P(Bin(10, 0.4) >= 6).
   frame = pd.DataFrame({'server_lr_scaling': ['linear'] * 5 + ['none'] * 5,
                         'clients_per_round': [800] * 10,
                         'seed': list(range(5)) * 2})
@@ -2283,11 +2288,18 @@ def test_lr_scaling_power_reading_at_the_measured_failure_rates():
   reading = large_cohort_experiments._scaling_power_reading(frame, server)
   assert reading.startswith('At the failure rates measured at M=800 (linear'
                             ' 40 %, none 0 %), 5 paired seeds give')
-  assert 'with probability 9 %, 10 seeds with' in reading
+  ten = 100 * stats.binom.sf(5, 10, 0.4)
+  assert f'with probability 0 %, 10 seeds with {ten:.0f} %' in reading
   assert '--seeds=10`' in reading
-  # Failures in every linear run, none unscaled: nothing to add.
+  # Failures in every linear run, none unscaled: 5 seeds still cannot show
+  # it (p = 0.0625), 6 suffice.
   server['failure_percent'] = [100.0, 0.0]
   reading = large_cohort_experiments._scaling_power_reading(frame, server)
+  assert 'with probability 0 %, 10 seeds with 100 %' in reading
+  six = pd.DataFrame({'server_lr_scaling': ['linear'] * 6 + ['none'] * 6,
+                      'clients_per_round': [800] * 12,
+                      'seed': list(range(6)) * 2})
+  reading = large_cohort_experiments._scaling_power_reading(six, server)
   assert reading.endswith('with probability 100 %: the seeds suffice to'
                           ' show it.')
 
