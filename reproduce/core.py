@@ -746,7 +746,7 @@ def write_report(experiment: Experiment, scale: str, root: str,
         + (', measures again' if measured is not None else '') +
         ' and regenerates this report from their directories.')
   exploratory = None
-  if phase.name == protocols.CONFIRMATORY:
+  if phase.name == protocols.CONFIRMATORY and points:  # (seeds to tell apart)
     exploratory = _judged_phase(
         experiment, scale, root, seeds,
         Phase(protocols.EXPLORATORY, phase.protocol), measured)

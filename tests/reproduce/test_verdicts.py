@@ -376,6 +376,8 @@ def test_every_effect_names_runs_its_experiment_makes(experiment, scale,
   seeds = core.setting_for(experiment, scale).seeds
   one = verdicts.Quantity('one', lambda run: 1.0)
   for effect in effects:
+    if isinstance(effect, verdicts.Exact):
+      continue  # a claim on a value the runs give (a tuned rate)
     for arm in (effect.treatment, effect.baseline):
       assert verdicts.per_seed(frame, arm, one, effect.pair_by), (
           f'{effect.claim}: {arm} selects no run at scale {scale}')
@@ -458,3 +460,27 @@ def test_report_states_the_verdict_and_the_index_counts_it(tmp_path):
   paper_index = (tmp_path / 'large_cohort' / 'README.md').read_text()
   assert ('| not run yet | REVERSED (rules before protocols) |'
           ' [fig_lr_scaling/README.md]') in paper_index
+
+
+def test_a_tuning_table_is_judged_on_its_tuned_rates():
+  # large_cohort table_rates: the validation clients choose FedAdam's
+  # server rate; 0.001 (the paper's) reproduces, 0.1 does not.
+  from reproduce import large_cohort_experiments as lc  # pylint: disable=import-outside-toplevel
+  [adam] = [e for e in lc.rates_effects('local') if 'FedAdam' in e.claim]
+  rows = []
+  for i, (rate, accuracy) in enumerate(((0.001, 0.9), (0.01, 0.8),
+                                        (0.1, 0.7))):
+    for r in (1, 2):
+      rows.append({'run': f'/r/{i}', 'round': r, 'server_optimizer': 'adam',
+                   'server_learning_rate': rate,
+                   'client_learning_rate': 0.1,
+                   'validation/accuracy': accuracy * r / 2})
+  frame = pd.DataFrame(rows)
+  assert verdicts.assess(frame, adam).verdict == verdicts.REPRODUCED
+  assert verdicts.assess(frame, adam).mean == 0.001
+  frame.loc[frame['server_learning_rate'] == 0.1, 'validation/accuracy'] = 1
+  result = verdicts.assess(frame, adam)
+  assert (result.mean, result.verdict) == (0.1, verdicts.NOT_REPRODUCED)
+  # No runs of it: not reproduced, never silently passed.
+  assert verdicts.assess(frame.iloc[0:0], adam).verdict == (
+      verdicts.NOT_REPRODUCED)
