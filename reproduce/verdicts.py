@@ -196,6 +196,24 @@ def rounds_to_level(column: str, level: float,
   return Quantity(name or f'rounds to {column} {level:g}', of_run)
 
 
+def examples_to_level(column: str, level: float, examples_column: str,
+                      name: Optional[str] = None) -> Quantity:
+  """The run's `examples_column` (cumulative examples trained) at the first
+  row whose `column` reaches `level`; the run's last value if none does
+  (censored: it needs more), so failing to reach it is never dropped."""
+  def of_run(run: pd.DataFrame) -> float:
+    if column not in run or examples_column not in run:
+      return math.nan
+    rows = run[[column, examples_column]].ffill()
+    reached = rows[rows[column] >= level]
+    values = rows[examples_column].dropna()
+    if not len(values):
+      return math.nan
+    return float(reached[examples_column].iloc[0] if len(reached)
+                 else values.iloc[-1])
+  return Quantity(name or f'examples to {column} {level:g}', of_run)
+
+
 @dataclasses.dataclass(frozen=True)
 class Exact:
   """A deterministic claim (no seeds): `value(frame)` is REPRODUCED when
@@ -589,8 +607,9 @@ def assess_all(frame: pd.DataFrame, effects: Sequence[Any]
       continue
     treated, base = paired_values(frame, effect)
     n = len(treated)
+    diffs = (treated - base) / (np.abs(base) if effect.relative else 1.0)
     tests[i] = (test_of(effect, treated, base) if n >= 2 else
-                Test(n, float(np.mean(treated - base)) if n else math.nan,
+                Test(n, float(np.mean(diffs)) if n else math.nan,
                      math.nan, math.nan, math.nan, ''))
   primary = [i for i, t in tests.items()
              if effects[i].primary and t.pairs >= MIN_PAIRS]

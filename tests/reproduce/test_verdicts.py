@@ -291,6 +291,11 @@ def test_quantities():
   assert np.isnan(verdicts.rounds_to_level('loss', 0.6).of_run(run))
   assert verdicts.any_positive('flag').of_run(run) == 1
   assert verdicts.mean_after('acc', 3).of_run(run) == pytest.approx(0.7)
+  # Examples trained when a level is first reached (evaluation rows only
+  # carry the accuracy; the examples of that row); censored at the last.
+  run = run.assign(examples=[10.0, 20.0, 30.0, 40.0])
+  assert verdicts.examples_to_level('acc', 0.7, 'examples').of_run(run) == 30
+  assert verdicts.examples_to_level('acc', 0.9, 'examples').of_run(run) == 40
   assert verdicts.median_after('acc', 1).of_run(run) == pytest.approx(0.6)
 
 
