@@ -1,6 +1,7 @@
 """python -m reproduce PAPER [EXPERIMENT ...] [--scale=local|paper|smoke]
                      [--phase=confirmatory|exploratory]
 python -m reproduce freeze PAPER EXPERIMENT [EXPERIMENT ...]
+python -m reproduce history PAPER [EXPERIMENT ...]
 
 Runs each named experiment's grid of driver runs (finished runs skipped,
 unfinished ones resumed, `--parallel` at a time) and writes its report: the
@@ -11,7 +12,8 @@ lists them.
 Phases (`reproduce.protocol`): `exploratory` (the default) runs development
 seeds, for developing a setup; `confirmatory` (what `make reproduce` runs)
 needs the experiment's protocol frozen and unchanged, and runs its frozen
-version's confirmatory seeds. `freeze` freezes protocols.
+version's confirmatory seeds. `freeze` freezes protocols; `history`
+rewrites committed reports' histories from git.
 
 Confirmatory reports go to `results/<paper>/<experiment>/` at the local
 scale (the committed evidence); other reports under
@@ -131,6 +133,23 @@ def _freeze(argv: Sequence[str]) -> int:
   return 0
 
 
+def _history(argv: Sequence[str]) -> int:
+  parser = argparse.ArgumentParser(
+      prog='python -m reproduce history',
+      description='Rewrites each committed report\'s History section from'
+      ' git (reproduce.history), running nothing.')
+  parser.add_argument('paper')
+  parser.add_argument('experiments', nargs='*', metavar='EXPERIMENT')
+  args = parser.parse_args(argv)
+  try:
+    for e in _select(args.paper, args.experiments):
+      print(f'history: {core.refresh_history(e)}')
+  except ValueError as e:
+    print(f'error: {e}', file=sys.stderr)
+    return 2
+  return 0
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
   # Importing the library imports TFF; this process runs no computation
   # (each run is a driver subprocess), so TFF's default context goes now,
@@ -139,6 +158,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
   argv = sys.argv[1:] if argv is None else list(argv)
   if argv[:1] == ['freeze']:
     return _freeze(argv[1:])
+  if argv[:1] == ['history']:
+    return _history(argv[1:])
   args = _parser().parse_args(argv)
   try:
     if args.list:

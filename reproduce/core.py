@@ -827,6 +827,47 @@ def write_report(experiment: Experiment, scale: str, root: str,
   return report_path
 
 
+_HISTORY_HEADING = '\n## History\n'
+
+
+def refresh_history(experiment: Experiment,
+                    base_dir: str = RESULTS_DIR) -> str:
+  """Rewrites the History section of the committed report (`results/`)
+  from git, and gives a report written before protocols the line that
+  says so (its verdict is exploratory). Returns the report's path.
+
+  Raises:
+    ValueError: If the report does not exist.
+  """
+  path = _report_path(base_dir, experiment)
+  try:
+    with open(path) as f:
+      text = f.read()
+  except FileNotFoundError:
+    raise ValueError(f'{path} does not exist') from None
+  head = text.split(_HISTORY_HEADING)[0].rstrip()
+  protocol_path = protocols.path_of(experiment.paper, experiment.name)
+  if '**Protocol:**' not in head:
+    status = (f'**Protocol:** [`{os.path.relpath(protocol_path, REPO_DIR)}`]'
+              f'({os.path.relpath(protocol_path, os.path.dirname(path))})'
+              f' ({_protocol_cell(experiment)}). This report was made before'
+              ' protocols, on development seeds, by the earlier rules (a'
+              ' Student-t interval for every quantity, two pairs enough, no'
+              ' correction, direction mostly without size): its verdict is'
+              ' exploratory. The confirmatory report (`--phase=confirmatory`)'
+              ' replaces it.')
+    paper_end = head.find('\n\n', head.find('**Paper:**'))
+    head = head[:paper_end] + '\n\n' + status + head[paper_end:]
+  module = os.path.join(REPO_DIR, 'reproduce',
+                        f'{experiment.paper}_experiments.py')
+  past = history.of_report(REPO_DIR, path, protocol_path, module,
+                           experiment.name)
+  release_managers.write_atomically(
+      path, head + '\n' + _HISTORY_HEADING + '\n'
+      + '\n'.join(history.markdown(past)) + '\n')
+  return path
+
+
 def _protocol_line(experiment: Experiment, scale: str, phase: Phase,
                    seeds: Optional[int]) -> str:
   if phase.protocol is None:

@@ -257,3 +257,41 @@ def _load(run_dir: str) -> pd.DataFrame:
     frame[flag] = value
   frame['run'] = run_dir
   return frame
+
+
+def test_history_is_refreshed_once_and_says_a_legacy_report_is_exploratory(
+    tmp_path):
+  experiment = reproduce.EXPERIMENTS[FIG2]
+  report = tmp_path / 'gel' / 'fig2' / 'README.md'
+  report.parent.mkdir(parents=True)
+  report.write_text('# t\n\n**Paper:** p\n\n**Package:** x\n\n'
+                    f'{core.VERDICT_PREFIX}REPRODUCED. r\n')
+  core.refresh_history(experiment, str(tmp_path))
+  once = report.read_text()
+  assert once.count('**Protocol:**') == 1 and 'exploratory' in once
+  assert once.index('**Paper:**') < once.index('**Protocol:**') < (
+      once.index('**Package:**'))
+  assert once.endswith('## History\n\nNo earlier version of this report is'
+                       ' committed.\n')
+  core.refresh_history(experiment, str(tmp_path))
+  assert report.read_text() == once
+  with pytest.raises(ValueError, match='does not exist'):
+    core.refresh_history(reproduce.EXPERIMENTS['gel', 'fig8'], str(tmp_path))
+
+
+def test_history_reads_each_committed_version_of_a_report():
+  # fig_catastrophic's report at c482db1 said REVERSED for its first effect
+  # (-0.8 [-1.36, -0.245]); the history shows that version and its numbers.
+  if not os.path.isdir(os.path.join(core.REPO_DIR, '.git')):
+    pytest.skip('no git history here (a Bazel sandbox)')
+  from reproduce import history  # pylint: disable=import-outside-toplevel
+  entries = history.entries(
+      core.REPO_DIR, 'results/large_cohort/fig_catastrophic/README.md',
+      ['reproduce/protocols/large_cohort/fig_catastrophic.toml',
+       'reproduce/large_cohort_experiments.py'], 'fig_catastrophic')
+  if not any(e.commit == 'c482db1' for e in entries):
+    pytest.skip('a shallow clone: c482db1 is not here')
+  [entry] = [e for e in entries if e.commit == 'c482db1']
+  assert entry.effects[0][1:] == ('-0.8 [-1.36, -0.245]', 'REVERSED')
+  assert '- **2026-11-30 `c482db1`: PARTLY.**' in '\n'.join(
+      history.markdown(entries))
