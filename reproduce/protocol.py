@@ -28,6 +28,11 @@ seed block from the hash (`first_confirmatory_seed`: fixed once the protocol
 is written, so nobody picks it, and disjoint from every earlier version's).
 A changed protocol is a new version, frozen again on new seeds; every
 version stays in `<experiment>.frozen.json` and in the report's history.
+
+Why one module: the file format is one contract: `draft` writes what `load`
+validates, `differences` compares and `freeze` hashes, and the seed ranges
+are what a frozen record draws from; split, each would restate the others'
+spelling of grids and effects.
 """
 
 import dataclasses

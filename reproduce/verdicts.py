@@ -52,6 +52,11 @@ REPRODUCED, DIRECTION ONLY or PARTLY; else NOT REPRODUCED.
 A deterministic claim (no seeds: GeL's Figure 3 coefficients, a tuned rate
 against the paper's) is an `Exact`: REPRODUCED when its measured value
 satisfies the stated condition, else NOT REPRODUCED.
+
+Why one module: a quantity's kind (0/1 or continuous, relative or not)
+picks its test, the test's corrected p-value and size its verdict, and the
+effects' verdicts the report's; split, each part would import the others'
+conventions.
 """
 
 import dataclasses
