@@ -1345,8 +1345,11 @@ def test_fig_mu_reads_x_per_mu_and_its_effects_pair_the_largest_mu(
       'Final ‖x‖ over mu (mean over seeds): adabest 3 (mu=0.02) to 3'
       ' (mu=0.02); feddyn 3 (mu=0.02) to 100 (mu=0.16).')
   effects = {e.claim: e for e in adabest_experiments.mu_effects('local')}
-  accuracy, collapse, norm = (
+  same, sensitive, accuracy, collapse, norm = (
       verdicts.assess(frame, effect) for effect in effects.values())
+  # AdaBest's accuracy does not move with mu; FedDyn's falls by 0.3.
+  assert same.mean == pytest.approx(0.0)
+  assert sensitive.mean == pytest.approx(-0.3)
   assert accuracy.mean == pytest.approx(0.3)
   assert collapse.mean == pytest.approx(0.3)
   assert norm.mean == pytest.approx(97.5)
