@@ -290,20 +290,51 @@ def _smoke_grid(grid: Grid) -> Grid:
                              total_rounds=min(grid.total_rounds, SMOKE_ROUNDS))
 
 
+def grid_of(described: Mapping[str, object]) -> Grid:
+  """A protocol's grid (`protocols.describe_grid`'s spelling) as a `Grid`."""
+  unset = lambda v: None if v == protocols.UNSET else v
+  return Grid(
+      name=described['name'],
+      flags={k: unset(v) for k, v in described['flags'].items()},
+      total_rounds=described['rounds'],
+      axes=tuple(sweep.Axis(flag, tuple(values))
+                 for flag, values in described['axes'].items()),
+      seed_flag=unset(described.get('seed_flag', 'seed')),
+      tied_seed_flags=tuple(described.get('tied_seed_flags', ())),
+      max_seeds=described.get('max_seeds'),
+      first_seed=described.get('first_seed', 0),
+      smoke_flags={k: unset(v)
+                   for k, v in described.get('smoke_flags', {}).items()})
+
+
+def _declared(experiment: Experiment, scale: str,
+              phase: Optional[Phase]) -> Setting:
+  """The experiment's setting at `scale` ('local' or 'paper') as its
+  protocol declares it: the protocol's grids and seed count where it has
+  them (the runs made are the protocol's), else the code's."""
+  setting = experiment.setting(scale)
+  protocol = phase.protocol if phase else None
+  if protocol is None:
+    return setting
+  grids = protocol.grids(scale)
+  seeds = protocol.seeds(scale)
+  return dataclasses.replace(
+      setting,
+      grids=setting.grids if grids is None else tuple(map(grid_of, grids)),
+      seeds=setting.seeds if seeds is None else seeds)
+
+
 def setting_for(experiment: Experiment, scale: str,
                 phase: Optional[Phase] = None) -> Setting:
-  """The experiment's setting at `scale`, with its protocol's seed count
-  where the protocol gives one."""
+  """The experiment's setting at `scale`: its protocol's grids and seed
+  count where it has a protocol (`_declared`); the smoke scale cuts the
+  local one."""
   if scale not in SCALES:
     raise ValueError(f'scale must be one of {", ".join(SCALES)}, got'
                      f' {scale!r}')
-  declared = (phase.protocol.seeds(scale) if phase and phase.protocol
-              else None)
   if scale != 'smoke':
-    setting = experiment.setting(scale)
-    return (setting if declared is None
-            else dataclasses.replace(setting, seeds=declared))
-  local = experiment.setting('local')
+    return _declared(experiment, scale, phase)
+  local = _declared(experiment, 'local', phase)
   return dataclasses.replace(
       local, grids=tuple(_smoke_grid(g)
                          for g in local.grids[:SMOKE_MAX_GRIDS]), seeds=1)

@@ -295,3 +295,32 @@ def test_history_reads_each_committed_version_of_a_report():
   assert entry.effects[0][1:] == ('-0.8 [-1.36, -0.245]', 'REVERSED')
   assert '- **2026-11-30 `c482db1`: PARTLY.**' in '\n'.join(
       history.markdown(entries))
+
+
+@pytest.mark.parametrize('key', list(reproduce.EXPERIMENTS),
+                         ids=lambda k: f'{k[0]}-{k[1]}')
+def test_the_runs_are_the_protocols_grids(key):
+  # The grids a command runs are built from the protocol; they are the
+  # code's own, field for field, at both scales.
+  experiment = reproduce.EXPERIMENTS[key]
+  phase = core.Phase(protocols.EXPLORATORY, protocols.load(*key))
+  for scale in ('local', 'paper'):
+    assert core.setting_for(experiment, scale, phase).grids == (
+        experiment.setting(scale).grids)
+
+
+def test_an_exploratory_run_follows_its_protocol_file(tmp_path):
+  base = _copy(tmp_path)
+  path = protocols.path_of(*FIG2, base)
+  text = open(path).read()
+  with open(path, 'w') as f:
+    f.write(text.replace('rounds = 400', 'rounds = 300', 1))
+  experiment = reproduce.EXPERIMENTS[FIG2]
+  phase = core.phase_for(experiment, protocols.EXPLORATORY, 'local', base)
+  points = core.build_points(experiment, 'local', '/r', phase=phase)
+  assert {p.total_rounds for p in points} == {300}
+  # The code no longer carries it out: no confirmatory run of it.
+  protocols_record = tmp_path / 'protocols' / 'gel' / 'fig2.frozen.json'
+  assert not protocols_record.exists()
+  with pytest.raises(ValueError, match='does not match the code'):
+    protocols.freeze(protocols.load(*FIG2, base), experiment)
