@@ -2202,13 +2202,21 @@ def test_lr_scaling_tunes_its_reference_rate_on_validation(tmp_path):
         lc.EMNIST_RATES['sgd'][0])
   assert grids['lr_scaling_synthetic'].flags['server_learning_rate'] == (
       lc.SYNTHETIC_RATES['sgd'][0])
-  # The effects read the tuned runs: linear against sqrt and against none.
-  linear_vs_sqrt, linear_vs_none = [
+  # The effects read the runs from the paper's reference rate first, then
+  # the tuned ones: linear against sqrt and against none.
+  paper_sqrt, paper_none, tuned_sqrt, tuned_none = [
       e for e in lc.lr_scaling_effects('local')
       if e.quantity is lc._SERVER_FAILED]
-  assert linear_vs_sqrt.treatment[verdicts.GRID] == 'lr_scaling_digits_tuned'
-  assert linear_vs_sqrt.baseline[lc.SCALING] == 'sqrt'
-  assert linear_vs_none.baseline[verdicts.GRID] == 'cohort_digits_tuned_sgd'
+  assert paper_sqrt.treatment[verdicts.GRID] == 'lr_scaling_digits'
+  assert paper_none.baseline[verdicts.GRID] == 'cohort_digits_sgd'
+  assert tuned_sqrt.treatment[verdicts.GRID] == 'lr_scaling_digits_tuned'
+  assert tuned_sqrt.baseline[lc.SCALING] == 'sqrt'
+  assert tuned_none.baseline[verdicts.GRID] == 'cohort_digits_tuned_sgd'
+  # Those two grids run the protocol's 16 seeds; the others read beside, 5.
+  assert {n: g.max_seeds for n, g in grids.items()
+          if g.max_seeds is None} == {'lr_scaling_digits': None,
+                                      'cohort_digits_sgd': None}
+  assert lc.LR_SCALING_SEEDS == 16
 
 
 def test_lr_scaling_reads_failures_by_the_rate_over_rules_and_references(
