@@ -395,6 +395,33 @@ def committed_at(path: str) -> Optional[str]:
   return _git(directory, 'rev-parse', 'HEAD')
 
 
+def min_discordant_pairs(primary: int, alpha: float = 0.05) -> int:
+  """The fewest discordant pairs, all one way, whose exact two-sided
+  McNemar p-value (2 / 2^b) passes `alpha` after Holm over `primary`
+  effects (its strictest step, alpha / primary)."""
+  pairs = 1
+  while 2 * 0.5 ** pairs >= alpha / max(primary, 1):
+    pairs += 1
+  return pairs
+
+
+def _undecidable(protocol: Protocol) -> str:
+  """Why a primary 0/1 effect could never reproduce at the protocol's
+  local seed count, or ''."""
+  effects = protocol.effects()
+  primary = sum(bool(e['primary']) for e in effects) + sum(
+      bool(e.get('primary', True)) for e in protocol.exact())
+  seeds = protocol.seeds('local')
+  needed = min_discordant_pairs(primary)
+  for effect in effects:
+    if effect['primary'] and effect.get('outcome') == 'binary' and (
+        seeds is not None and seeds < needed):
+      return (f'the primary 0/1 effect {effect["claim"][:60]!r} can never'
+              f' reproduce on {seeds} seeds: the exact test needs {needed}'
+              f' discordant pairs under Holm over {primary} primary effects')
+  return ''
+
+
 def freeze(protocol: Protocol, experiment,
            dry_run: bool = False) -> dict[str, Any]:
   """Freezes the protocol as a new version (module docstring); `dry_run`:
@@ -413,6 +440,9 @@ def freeze(protocol: Protocol, experiment,
   if not protocol.effects() and not protocol.exact():
     raise ValueError(f'{protocol.path} declares no effect: nothing to'
                      ' confirm')
+  undecidable = _undecidable(protocol)
+  if undecidable:
+    raise ValueError(f'{protocol.path}: {undecidable}')
   earlier = versions(protocol)
   for record in earlier:
     if record['sha256'] == protocol.sha256:

@@ -324,3 +324,21 @@ def test_an_exploratory_run_follows_its_protocol_file(tmp_path):
   assert not protocols_record.exists()
   with pytest.raises(ValueError, match='does not match the code'):
     protocols.freeze(protocols.load(*FIG2, base), experiment)
+
+
+def test_a_primary_0_1_effect_that_can_never_reproduce_is_not_frozen(
+    tmp_path):
+  # Alone, 5 discordant pairs give p = 0.0625: 6 are needed; under Holm
+  # over two primary effects, 7 (p = 0.0156 < 0.025).
+  assert protocols.min_discordant_pairs(1) == 6
+  assert protocols.min_discordant_pairs(2) == 7
+  base = _copy(tmp_path, 'large_cohort', 'fig_lr_scaling')
+  path = protocols.path_of('large_cohort', 'fig_lr_scaling', base)
+  text = open(path).read()
+  assert 'local = 16' in text
+  with open(path, 'w') as f:
+    f.write(text.replace('local = 16', 'local = 6', 1))
+  with pytest.raises(ValueError, match='can never reproduce on 6 seeds: the'
+                     ' exact test needs 7 discordant pairs'):
+    protocols.freeze(protocols.load('large_cohort', 'fig_lr_scaling', base),
+                     reproduce.EXPERIMENTS['large_cohort', 'fig_lr_scaling'])
