@@ -119,6 +119,10 @@ def _freeze(argv: Sequence[str]) -> int:
               for e in experiments]
     for e, protocol in loaded:
       record = protocols.freeze(protocol, e, dry_run=args.dry_run)
+      if args.dry_run and record.get('already'):
+        print(f'frozen already: {protocol.path} version {record["version"]},'
+              f' sha256 {record["sha256"][:16]}')
+        continue
       if args.dry_run:
         print(f'would freeze: {protocol.path} as version {record["version"]},'
               f' sha256 {record["sha256"][:16]}, confirmatory seeds from'

@@ -446,6 +446,8 @@ def freeze(protocol: Protocol, experiment,
   earlier = versions(protocol)
   for record in earlier:
     if record['sha256'] == protocol.sha256:
+      if dry_run:  # nothing to do: the record as it stands
+        return {**record, 'already': True}
       raise ValueError(f'{protocol.path} is frozen already as version'
                        f' {record["version"]} (sha256'
                        f' {protocol.sha256[:12]})')

@@ -162,8 +162,8 @@ def test_the_paper_recipe_runs_as_written(tmp_path):
       cwd=copy, env={**os.environ, 'PYTHONPATH': str(copy)},
       capture_output=True, text=True, timeout=900)
   assert run.returncode == 0, run.stderr[-2000:]
-  report = (tmp_path / 'runs' / 'reports' / 'smoke' / 'fedprox' / 'fig1'
-            / 'README.md').read_text()
+  report = (tmp_path / 'runs' / 'reports' / 'exploratory' / 'smoke'
+            / 'fedprox' / 'fig1' / 'README.md').read_text()
   assert report.startswith('# FedProx (Li et al. 2020): Figure 1')
   assert '**Verdict:** NOT TESTABLE AT THIS SCALE' in report
   # Both runs were read: each mu's final training loss is in the table.
