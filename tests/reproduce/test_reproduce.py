@@ -142,12 +142,14 @@ def test_paper_scale_runs_the_papers_tasks(tmp_path):
   assert len([c for c in on_misaligned
               if '--server_lr_scaling=linear' in c]) == 4 * 2 * 5
   # The paper's claim on the non-convex digits MLP with clipping: both
-  # rules across M beside unscaled runs, from the reference rate tuned at
-  # M = 50 (5 rates) and from the usual rate 1 (its unscaled runs
-  # fig_catastrophic's, shared), the server model scored on the cohort;
-  # the convex Synthetic beside.
+  # rules across M beside unscaled runs, from the paper's rate 1 (the
+  # primary effects', at LR_SCALING_SEEDS; its unscaled runs
+  # fig_catastrophic's, shared) and from the reference rate tuned at M = 50
+  # (5 rates), the server model scored on the cohort; the convex Synthetic
+  # beside.
+  seeds = large_cohort_experiments.LR_SCALING_SEEDS
   digits = [c for c in commands if '--task=digits' in c]
-  assert len(digits) == ((2 * 4 + 4) * 2 + 5) * 5
+  assert len(digits) == (2 * 4 + 4) * 5 + 5 * 5 + (2 * 4 + 4) * seeds
   tuning = [c for c in digits if '--clients_per_round=50' in c
             and '--server_lr_scaling' not in ' '.join(c)
             and '--cohort_accuracy=true' not in c]
@@ -157,9 +159,13 @@ def test_paper_scale_runs_the_papers_tasks(tmp_path):
               and '--server_lr_scaling=sqrt' not in c}
   shared = unscaled & {p.command for p in core.build_points(
       catastrophic, 'local', str(tmp_path))}
-  assert len(unscaled) == 2 * 4 * 5 and len(shared) == 4 * 5
+  assert len(unscaled) == 4 * 5 + 4 * seeds and len(shared) == 4 * 5
   assert all('--server_learning_rate=1.0' in c for c in shared)
-  assert all('--server_learning_rate=10' in c for c in unscaled - shared)
+  # The rest: the tuned rate's 5 seeds, and rate 1's seeds past the 5.
+  tuned = {c for c in unscaled - shared if '--server_learning_rate=10' in c}
+  assert len(tuned) == 4 * 5
+  assert all('--server_learning_rate=1.0' in c
+             for c in unscaled - shared - tuned)
   assert all('--cohort_accuracy=true' in c for c in digits
              if c not in tuning)
   assert len(commands) - len(on_misaligned) - len(digits) == (2 * 4 + 4) * 5
