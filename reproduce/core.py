@@ -852,6 +852,14 @@ def write_report(experiment: Experiment, scale: str, root: str,
   }
   if exploratory is not None:
     record[protocols.EXPLORATORY] = _verdict_record(exploratory[0])
+  elif phase.name == protocols.CONFIRMATORY:
+    # No development-seed run here: the last committed version's verdict
+    # (made before protocols), as the report's Exploratory line says.
+    before = [e for e in past if e.verdict != 'none stated']
+    if before:
+      record[protocols.EXPLORATORY] = {
+          'verdict': f'{before[-1].verdict} (rules before protocols)',
+          'commit': before[-1].commit}
   release_managers.write_atomically(
       os.path.join(output_dir, VERDICT_FILE),
       json.dumps(record, indent=1) + '\n')
@@ -905,15 +913,17 @@ def _protocol_line(experiment: Experiment, scale: str, phase: Phase,
     return ('**Protocol:** none (this experiment has no protocol file:'
             ' exploratory only).')
   rel = os.path.relpath(phase.protocol.path, REPO_DIR)
+  seed_range = _seed_range(experiment, scale, phase, seeds)
   if phase.frozen:
     commit = phase.frozen.get('commit')
     return (f'**Protocol:** [`{rel}`]({os.path.relpath(phase.protocol.path, os.path.join(RESULTS_DIR, experiment.paper, experiment.name))})'
             f' version {phase.frozen["version"]}, sha256'
             f' `{phase.protocol.sha256[:16]}`, frozen'
             f' {phase.frozen["frozen_at"]}'
-            + (f' at commit `{commit[:7]}`' if commit else '') +
-            f'; confirmatory {_seed_range(experiment, scale, phase, seeds)},'
-            ' drawn at the freeze.')
+            + (f' at commit `{commit[:7]}`' if commit else '')
+            + (f'; confirmatory {seed_range}, drawn at the freeze.'
+               if seed_range != 'no seed axis' else
+               '; no seeds (a measurement).'))
   return (f'**Protocol:** `{rel}` (sha256 `{phase.protocol.sha256[:16]}`,'
           ' not frozen for this run: exploratory, development'
           f' {_seed_range(experiment, scale, phase, seeds)}).')
