@@ -231,6 +231,23 @@ class Exact:
   primary: bool = True
 
 
+# A tuned rate reproduces the paper's when it is within this factor of it
+# (on a grid of powers of 10 the paper's rate itself; on GeL's Table 5 grid
+# the paper's rate or a neighbour).
+TUNED_RATE_FACTOR = 2.0
+
+
+def tuned_rate(claim: str, value: Callable[[pd.DataFrame], float],
+               paper_rate: float) -> Exact:
+  """A tuning table's claim: the rate `value` reads off the runs (chosen
+  on validation clients) is the paper's, within `TUNED_RATE_FACTOR`."""
+  return Exact(
+      claim, value,
+      lambda v: paper_rate / TUNED_RATE_FACTOR <= v <= (
+          paper_rate * TUNED_RATE_FACTOR),
+      f'within a factor of {TUNED_RATE_FACTOR:g} of {paper_rate:g}')
+
+
 @dataclasses.dataclass(frozen=True)
 class Effect:
   """One effect the paper reports, as a paired comparison of runs.
