@@ -420,7 +420,7 @@ def test_report_states_the_verdict_and_the_index_counts_it(tmp_path):
           f' confirmatory seeds): {total} not run yet;') in index
   assert ('| not run yet | REVERSED (rules before protocols) | 2, 1.5 h |'
           ' [large_cohort/fig_lr_scaling/README.md]') in index
-  assert '1 reports were written before protocols' in index
+  assert '1 exploratory verdicts were made before protocols' in index
   assert '(1.5 h over the reports: large_cohort 1.5 h).' in index
   assert ('the runs take about 1.5 h; two run at a time, so `make reproduce`'
           ' into one empty directory takes about 0.8 h on 2 cores.') in index
