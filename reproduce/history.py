@@ -32,7 +32,9 @@ class Entry:
   changes: tuple[str, ...] = ()  # commits since the previous entry
 
 
-def _git(repo: str, *args: str) -> Optional[str]:
+def git(repo: str, *args: str) -> Optional[str]:
+  """`git -C repo args`'s standard output, or None when git is missing or
+  the command fails (outside a work tree, an unknown revision)."""
   try:
     done = subprocess.run(['git', '-C', repo, *args], capture_output=True,
                           text=True, check=False)
@@ -70,11 +72,11 @@ def changes_between(repo: str, older: str, newer: str,
   """Subjects of the commits after `older` up to `newer` that touched
   `paths[0]` (the protocol) or touched `paths[1:]` (the experiment module,
   the verdict rules) naming `name` in their subject."""
-  out = _git(repo, 'log', '--format=%h %s', f'{older}..{newer}', '--',
+  out = git(repo, 'log', '--format=%h %s', f'{older}..{newer}', '--',
              *paths)
   if not out:
     return ()
-  protocol = _git(repo, 'log', '--format=%h', f'{older}..{newer}', '--',
+  protocol = git(repo, 'log', '--format=%h', f'{older}..{newer}', '--',
                   paths[0]) or ''
   protocol_commits = set(protocol.split())
   picked = []
@@ -90,14 +92,14 @@ def entries(repo: str, report: str, paths: Sequence[str],
   """Every committed version of `report` (a path relative to `repo`),
   oldest first, with the changes (`changes_between`) since the one
   before; [] outside a git work tree."""
-  log = _git(repo, 'log', '--format=%H %cs %s', '--', report)
+  log = git(repo, 'log', '--format=%H %cs %s', '--', report)
   if not log:
     return []
   found = []
   previous = None
   for line in reversed(log.splitlines()):
     commit, date, subject = (line.split(' ', 2) + [''])[:3]
-    text = _git(repo, 'show', f'{commit}:{report}')
+    text = git(repo, 'show', f'{commit}:{report}')
     if text is None:  # the commit deleted it
       continue
     verdict, effects = parse_report(text)

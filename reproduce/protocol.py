@@ -41,12 +41,12 @@ import hashlib
 import json
 import math
 import os
-import subprocess
 import tomllib
 from collections.abc import Mapping, Sequence
 from typing import Any, Optional
 
 from experiment_driver import release_managers
+from reproduce import history
 
 PROTOCOLS_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)),
                              'protocols')
@@ -369,15 +369,6 @@ def first_confirmatory_seed(sha256: str, taken: Sequence[int]) -> int:
   raise ValueError('every confirmatory seed block is taken')
 
 
-def _git(directory: str, *args: str) -> Optional[str]:
-  try:
-    done = subprocess.run(['git', '-C', directory, *args], capture_output=True,
-                          text=True, check=False)
-  except FileNotFoundError:
-    return None
-  return done.stdout.strip() if done.returncode == 0 else None
-
-
 def committed_at(path: str) -> Optional[str]:
   """The commit (HEAD) that holds `path` as it is on disk, or None when it
   is not in a git work tree.
@@ -386,13 +377,14 @@ def committed_at(path: str) -> Optional[str]:
     ValueError: In a work tree where the file is untracked or modified.
   """
   directory = os.path.dirname(path)
-  if _git(directory, 'rev-parse', '--is-inside-work-tree') != 'true':
+  inside = history.git(directory, 'rev-parse', '--is-inside-work-tree')
+  if (inside or '').strip() != 'true':
     return None
-  status = _git(directory, 'status', '--porcelain', '--', path)
-  if status is None or status:
+  status = history.git(directory, 'status', '--porcelain', '--', path)
+  if status is None or status.strip():
     raise ValueError(f'{path} is not committed as it is: commit it, then'
                      ' freeze (the freeze records the commit that holds it)')
-  return _git(directory, 'rev-parse', 'HEAD')
+  return (history.git(directory, 'rev-parse', 'HEAD') or '').strip() or None
 
 
 def min_discordant_pairs(primary: int, alpha: float = 0.05) -> int:
