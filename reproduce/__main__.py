@@ -101,6 +101,11 @@ def report_dir(args, experiment: core.Experiment) -> str:
   return os.path.join(base, experiment.paper, experiment.name)
 
 
+def _check_protocols_dir(path: str) -> None:
+  if not os.path.isdir(path):
+    raise ValueError(f'--protocols_dir={path} is not a directory')
+
+
 def _freeze(argv: Sequence[str]) -> int:
   parser = argparse.ArgumentParser(
       prog='python -m reproduce freeze',
@@ -115,6 +120,7 @@ def _freeze(argv: Sequence[str]) -> int:
   args = parser.parse_args(argv)
   try:
     experiments = _select(args.paper, args.experiments)
+    _check_protocols_dir(args.protocols_dir)
     loaded = [(e, protocols.load(e.paper, e.name, args.protocols_dir))
               for e in experiments]
     for e, protocol in loaded:
@@ -175,6 +181,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if args.report_only and args.dry_run:
       raise ValueError('--report_only and --dry_run exclude each other')
     experiments = _select(args.paper, args.experiments)
+    _check_protocols_dir(args.protocols_dir)
     if args.seeds is not None and args.phase == protocols.CONFIRMATORY:
       raise ValueError('--seeds: a confirmatory run takes its protocol\'s'
                        ' seed count (change the protocol and freeze it'

@@ -1063,6 +1063,7 @@ def test_write_report_puts_command_table_and_figures_in_readme(tmp_path,
     (['all', 'table1'], 'with all, name no experiment'),
     (['gel', '--seeds=0'], 'seeds must be >= 1'),
     (['gel', '--parallel=0'], '--parallel must be >= 1'),
+    (['gel', '--protocols_dir=/nonexistent'], 'is not a directory'),
     ([], 'name a paper'),
 ])
 def test_bad_input_is_one_error_line_before_any_run(argv, message, tmp_path,
