@@ -142,6 +142,9 @@ def main(argv) -> None:
   signal.signal(signal.SIGHUP, _terminate)
   try:
     run()
+  except outputs.RunLockedError as e:
+    print(f'error: {e}', file=sys.stderr)
+    sys.exit(outputs.EXIT_LOCKED)
   except USER_ERRORS as e:
     print(f'error: {e}', file=sys.stderr)
     sys.exit(2)

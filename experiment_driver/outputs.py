@@ -72,6 +72,12 @@ class RunLockedError(RunDirectoryError):
   """Another live run holds the run directory."""
 
 
+# The driver's exit code when another live run holds its run directory
+# (EX_TEMPFAIL): a launcher tells "someone else is running this" from a
+# failure by it (`reproduce.cluster`'s jobs exit 0 then).
+EXIT_LOCKED = 75
+
+
 class CheckpointError(RuntimeError):
   """A saved checkpoint cannot be read, or a run file fails verification."""
 

@@ -285,10 +285,19 @@ def is_finished(point: SweepPoint) -> bool:
           not conflicting_flags(point))
 
 
-def _last_line(path: str) -> str:
-  with open(path, errors='replace') as f:
-    lines = [line.strip() for line in f if line.strip()]
-  return lines[-1] if lines else ''
+def tail_lines(path: str, count: int) -> list[str]:
+  """The last `count` non-blank lines of a log (none if it is missing)."""
+  try:
+    with open(path, errors='replace') as f:
+      lines = [line.rstrip() for line in f if line.strip()]
+  except FileNotFoundError:
+    return []
+  return lines[-count:]
+
+
+def last_line(path: str) -> str:
+  lines = tail_lines(path, 1)
+  return lines[0].strip() if lines else ''
 
 
 def _run_point(point: SweepPoint, log_dir: str,
@@ -303,7 +312,7 @@ def _run_point(point: SweepPoint, log_dir: str,
   elapsed = time.monotonic() - start
   if exit_code == 0:
     return PointResult(point, 'succeeded', 0, elapsed_sec=elapsed)
-  return PointResult(point, 'failed', exit_code, _last_line(stderr_path),
+  return PointResult(point, 'failed', exit_code, last_line(stderr_path),
                      elapsed_sec=elapsed)
 
 

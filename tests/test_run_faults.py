@@ -66,7 +66,7 @@ def test_a_second_run_into_a_locked_directory_stops_and_touches_nothing(
       if line.startswith('round 2/'):
         break
     second = _run(*args, check=False)
-    assert second.returncode == 2
+    assert second.returncode == 75  # outputs.EXIT_LOCKED: a launcher's cue
     (line,) = _stderr_lines(second)
     assert line.startswith('error: ') and f'pid {first.pid}' in line
     # The first trains on: three more rounds, then it is stopped as a user
