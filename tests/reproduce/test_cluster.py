@@ -1,0 +1,243 @@
+"""`--launcher=slurm` (`reproduce.cluster`) on a real one-node SLURM cluster.
+
+The cluster is started once for the module by `tools/local_slurm.sh` (which
+installs Debian's `slurm-wlm` and `munge` if missing): `slurmctld`, `slurmd`
+and, if none answers, `munged`, stopped at the end by their pids. Where it
+cannot start (no root, no packages), every test here fails with the reason;
+`FL_PAPERS_NO_SLURM=1` turns that into a skip saying so, for a machine where
+a cluster cannot run (CI does not set it).
+
+Runs are the driver's Synthetic ones, a few rounds each, on CPUs.
+"""
+
+import fcntl
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+
+import pandas as pd
+import pytest
+
+from fl_common import run_layout
+from reproduce import cluster
+from reproduce import sweep
+
+_REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(
+    __file__))))
+_SCRIPT = os.path.join(_REPO, 'tools', 'local_slurm.sh')
+# Two runs fit the two CPUs of the smallest machine this runs on.
+_SMALL = ('--cpus_per_run=1', '--mem_gb=1')
+_RESOURCES = cluster.Resources(cpus_per_run=1, mem_gb=1, time_min=30)
+
+
+@pytest.fixture(scope='module')
+def slurm(tmp_path_factory, monkeypatch_module):
+  """A running cluster; `SLURM_CONF` points at it for this process and the
+  commands it starts."""
+  directory = tmp_path_factory.mktemp('slurm')
+  started = subprocess.run([_SCRIPT, 'start', str(directory)],
+                           capture_output=True, text=True, check=False)
+  if started.returncode != 0:
+    reason = (started.stderr.strip().splitlines() or ['no output'])[-1]
+    message = f'the local SLURM cluster did not start: {reason}'
+    if os.environ.get('FL_PAPERS_NO_SLURM') == '1':
+      pytest.skip(message + ' (FL_PAPERS_NO_SLURM=1)')
+    pytest.fail(message, pytrace=False)
+  monkeypatch_module.setenv('SLURM_CONF', str(directory / 'slurm.conf'))
+  try:
+    yield directory
+  finally:
+    subprocess.run(['scancel', '--full', '-u', 'root'], check=False,
+                   capture_output=True)
+    subprocess.run([_SCRIPT, 'stop', str(directory)], check=False)
+
+
+@pytest.fixture(scope='module')
+def monkeypatch_module():
+  with pytest.MonkeyPatch.context() as patch:
+    yield patch
+
+
+def _reproduce(*args, check=True, timeout=900):
+  done = subprocess.run([sys.executable, '-m', 'reproduce', *args],
+                        capture_output=True, text=True, cwd=_REPO,
+                        timeout=timeout, check=False)
+  if check and done.returncode != 0:
+    raise AssertionError(f'exit {done.returncode}:\n{done.stdout[-3000:]}\n'
+                         f'{done.stderr[-3000:]}')
+  return done
+
+
+def _queue() -> dict[str, str]:
+  states = cluster.squeue_states()
+  assert states is not None
+  return states
+
+
+def _wait_until(condition, timeout=300, what='the condition'):
+  end = time.monotonic() + timeout
+  while time.monotonic() < end:
+    if condition():
+      return
+    time.sleep(1)
+  raise AssertionError(f'{what} did not happen in {timeout} s; queue:'
+                       f' {cluster.squeue_states()}')
+
+
+def _metrics(run_dir) -> pd.DataFrame:
+  frame = pd.read_csv(os.path.join(run_dir, run_layout.METRICS_FILE))
+  return frame.drop(columns=[c for c in run_layout.TIMING_COLUMNS
+                             if c in frame.columns])
+
+
+def _attempts(log_dir, name) -> int:
+  with open(os.path.join(log_dir, f'{name}.stdout')) as f:
+    return sum(line.startswith(f'== {name}: job ') for line in f)
+
+
+def test_a_grid_runs_as_a_job_array_and_is_not_resubmitted_while_queued(
+    slurm, tmp_path):
+  del slurm
+  grid = ('gel', 'fig2', '--scale=smoke', f'--root_output_dir={tmp_path}')
+  first = _reproduce(*grid, '--launcher=slurm', *_SMALL)
+  (array,) = re.findall(r'submitted 2 runs as job (\d+)', first.stdout)
+  assert '--status' in first.stdout
+  queued = [job for job in _queue() if job.split('_')[0] == array]
+  assert sorted(queued) == [f'{array}_0', f'{array}_1']
+  # A second launch while the tasks are queued submits nothing.
+  second = _reproduce(*grid, '--launcher=slurm', *_SMALL)
+  assert 'submitted 0 runs; 2 queued already, 0 finished' in second.stdout
+  status = _reproduce(*grid, '--status')
+  assert re.search(r'gel fig2: 2 runs: (\d (running|pending)(, )?)+$',
+                   status.stdout.strip()), status.stdout
+  # --wait submits nothing new, waits, then writes the report.
+  waited = _reproduce(*grid, '--launcher=slurm', *_SMALL, '--wait',
+                      '--poll_seconds=1')
+  assert 'submitted 0 runs' in waited.stdout
+  assert 'gel fig2: 2 runs: 2 finished' in waited.stdout
+  report = tmp_path / 'reports/exploratory/smoke/gel/fig2/README.md'
+  assert f'report: {report}' in waited.stdout and report.is_file()
+  log_dir = tmp_path / 'gel/smoke' / sweep.LOG_DIR_NAME
+  for name in ('fig2_synthetic__algorithm=fedavg_budgeted__seed=0',
+               'fig2_synthetic__algorithm=fedavgcm_budgeted__seed=0'):
+    assert _attempts(log_dir, name) == 1
+    with open(log_dir / f'{name}.job.json') as f:
+      assert json.load(f)['state'] == 'finished'
+  assert _reproduce(*grid, '--status').stdout.strip() == (
+      'gel fig2: 2 runs: 2 finished')
+  # Finished runs are not submitted again.
+  again = _reproduce(*grid, '--launcher=slurm', *_SMALL)
+  assert 'submitted 0 runs; 0 queued already, 2 finished' in again.stdout
+
+
+def _points(root, names_and_flags, rounds):
+  points = []
+  for name, flags in names_and_flags:
+    points += sweep.build_points(
+        (sweep.Axis('seed', ('3',)),), str(root), rounds, name_prefix=name,
+        flags={'task': 'synthetic', 'clients_per_round': '5',
+               'rounds_per_eval': '5', 'max_eval_clients': '10',
+               'noper_client_eval': None, **flags})
+  return points
+
+
+def test_a_requeued_run_resumes_to_the_uninterrupted_metrics(slurm,
+                                                             tmp_path):
+  del slurm
+  (point,) = _points(tmp_path / 'slurm', [('requeued', {
+      'rounds_per_checkpoint': '4'})], rounds=60)
+  (reference,) = _points(tmp_path / 'local', [('requeued', {
+      'rounds_per_checkpoint': '4'})], rounds=60)
+  folder = str(tmp_path / 'submitit')
+  log_dir = str(tmp_path / 'logs')
+  launched = cluster.launch([point], folder, log_dir, _RESOURCES, 'requeue')
+  (job,) = launched.submitted.values()
+  metrics = os.path.join(point.run_dir, run_layout.METRICS_FILE)
+
+  def rounds_done():
+    try:
+      return len(pd.read_csv(metrics))
+    except (FileNotFoundError, pd.errors.EmptyDataError):
+      return 0
+
+  _wait_until(lambda: rounds_done() >= 10, what='round 10')
+  subprocess.run(['scontrol', 'requeue', job], check=True)
+  _wait_until(lambda: _queue().get(job) == 'PENDING', what='the requeue')
+  # Requeued jobs wait ~2 min (BeginTime); start it now.
+  subprocess.run(['scontrol', 'update', f'jobid={job}', 'StartTime=now'],
+                 check=True)
+  subprocess.run(reference.command, check=True, capture_output=True)
+  _wait_until(lambda: job not in _queue(), timeout=600, what='the end')
+  assert sweep.is_finished(point)
+  name = point.experiment_name
+  assert _attempts(log_dir, name) == 2
+  with open(os.path.join(log_dir, f'{name}.stderr')) as f:
+    stderr = f.read()
+  assert re.search(r'terminated at round \d+ \(last checkpoint: round \d+\)',
+                   stderr), stderr[-2000:]
+  resumed = _metrics(point.run_dir)
+  assert list(resumed['round']) == list(range(1, 61))
+  pd.testing.assert_frame_equal(resumed, _metrics(reference.run_dir))
+
+
+def test_a_failed_run_is_reported_by_name_with_its_log(slurm, tmp_path):
+  del slurm
+  good, bad = _points(tmp_path, [('good', {}), ('bad', {
+      'server_learning_rate': '-1'})], rounds=2)
+  folder = str(tmp_path / 'submitit')
+  log_dir = str(tmp_path / 'logs')
+  cluster.launch([good, bad], folder, log_dir, _RESOURCES, 'failing')
+  statuses = cluster.wait([good, bad], folder, log_dir, 'failing',
+                          poll_seconds=1)
+  assert [s.state for s in statuses] == ['finished', 'failed']
+  lines = cluster.status_lines('grid', statuses, log_dir)
+  assert lines[0] == 'grid: 2 runs: 1 finished, 1 failed'
+  assert lines[1].startswith(f'  failed: {bad.experiment_name} (job ')
+  assert 'exit 2 on ' in lines[1]
+  assert any(line.startswith('    | error: ') and 'server_learning_rate' in
+             line for line in lines[2:]), lines
+
+
+def test_a_job_whose_run_another_run_holds_runs_nothing_and_exits_0(
+    slurm, tmp_path):
+  del slurm
+  (point,) = _points(tmp_path, [('held', {})], rounds=2)
+  os.makedirs(point.run_dir)
+  folder = str(tmp_path / 'submitit')
+  log_dir = str(tmp_path / 'logs')
+  with open(os.path.join(point.run_dir, run_layout.LOCK_FILE), 'w') as lock:
+    fcntl.flock(lock, fcntl.LOCK_EX)  # as a live run holds it
+    lock.write(f'{os.getpid()}\n')
+    lock.flush()
+    launched = cluster.launch([point], folder, log_dir, _RESOURCES, 'held')
+    (job,) = launched.submitted.values()
+    _wait_until(lambda: job not in _queue(), what='the end')
+  with open(os.path.join(folder, f'{job}_0_log.out')) as f:
+    assert 'is in use by another run; this job runs nothing' in f.read()
+  with open(os.path.join(folder, f'{job}_0_result.pkl'), 'rb') as f:
+    assert b'success' in f.read()  # exited 0: not a failure
+  assert not os.path.exists(cluster.job_record_path(log_dir,
+                                                    point.experiment_name))
+  assert not sweep.is_finished(point)
+
+
+def test_two_launches_at_once_run_each_run_once(slurm, tmp_path):
+  del slurm
+  grid = ('gel', 'fig2', '--scale=smoke', f'--root_output_dir={tmp_path}',
+          '--launcher=slurm', *_SMALL)
+  both = [subprocess.Popen([sys.executable, '-m', 'reproduce', *grid],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                           text=True, cwd=_REPO) for _ in range(2)]
+  outputs = [p.communicate(timeout=300) for p in both]
+  assert [p.returncode for p in both] == [0, 0], outputs
+  submitted = sorted(int(re.search(r'submitted (\d) runs', out).group(1))
+                     for out, _ in outputs)
+  assert submitted == [0, 2]
+  _reproduce(*grid, '--wait', '--poll_seconds=1')
+  log_dir = tmp_path / 'gel/smoke' / sweep.LOG_DIR_NAME
+  for name in ('fig2_synthetic__algorithm=fedavg_budgeted__seed=0',
+               'fig2_synthetic__algorithm=fedavgcm_budgeted__seed=0'):
+    assert _attempts(log_dir, name) == 1
