@@ -241,3 +241,109 @@ def test_two_launches_at_once_run_each_run_once(slurm, tmp_path):
   for name in ('fig2_synthetic__algorithm=fedavg_budgeted__seed=0',
                'fig2_synthetic__algorithm=fedavgcm_budgeted__seed=0'):
     assert _attempts(log_dir, name) == 1
+
+
+# What needs no cluster: the flags, the script a launch submits, the states.
+
+from reproduce import __main__ as cli  # pylint: disable=g-import-not-at-top,wrong-import-position
+
+
+@pytest.mark.parametrize('args, message', [
+    (('--partition=gpu',), '--partition does nothing with --launcher=local'),
+    (('--wait',), '--wait does nothing with --launcher=local'),
+    (('--launcher=slurm', '--parallel=3'), '--parallel does nothing with'
+     ' --launcher=slurm'),
+    (('--launcher=slurm', '--report_only'), '--report_only runs nothing'),
+    (('--launcher=slurm', '--dry_run', '--wait'), '--dry_run submits'
+     ' nothing'),
+    (('--launcher=slurm', '--poll_seconds=1'), '--poll_seconds does nothing'
+     ' without --wait'),
+    (('--launcher=slurm', '--sbatch=a b'), '--sbatch takes an sbatch option'),
+    (('--launcher=slurm', '--cpus_per_run=0'), '--cpus_per_run must be >= 1'),
+    (('--status', '--wait'), '--status runs nothing; --wait does nothing'),
+    (('--status', '--dry_run'), '--status runs nothing; --dry_run does'),
+])
+def test_flags_that_would_do_nothing_are_refused_in_one_line(
+    args, message, tmp_path, capsys):
+  code = cli.main(['gel', 'fig2', '--scale=smoke',
+                   f'--root_output_dir={tmp_path}', *args])
+  out, err = capsys.readouterr()
+  assert code == 2 and out == ''
+  (line,) = err.strip().splitlines()
+  assert line.startswith(f'error: {message}'), line
+  assert not os.listdir(tmp_path)
+
+
+def test_a_grid_timed_on_one_machine_is_refused_on_the_cluster(tmp_path,
+                                                                capsys):
+  code = cli.main(['adabest', 'table_cost', '--launcher=slurm', '--dry_run',
+                   f'--root_output_dir={tmp_path}'])
+  (line,) = capsys.readouterr().err.strip().splitlines()
+  assert code == 2 and line == (
+      'error: adabest table_cost times its runs side by side on one machine'
+      ' (its figures compare those timings): run it with --launcher=local')
+
+
+def test_dry_run_prints_the_script_at_the_scales_resources(tmp_path, capsys):
+  code = cli.main(['gel', 'fig2', '--scale=paper', '--launcher=slurm',
+                   '--dry_run', f'--root_output_dir={tmp_path}',
+                   '--partition=gpu', '--sbatch=account=lab',
+                   '--setup=module load cuda/12'])
+  out = capsys.readouterr().out
+  assert code == 0
+  runs = [line for line in out.splitlines() if line.startswith('#   ')]
+  assert runs and all('run_experiment.py' in line for line in runs)
+  script = out[out.index('#!/bin/bash'):]
+  for option in (f'--array=0-{len(runs) - 1}%{len(runs)}',
+                 '--gpus-per-node=1', '--cpus-per-task=8', '--mem=32768MB',
+                 '--time=1440', '--partition=gpu', '--account=lab',
+                 '--requeue', '--signal=USR2@90', '--job-name=gel-fig2'):
+    assert f'#SBATCH {option}\n' in script, option
+  assert '\nmodule load cuda/12\n' in script
+  assert not os.path.exists(tmp_path / 'gel')  # nothing written
+
+
+def _finished_point(root, name, rounds=2, done=True):
+  (point,) = sweep.build_points((sweep.Axis('seed', ('1',)),), str(root),
+                                rounds, name_prefix=name)
+  os.makedirs(point.run_dir)
+  last = rounds if done else rounds - 1
+  pd.DataFrame({'round': range(1, last + 1)}).to_csv(
+      os.path.join(point.run_dir, run_layout.METRICS_FILE), index=False)
+  return point
+
+
+def test_states_come_from_run_directories_the_queue_and_task_records(
+    tmp_path):
+  root, folder, log_dir = tmp_path / 'runs', tmp_path / 'f', tmp_path / 'l'
+  os.makedirs(folder)
+  os.makedirs(log_dir)
+  names = ('finished', 'running', 'pending', 'failed', 'stopped', 'gone',
+           'requeued', 'new')
+  points = [_finished_point(root, n, done=(n == 'finished')) for n in names]
+  jobs = {p.experiment_name: f'7_{i}' for i, p in enumerate(points[:-1])}
+  # `requeued` failed as job 3_0 once, then was submitted again as 7_6.
+  with open(folder / cluster.LAUNCHES_FILE, 'w') as f:
+    json.dump([{'array': '3', 'jobs': {points[6].experiment_name: '3_0'}},
+               {'array': '7', 'jobs': jobs}], f)
+  for point, job, state in ((points[3], '7_3', 'failed'),
+                            (points[4], '7_4', 'stopped'),
+                            (points[6], '3_0', 'failed')):
+    with open(cluster.job_record_path(log_dir, point.experiment_name),
+              'w') as f:
+      json.dump({'job': job, 'state': state, 'exit_code': 2, 'host': 'n1'}, f)
+  (log_dir / f'{points[3].experiment_name}.stderr').write_text(
+      '== header\nTraceback\nerror: bad flag\n')
+  queue = {'7_1': 'RUNNING', '7_2': 'PENDING', '7_6': 'PENDING',
+           '9_0': 'RUNNING'}
+  statuses = cluster.status(points, str(folder), str(log_dir), queue)
+  assert [s.state for s in statuses] == [
+      'finished', 'running', 'pending', 'failed', 'stopped', 'stopped',
+      'pending', 'to run']
+  assert statuses[5].detail == 'left the queue unfinished (cancelled?)'
+  lines = cluster.status_lines('g', statuses, str(log_dir), tail=2)
+  assert lines[0] == ('g: 8 runs: 1 finished, 1 running, 2 pending, 1 failed,'
+                      ' 2 stopped, 1 to run')
+  assert lines[1:4] == [
+      f'  failed: {points[3].experiment_name} (job 7_3, exit 2 on n1)',
+      '    | Traceback', '    | error: bad flag']
