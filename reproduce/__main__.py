@@ -42,6 +42,7 @@ from experiment_driver import runtime
 import reproduce
 from reproduce import cluster
 from reproduce import core
+from reproduce import plan
 from reproduce import protocol as protocols
 
 # Flags that only the slurm launcher reads.
@@ -79,6 +80,10 @@ def _parser() -> argparse.ArgumentParser:
   parser.add_argument('--launcher', default='local',
                       choices=cluster.LAUNCHERS,
                       help='local: run here; slurm: one SLURM job per run.')
+  parser.add_argument('--plan', action='store_true',
+                      help='List the grid\'s runs and estimate their'
+                      ' device-hours from the committed benchmark; run'
+                      ' nothing.')
   parser.add_argument('--status', action='store_true',
                       help='Show each grid\'s runs (finished, running,'
                       ' pending, failed) and exit.')
@@ -257,6 +262,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
   except ValueError as e:
     print(f'error: {e}', file=sys.stderr)
     return 2
+  if args.plan:
+    for e in experiments:
+      for line in plan.lines(f'{e.paper} {e.name} --scale={args.scale}',
+                             points[(e.paper, e.name)]):
+        print(line)
+    return 0
   if args.status:
     return _status(args, experiments, points)
   if args.launcher == 'slurm':
@@ -281,6 +292,13 @@ def _check_launcher_flags(args) -> None:
   """Refuses flags that would do nothing with the chosen launcher or mode."""
   given = [name for name in _SLURM_FLAGS
            if getattr(args, name) not in (None, False, [])]
+  if args.plan:
+    others = [name for name in ('status', 'report_only', 'dry_run')
+              if getattr(args, name)] + given
+    if others or args.parallel is not None:
+      raise ValueError(f'--plan runs nothing; --'
+                       f'{(others or ["parallel"])[0]} does nothing with it')
+    return
   if args.status:
     for name in ('report_only', 'dry_run'):
       if getattr(args, name):
