@@ -8,7 +8,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 DEMO_DIR ?= /tmp/fl_papers_demo
 
-.PHONY: install demo test bench bench-small bench-large bench-gpu bazel-test reproduce reproduce-smoke clean
+.PHONY: install demo test bench bench-small bench-large bench-gpu bazel-test reproduce reproduce-smoke paper-smoke clean
 
 # requirements/install.sh: the lock file with --no-deps, the fixes of
 # requirements/fix_dependencies.py, this package; returns at once when VENV
@@ -95,6 +95,26 @@ reproduce-smoke: install
 	      --report_dir=$$root/reports; \
 	  } > $$root.log 2>&1; status=$$?; \
 	  grep -E '^(==|sweep:|report:|frozen:|error:|failed:)' $$root.log; \
+	  rm -rf $$root $$root.log; exit $$status
+
+# The paper scale, kept from rotting (CI): per experiment, the first point of
+# each paper-scale grid with a new task, algorithm or server optimizer, one
+# round on the tasks' stand-in data, no report (`--scale=paper_smoke`,
+# docs/cluster.md); GeL's through --launcher=slurm on a one-node cluster
+# (tools/local_slurm.sh; root needed), the others here.
+paper-smoke: install
+	root=$$(mktemp -d) && \
+	  { $(PY) -m reproduce large_cohort --scale=paper_smoke \
+	      --root_output_dir=$$root && \
+	    $(PY) -m reproduce adabest --scale=paper_smoke \
+	      --root_output_dir=$$root && \
+	    eval "$$(tools/local_slurm.sh start $$root/slurm)" && \
+	    ( $(PY) -m reproduce gel --scale=paper_smoke --launcher=slurm \
+	        --wait --poll_seconds=5 --cpus_per_run=1 --mem_gb=2 \
+	        --root_output_dir=$$root; gel=$$?; \
+	      tools/local_slurm.sh stop $$root/slurm; exit $$gel ); \
+	  } > $$root.log 2>&1; status=$$?; \
+	  grep -E '^(==|sweep:|gel |error:|failed:|  failed:|    \|)' $$root.log; \
 	  rm -rf $$root $$root.log; exit $$status
 
 # Bazel: Debian's bazel-bootstrap 4.2.3 plus the offline stand-ins of the rule

@@ -235,6 +235,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
       raise ValueError('--report_only and --dry_run exclude each other')
     experiments = _select(args.paper, args.experiments)
     _check_protocols_dir(args.protocols_dir)
+    if args.scale == core.PAPER_SMOKE and (
+        args.phase == protocols.CONFIRMATORY or args.seeds is not None or
+        args.report_only):
+      raise ValueError('--scale=paper_smoke checks that the paper-scale'
+                       ' commands run, one round each: it takes no'
+                       ' --phase=confirmatory, --seeds or --report_only')
     if args.seeds is not None and args.phase == protocols.CONFIRMATORY:
       raise ValueError('--seeds: a confirmatory run takes its protocol\'s'
                        ' seed count (change the protocol and freeze it'
@@ -248,7 +254,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
               ' until its protocol is frozen)')
       experiments = [e for e in experiments if e not in unfrozen]
     if args.launcher == 'slurm' and not args.status:
-      experiments = _clusterable(experiments, args.paper == 'all')
+      experiments = _clusterable(experiments, args.paper == 'all', args.scale)
     # Every protocol is checked and every grid built before anything runs.
     phases = {(e.paper, e.name): core.phase_for(e, args.phase, args.scale,
                                                 args.protocols_dir)
@@ -340,13 +346,14 @@ def _check_launcher_flags(args) -> None:
     raise ValueError('--poll_seconds does nothing without --wait')
 
 
-def _clusterable(experiments, skip: bool):
+def _clusterable(experiments, skip: bool, args_scale: str):
   """The experiments a cluster may run: not those that time their runs side
   by side on one machine. Named ones are refused; with `all`, skipped with
   a line."""
   kept = []
   for e in experiments:
-    if e.max_parallel == 1 or e.measure is not None:
+    if args_scale != core.PAPER_SMOKE and (e.max_parallel == 1 or
+                                          e.measure is not None):
       why = (f'{e.paper} {e.name} times its runs side by side on one machine'
              ' (its figures compare those timings)')
       if not skip:
@@ -443,6 +450,9 @@ def _run_and_report(args, experiments, phases, prestarter) -> int:
           print(line)
       print(f'{time.monotonic() - start:.0f} s', flush=True)
       failed |= any(r.status == 'failed' for r in results)
+    if args.scale == core.PAPER_SMOKE:
+      print('paper_smoke: the runs only, no report', flush=True)
+      continue
     try:
       directory = report_dir(args, e)  # <base>/<paper>/<experiment>
       path = core.write_report(e, args.scale, args.root_output_dir,

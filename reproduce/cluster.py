@@ -100,6 +100,7 @@ class Resources:
 # outlives its limit is requeued and resumes (`MAX_TIMEOUT_REQUEUES`).
 DEFAULT_RESOURCES = {
     'smoke': Resources(cpus_per_run=1, mem_gb=2, time_min=30),
+    'paper_smoke': Resources(cpus_per_run=1, mem_gb=3, time_min=30),
     'local': Resources(cpus_per_run=2, mem_gb=4, time_min=180),
     'paper': Resources(gpus_per_run=1, cpus_per_run=8, mem_gb=32,
                        time_min=24 * 60),

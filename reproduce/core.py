@@ -63,7 +63,28 @@ from reproduce import protocol as protocols
 from reproduce import sweep
 from reproduce import verdicts
 
-SCALES = ('local', 'paper', 'smoke')
+SCALES = ('local', 'paper', 'smoke', 'paper_smoke')
+# `paper_smoke` keeps paper-scale commands from rotting unseen: per
+# experiment, the first point of each paper-scale grid that runs a task,
+# algorithm and server optimizer no earlier grid of it ran, for one round on
+# the task's small stand-in data (`--use_synthetic_data`: TFF's synthetic
+# EMNIST, TFDS's mock images partitioned, a generated play), with no
+# network. It runs; it reports nothing (one round says nothing of a claim).
+PAPER_SMOKE = 'paper_smoke'
+PAPER_SMOKE_ROUNDS = 1
+# Training clients of each task's stand-in (`--use_synthetic_data`): a
+# paper-smoke run's cohort is the paper's, capped by them. Tasks absent
+# here read no files (generated data): their flags stay the paper's.
+STAND_IN_CLIENTS = {
+    'emnist': 1,  # TFF's synthetic EMNIST: 2 clients, 1 kept for validation
+    'leaf_shakespeare': 3,
+    'stackoverflow': 1,
+    'cifar100': 1,
+    # Partitioned tasks split TFDS's mock images into --num_clients.
+    'emnist_l': None,
+    'cifar10': None,
+    'cifar100_partitioned': None,
+}
 SMOKE_ROUNDS = 2
 SMOKE_MAX_GRIDS = 2  # a smoke run keeps an experiment's first grids only
 PAPER_NUMBERS_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)),
@@ -290,6 +311,47 @@ def _smoke_grid(grid: Grid) -> Grid:
                              total_rounds=min(grid.total_rounds, SMOKE_ROUNDS))
 
 
+def _paper_smoke_grid(grid: Grid) -> Grid:
+  """The grid's first point (first value of every axis), one round, on the
+  task's stand-in data with the cohort capped by its clients."""
+  axes = tuple(dataclasses.replace(axis, values=axis.values[:1])
+               for axis in grid.axes)
+  flags = dict(grid.flags)
+  task = flags.get('task')
+  if task in STAND_IN_CLIENTS:
+    flags['use_synthetic_data'] = None
+    cap = STAND_IN_CLIENTS[task]
+    if cap is not None:
+      axes = tuple(
+          dataclasses.replace(axis, values=(str(min(int(axis.values[0]),
+                                                    cap)),))
+          if axis.flag == 'clients_per_round' else axis for axis in axes)
+      if 'clients_per_round' in flags:
+        flags['clients_per_round'] = str(min(int(flags['clients_per_round']),
+                                             cap))
+      elif not any(a.flag == 'clients_per_round' for a in axes):
+        flags['clients_per_round'] = str(cap)
+  for flag in _PER_ROUNDS_FLAGS:
+    if flag in flags:
+      flags[flag] = '1'
+  return dataclasses.replace(grid, axes=axes, flags=flags, max_seeds=1,
+                             total_rounds=PAPER_SMOKE_ROUNDS)
+
+
+def _paper_smoke_grids(grids: Sequence[Grid]) -> tuple[Grid, ...]:
+  """`_paper_smoke_grid` of each grid whose task, algorithm and server
+  optimizer (at its first point) no earlier grid has."""
+  seen, kept = set(), []
+  for grid in grids:
+    first = {**grid.flags, **{a.flag: a.values[0] for a in grid.axes}}
+    key = (first.get('task'), first.get('algorithm'),
+           first.get('server_optimizer'))
+    if key not in seen:
+      seen.add(key)
+      kept.append(_paper_smoke_grid(grid))
+  return tuple(kept)
+
+
 def grid_of(described: Mapping[str, object]) -> Grid:
   """A protocol's grid (`protocols.describe_grid`'s spelling) as a `Grid`."""
   unset = lambda v: None if v == protocols.UNSET else v
@@ -332,6 +394,10 @@ def setting_for(experiment: Experiment, scale: str,
   if scale not in SCALES:
     raise ValueError(f'scale must be one of {", ".join(SCALES)}, got'
                      f' {scale!r}')
+  if scale == PAPER_SMOKE:
+    paper = _declared(experiment, 'paper', phase)
+    return dataclasses.replace(paper, grids=_paper_smoke_grids(paper.grids),
+                               seeds=1)
   if scale != 'smoke':
     return _declared(experiment, scale, phase)
   local = _declared(experiment, 'local', phase)
@@ -475,7 +541,7 @@ def run_experiment(experiment: Experiment, scale: str, root: str,
   (`reproduce.sweep.run_sweep`) lets several experiments share its servers."""
   points = run_order(experiment, build_points(experiment, scale, root, seeds,
                                               phase=phase))
-  if experiment.measure is not None:
+  if experiment.measure is not None and scale != PAPER_SMOKE:
     _measure(experiment, scale, root, print_fn)
   if experiment.max_parallel is not None:
     parallel = min(parallel, experiment.max_parallel)

@@ -151,3 +151,39 @@ def test_ci_runs_the_bazel_sample_under_bazel_only(tmp_path):
   assert result.stderr.splitlines() == [
       'error: _CI_SAMPLE in tests/BUILD names no module or modules that do'
       ' not exist: tests/test_gone.py']
+
+
+def _reproduce_args(command):
+  """The arguments of a `python -m reproduce` command (None for another
+  command, or a pattern with placeholders such as PAPER)."""
+  words = shlex.split(command)
+  if words[:3] != ['python', '-m', 'reproduce'] or any(
+      w.isupper() for w in words):
+    return None
+  return words[3:]
+
+
+@pytest.mark.parametrize('doc, command, error', [
+    c for c in _ALL if _reproduce_args(c[1]) is not None and
+    _reproduce_args(c[1])[:1] != ['history']])
+def test_reproduce_commands_parse_and_plan(doc, command, error, tmp_path,
+                                           capsys):
+  """Each `python -m reproduce` command the docs show passes its checks and
+  builds its grids: run as `--dry_run` (what it would run or submit, with
+  the sbatch script for `--launcher=slurm`), or as shown where it runs
+  nothing (`--plan`, `--status`, `--list`). `history` rewrites committed
+  reports; its parser is tested in tests/reproduce."""
+  del error
+  from reproduce import __main__ as cli  # pylint: disable=g-import-not-at-top
+  args = [a for a in _reproduce_args(command)
+          if a not in ('--wait', '--report_only') and
+          not a.startswith('--root_output_dir=')]
+  if not set(args) & {'--plan', '--status', '--list', '--dry_run'}:
+    args.append('--dry_run')
+  if args[0] != 'freeze':
+    args.append(f'--root_output_dir={tmp_path}')
+  code = cli.main(args)
+  captured = capsys.readouterr()
+  assert code == 0, (doc, command, captured.err[-2000:])
+  if '--launcher=slurm' in args:
+    assert '#SBATCH --requeue' in captured.out, (doc, command)
