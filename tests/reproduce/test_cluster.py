@@ -347,3 +347,66 @@ def test_states_come_from_run_directories_the_queue_and_task_records(
   assert lines[1:4] == [
       f'  failed: {points[3].experiment_name} (job 7_3, exit 2 on n1)',
       '    | Traceback', '    | error: bad flag']
+
+
+def _docs_one_run_script() -> str:
+  with open(os.path.join(_REPO, 'docs', 'cluster.md')) as f:
+    text = f.read()
+  return re.search(r'<!-- cluster: one run -->\n```bash\n(.*?)```', text,
+                   re.S).group(1)
+
+
+def test_the_docs_one_run_script_requeues_near_its_limit_and_resumes(
+    slurm, tmp_path):
+  """docs/cluster.md's sbatch script as shown, with this machine's paths,
+  resources and a Synthetic run: USR1 (what SLURM sends 5 min before the
+  limit) stops the driver and requeues the job, which resumes the run to
+  the uninterrupted metrics."""
+  del slurm
+  flags = ('--task=synthetic --clients_per_round=5 --rounds_per_eval=5'
+           ' --max_eval_clients=10 --noper_client_eval --total_rounds=60'
+           ' --rounds_per_checkpoint=4')
+  venv = os.path.dirname(os.path.dirname(sys.executable))
+  script = _docs_one_run_script()
+  for old, new in (('cd /shared/fl_papers_tff', f'cd {_REPO}'),
+                   ('source .venv/bin/activate',
+                    f'source {venv}/bin/activate'),
+                   ('--cpus-per-task=8', '--cpus-per-task=1'),
+                   ('#SBATCH --gpus-per-node=1\n', ''),
+                   ('--mem=32G', '--mem=1G'),
+                   ('--output=%x-%j.out', f'--output={tmp_path}/%j.out')):
+    assert old in script, old
+    script = script.replace(old, new)
+  script, count = re.subn(
+      r'python run_experiment\.py .*?&\n',
+      f'python run_experiment.py {flags} --root_output_dir={tmp_path}/runs'
+      ' --experiment_name=doc &\n', script, flags=re.S)
+  assert count == 1
+  (tmp_path / 'run.sh').write_text(script)
+  submitted = subprocess.run(['sbatch', '--parsable', str(tmp_path / 'run.sh')],
+                             capture_output=True, text=True, check=True)
+  job = submitted.stdout.strip()
+  metrics = tmp_path / 'runs' / 'doc' / run_layout.METRICS_FILE
+
+  def rounds_done():
+    try:
+      return len(pd.read_csv(metrics))
+    except (FileNotFoundError, pd.errors.EmptyDataError):
+      return 0
+
+  _wait_until(lambda: rounds_done() >= 10, what='round 10')
+  subprocess.run(['scancel', '--batch', '--signal=USR1', job], check=True)
+  _wait_until(lambda: _queue().get(job) == 'PENDING', what='the requeue')
+  subprocess.run(['scontrol', 'update', f'jobid={job}', 'StartTime=now'],
+                 check=True)
+  reference = tmp_path / 'reference'
+  subprocess.run([sys.executable, os.path.join(_REPO, 'run_experiment.py'),
+                  *flags.split(), f'--root_output_dir={reference}',
+                  '--experiment_name=doc'], check=True, capture_output=True)
+  _wait_until(lambda: job not in _queue(), timeout=600, what='the end')
+  with open(tmp_path / f'{job}.out') as f:
+    output = f.read()
+  assert 'time limit near: stopping and requeueing' in output, output[-2000:]
+  resumed = _metrics(tmp_path / 'runs' / 'doc')
+  assert list(resumed['round']) == list(range(1, 61))
+  pd.testing.assert_frame_equal(resumed, _metrics(reference / 'doc'))
