@@ -2467,3 +2467,40 @@ def test_a_smoke_flag_on_an_axis_replaces_its_values():
   assert large_cohort_experiments.M not in [
       g for g in smoke.grids if g.name == grid.name][0].flags
   assert grid.axes[0].values == ('10', '50')
+
+
+def test_paper_smoke_is_each_new_paper_grids_first_point_on_stand_in_data(
+    tmp_path):
+  for experiment in reproduce.EXPERIMENTS.values():
+    paper = core.setting_for(experiment, 'paper').grids
+    smoke = core.setting_for(experiment, core.PAPER_SMOKE).grids
+    signature = lambda g: tuple(
+        {**g.flags, **{a.flag: a.values[0] for a in g.axes}}.get(flag)
+        for flag in ('task', 'algorithm', 'server_optimizer'))
+    # One grid per new task, algorithm and server optimizer, in order.
+    assert [signature(g) for g in smoke] == list(dict.fromkeys(
+        signature(g) for g in paper)), experiment.name
+    firsts = {}
+    for grid in paper:
+      firsts.setdefault(signature(grid), grid)
+    points = core.build_points(experiment, core.PAPER_SMOKE, str(tmp_path))
+    assert len(points) == len(smoke)
+    for original, point in zip(firsts.values(), points):
+      flags = dict(a[2:].partition('=')[::2] for a in point.command
+                   if a.startswith('--'))
+      task = flags['task']
+      assert point.total_rounds == 1
+      assert ('use_synthetic_data' in flags) == (task in
+                                                 core.STAND_IN_CLIENTS)
+      for axis in original.axes:
+        expected = axis.values[0]
+        if axis.flag == 'clients_per_round' and core.STAND_IN_CLIENTS.get(
+            task):
+          expected = str(min(int(expected), core.STAND_IN_CLIENTS[task]))
+        if axis.flag != original.seed_flag:
+          assert flags[axis.flag] == expected, (experiment.name, axis.flag)
+      for flag, value in original.flags.items():
+        if flag in ('rounds_per_eval', 'rounds_per_checkpoint'):
+          assert flags[flag] == '1'
+        elif flag != 'clients_per_round' and value is not None:
+          assert flags[flag] == value, (experiment.name, flag)
