@@ -66,9 +66,10 @@ EXIT_LOCKED = 75
 MAX_TIMEOUT_REQUEUES = 20
 
 # States of a run, as `status` reports them.
-FINISHED, RUNNING, PENDING, FAILED, STOPPED, TO_RUN = (
-    'finished', 'running', 'pending', 'failed', 'stopped', 'to run')
-STATES = (FINISHED, RUNNING, PENDING, FAILED, STOPPED, TO_RUN)
+FINISHED, RUNNING, PENDING, FAILED, STOPPED, UNKNOWN, TO_RUN = (
+    'finished', 'running', 'pending', 'failed', 'stopped',
+    'submitted (squeue does not answer)', 'to run')
+STATES = (FINISHED, RUNNING, PENDING, FAILED, STOPPED, UNKNOWN, TO_RUN)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -322,14 +323,17 @@ def status(points: Sequence[sweep.SweepPoint], folder: str, log_dir: str,
            queue: Optional[Mapping[str, str]] = None) -> list[RunStatus]:
   """Each point's state from its run directory, `squeue` and its task's
   record (see the module docstring)."""
-  queue = (squeue_states() or {}) if queue is None else queue
+  queue = squeue_states() if queue is None else queue
   jobs = latest_jobs(folder)
   result = []
   for point in points:
     job = jobs.get(point.experiment_name)
-    queued = _queued_state(job, queue)
+    queued = _queued_state(job, queue or {})
     if sweep.is_finished(point):
       result.append(RunStatus(point, FINISHED, job))
+    elif job and queue is None:
+      # Without the queue, a submitted run's state is not known here.
+      result.append(RunStatus(point, UNKNOWN, job))
     elif queued:
       result.append(RunStatus(point, queued, job))
     else:

@@ -314,7 +314,7 @@ def _finished_point(root, name, rounds=2, done=True):
 
 
 def test_states_come_from_run_directories_the_queue_and_task_records(
-    tmp_path):
+    tmp_path, monkeypatch):
   root, folder, log_dir = tmp_path / 'runs', tmp_path / 'f', tmp_path / 'l'
   os.makedirs(folder)
   os.makedirs(log_dir)
@@ -347,6 +347,12 @@ def test_states_come_from_run_directories_the_queue_and_task_records(
   assert lines[1:4] == [
       f'  failed: {points[3].experiment_name} (job 7_3, exit 2 on n1)',
       '    | Traceback', '    | error: bad flag']
+  # Where squeue does not answer, a submitted run's state is unknown, not
+  # stopped; the run directories still tell what finished.
+  monkeypatch.setattr(cluster, 'squeue_states', lambda: None)
+  unknown = cluster.status(points, str(folder), str(log_dir))
+  assert [s.state for s in unknown] == (['finished'] + [cluster.UNKNOWN] * 6
+                                        + ['to run'])
 
 
 def _docs_one_run_script() -> str:
