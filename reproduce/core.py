@@ -69,7 +69,9 @@ SCALES = ('local', 'paper', 'smoke', 'paper_smoke')
 # algorithm and server optimizer no earlier grid of it ran, for one round on
 # the task's small stand-in data (`--use_synthetic_data`: TFF's synthetic
 # EMNIST, TFDS's mock images partitioned, a generated play), with no
-# network. It runs; it reports nothing (one round says nothing of a claim).
+# network; the cohort and a partition's client count are the paper's capped
+# by the stand-in's clients. It runs; it reports nothing (one round says
+# nothing of a claim).
 PAPER_SMOKE = 'paper_smoke'
 PAPER_SMOKE_ROUNDS = 1
 # Training clients of each task's stand-in (`--use_synthetic_data`): a
@@ -80,11 +82,15 @@ STAND_IN_CLIENTS = {
     'leaf_shakespeare': 3,
     'stackoverflow': 1,
     'cifar100': 1,
-    # Partitioned tasks split TFDS's mock images into --num_clients.
-    'emnist_l': None,
-    'cifar10': None,
-    'cifar100_partitioned': None,
+    # Partitioned tasks split TFDS's mock images (20 per client and split)
+    # into --num_clients: capped too, so that a CIFAR ResNet evaluates 400
+    # mock images, not 20,000.
+    'emnist_l': 20,
+    'cifar10': 20,
+    'cifar100_partitioned': 20,
 }
+# Flags a stand-in's client count caps.
+_CAPPED_BY_STAND_IN = ('clients_per_round', 'num_clients')
 SMOKE_ROUNDS = 2
 SMOKE_MAX_GRIDS = 2  # a smoke run keeps an experiment's first grids only
 PAPER_NUMBERS_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)),
@@ -321,16 +327,16 @@ def _paper_smoke_grid(grid: Grid) -> Grid:
   if task in STAND_IN_CLIENTS:
     flags['use_synthetic_data'] = None
     cap = STAND_IN_CLIENTS[task]
-    if cap is not None:
-      axes = tuple(
-          dataclasses.replace(axis, values=(str(min(int(axis.values[0]),
-                                                    cap)),))
-          if axis.flag == 'clients_per_round' else axis for axis in axes)
-      if 'clients_per_round' in flags:
-        flags['clients_per_round'] = str(min(int(flags['clients_per_round']),
-                                             cap))
-      elif not any(a.flag == 'clients_per_round' for a in axes):
-        flags['clients_per_round'] = str(cap)
+    axes = tuple(
+        dataclasses.replace(axis, values=(str(min(int(axis.values[0]),
+                                                  cap)),))
+        if axis.flag in _CAPPED_BY_STAND_IN else axis for axis in axes)
+    for flag in _CAPPED_BY_STAND_IN:
+      if flag in flags:
+        flags[flag] = str(min(int(flags[flag]), cap))
+    if not any('clients_per_round' in where
+               for where in (flags, {a.flag for a in axes})):
+      flags['clients_per_round'] = str(cap)
   for flag in _PER_ROUNDS_FLAGS:
     if flag in flags:
       flags[flag] = '1'

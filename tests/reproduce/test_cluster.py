@@ -93,6 +93,13 @@ def _metrics(run_dir) -> pd.DataFrame:
                              if c in frame.columns])
 
 
+def _rounds_done(run_dir) -> int:
+  try:
+    return len(pd.read_csv(os.path.join(run_dir, run_layout.METRICS_FILE)))
+  except (FileNotFoundError, pd.errors.EmptyDataError):
+    return 0
+
+
 def _attempts(log_dir, name) -> int:
   with open(os.path.join(log_dir, f'{name}.stdout')) as f:
     return sum(line.startswith(f'== {name}: job ') for line in f)
@@ -155,15 +162,7 @@ def test_a_requeued_run_resumes_to_the_uninterrupted_metrics(slurm,
   log_dir = str(tmp_path / 'logs')
   launched = cluster.launch([point], folder, log_dir, _RESOURCES, 'requeue')
   (job,) = launched.submitted.values()
-  metrics = os.path.join(point.run_dir, run_layout.METRICS_FILE)
-
-  def rounds_done():
-    try:
-      return len(pd.read_csv(metrics))
-    except (FileNotFoundError, pd.errors.EmptyDataError):
-      return 0
-
-  _wait_until(lambda: rounds_done() >= 10, what='round 10')
+  _wait_until(lambda: _rounds_done(point.run_dir) >= 10, what='round 10')
   subprocess.run(['scontrol', 'requeue', job], check=True)
   _wait_until(lambda: _queue().get(job) == 'PENDING', what='the requeue')
   # Requeued jobs wait ~2 min (BeginTime); start it now.
@@ -392,15 +391,8 @@ def test_the_docs_one_run_script_requeues_near_its_limit_and_resumes(
   submitted = subprocess.run(['sbatch', '--parsable', str(tmp_path / 'run.sh')],
                              capture_output=True, text=True, check=True)
   job = submitted.stdout.strip()
-  metrics = tmp_path / 'runs' / 'doc' / run_layout.METRICS_FILE
-
-  def rounds_done():
-    try:
-      return len(pd.read_csv(metrics))
-    except (FileNotFoundError, pd.errors.EmptyDataError):
-      return 0
-
-  _wait_until(lambda: rounds_done() >= 10, what='round 10')
+  _wait_until(lambda: _rounds_done(tmp_path / 'runs' / 'doc') >= 10,
+              what='round 10')
   subprocess.run(['scancel', '--batch', '--signal=USR1', job], check=True)
   _wait_until(lambda: _queue().get(job) == 'PENDING', what='the requeue')
   subprocess.run(['scontrol', 'update', f'jobid={job}', 'StartTime=now'],

@@ -2494,13 +2494,17 @@ def test_paper_smoke_is_each_new_paper_grids_first_point_on_stand_in_data(
                                                  core.STAND_IN_CLIENTS)
       for axis in original.axes:
         expected = axis.values[0]
-        if axis.flag == 'clients_per_round' and core.STAND_IN_CLIENTS.get(
-            task):
+        if axis.flag in ('clients_per_round', 'num_clients') and (
+            task in core.STAND_IN_CLIENTS):
           expected = str(min(int(expected), core.STAND_IN_CLIENTS[task]))
         if axis.flag != original.seed_flag:
           assert flags[axis.flag] == expected, (experiment.name, axis.flag)
       for flag, value in original.flags.items():
         if flag in ('rounds_per_eval', 'rounds_per_checkpoint'):
           assert flags[flag] == '1'
-        elif flag != 'clients_per_round' and value is not None:
+        elif flag in ('clients_per_round', 'num_clients') and (
+            task in core.STAND_IN_CLIENTS):
+          assert flags[flag] == str(min(int(value),
+                                        core.STAND_IN_CLIENTS[task]))
+        elif value is not None:
           assert flags[flag] == value, (experiment.name, flag)
