@@ -490,11 +490,24 @@ def _with_beta_label(frame: pd.DataFrame) -> pd.DataFrame:
   return frame.assign(**{ALGORITHM: labels})
 
 
+# The local task of the experiments whose effects need a test split that
+# resolves the paper's margins (issue 91): LEAF Synthetic's training
+# examples pooled and re-partitioned, its ~11k test examples the test set
+# (one example is 0.01 points; digits' 359 test images made it 0.28).
+SPLIT_RESOLVING_TASK = 'synthetic_partitioned'
+_SPLIT_RESOLVING_WHY = (
+    ' LEAF Synthetic\'s training examples pooled and re-partitioned'
+    ' (`synthetic_partitioned`, logistic regression) stand in for the'
+    ' paper\'s images: its ~11k test examples resolve the paper\'s margins,'
+    ' which digits\' 359 test images could not. What the effects read is'
+    ' the server state\'s accumulation of client gradients under partial'
+    ' participation (FedDyn\'s h, AdaBest\'s decayed h), which needs no'
+    ' non-convex model.')
 EASY_TASK_SUBSTITUTES = (
-    'The digits MLP over 100 IID clients, 5 per round, stands in for'
+    'Synthetic over 100 IID clients, 5 per round, stands in for'
     ' EMNIST-L\'s 100 IID training clients; 5,000 rounds. AdaBest at its'
     ' default beta (0.96), decayed on plateaus of ||h|| as in'
-    ' `fig_feddyn_instability`.')
+    ' `fig_feddyn_instability`.' + _SPLIT_RESOLVING_WHY)
 
 
 EASY_TASK_ROUNDS = 5000
@@ -504,7 +517,7 @@ def easy_task_grids(scale: str) -> tuple[core.Grid, ...]:
   # Supplementary D.3 / Figure 4: the instability on an easy task (EMNIST-L,
   # 100 IID training clients) over many rounds; Figure 5 reads the same
   # runs' train and test accuracy.
-  task = 'emnist_l' if scale == 'paper' else 'digits'
+  task = 'emnist_l' if scale == 'paper' else SPLIT_RESOLVING_TASK
   flags = {**_task_flags(task, 100), M: '5'}
   return (core.Grid(f'easy_{task}', flags, EASY_TASK_ROUNDS,
                     axes=(sweep.Axis(ALGORITHM, ('feddyn', 'scaffold')),),
@@ -673,7 +686,7 @@ def mu_grids(scale: str) -> tuple[core.Grid, ...]:
   # Supplementary D.5 / Figure 6: mu in {0.02 * 2^k : k = 1..3} (and the
   # default 0.02), AdaBest and FedDyn, on D.3's easy task (EMNIST-L, 100 IID
   # clients, 5 a round), AdaBest decaying beta as in `fig_easy_task`.
-  task = 'emnist_l' if scale == 'paper' else 'digits'
+  task = 'emnist_l' if scale == 'paper' else SPLIT_RESOLVING_TASK
   flags = {**_task_flags(task, 100), M: '5'}
   rounds = EASY_TASK_ROUNDS if scale == 'paper' else MU_LOCAL_ROUNDS
   mu = (sweep.Axis(MU, MU_VALUES),)
@@ -689,12 +702,13 @@ def mu_grids(scale: str) -> tuple[core.Grid, ...]:
 
 
 MU_SUBSTITUTES = (
-    'The digits MLP over 100 IID clients, 5 per round, stands in for'
+    'Synthetic over 100 IID clients, 5 per round, stands in for'
     ' EMNIST-L\'s 100 IID training clients, the setting of supplementary D.3'
     ' that D.5 names; 2,000 rounds, not Figure 4\'s 5,000, for cost (40 runs):'
-    ' in `fig_easy_task` FedDyn\'s ‖x‖ grows from the first hundreds of'
-    ' rounds, so its dependence on mu has rounds to act.'
-    ' AdaBest at its default beta (0.96), decayed on plateaus of ||h||.')
+    ' on digits FedDyn\'s ‖x‖ grew from the first hundreds of rounds, so'
+    ' its dependence on mu has rounds to act.'
+    ' AdaBest at its default beta (0.96), decayed on plateaus of ||h||.'
+    + _SPLIT_RESOLVING_WHY)
 
 
 def analyze_mu(frame: pd.DataFrame, output_dir: str) -> core.Analysis:

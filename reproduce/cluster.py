@@ -33,6 +33,11 @@ checkpoint wherever it ran before. What is decided where:
 
 Experiments that time their runs side by side (`max_parallel=1`, or a
 measurement) are refused: their figures compare timings taken on one machine.
+
+Why one module: what a task writes when its command ends, what a launch
+records, and how states are read back from both and `squeue` are one
+contract; split, each half would restate the other's file names and
+states.
 """
 
 import contextlib
@@ -42,6 +47,7 @@ import fcntl
 import json
 import os
 import shlex
+import signal
 import socket
 import subprocess
 import sys
@@ -205,7 +211,12 @@ class RunJob(submitit.helpers.Checkpointable):
       err.write(header)
       out.flush()
       err.flush()
-      self._child = subprocess.Popen(list(command), stdout=out, stderr=err)
+      # SLURM sends the time limit's and preemption's USR2 to every
+      # process of the job: the driver ignores it (its default action
+      # would kill it mid-round) and is stopped by `checkpoint` instead.
+      self._child = subprocess.Popen(
+          list(command), stdout=out, stderr=err,
+          preexec_fn=lambda: signal.signal(signal.SIGUSR2, signal.SIG_IGN))
       code = self._child.wait()
     record = {'run': name, 'job': job_id, 'attempt': attempt + 1,
               'host': socket.gethostname(), 'exit_code': code, 'at': _now()}
@@ -392,8 +403,7 @@ class Launch:
 
 
 def launch(points: Sequence[sweep.SweepPoint], folder: str, log_dir: str,
-           resources: Resources, name: str,
-           print_fn: Callable[[str], None] = print) -> Launch:
+           resources: Resources, name: str) -> Launch:
   """Submits the unfinished points that no queued task holds, as one job
   array (one task per point, in grid order)."""
   with _launch_lock(folder):
@@ -432,22 +442,31 @@ def wait(points: Sequence[sweep.SweepPoint], folder: str, log_dir: str,
   progress bar (done / running / pending / failed); returns the last
   states."""
   import tqdm  # pylint: disable=g-import-not-at-top
-  bar = tqdm.tqdm(total=len(points), desc=title, unit='run',
-                  file=sys.stderr, dynamic_ncols=True)
+  # A bar on a terminal; in a log (CI, nohup), a line when the counts change.
+  bar = (tqdm.tqdm(total=len(points), desc=title, unit='run',
+                   file=sys.stderr, dynamic_ncols=True)
+         if sys.stderr.isatty() else None)
+  last = None
   try:
     while True:
       statuses = status(points, folder, log_dir)
       tally = counts(statuses)
-      bar.n = tally[FINISHED]
-      bar.set_postfix_str(
-          f'running {tally[RUNNING]}, pending {tally[PENDING]},'
-          f' failed {tally[FAILED] + tally[STOPPED]}', refresh=False)
-      bar.refresh()
+      line = (f'running {tally[RUNNING]}, pending {tally[PENDING]},'
+              f' failed {tally[FAILED] + tally[STOPPED]}')
+      if bar is not None:
+        bar.n = tally[FINISHED]
+        bar.set_postfix_str(line, refresh=False)
+        bar.refresh()
+      elif (tally[FINISHED], line) != last:
+        print_fn(f'{title}: {tally[FINISHED]}/{len(points)} done, {line}')
+        sys.stdout.flush()
+        last = (tally[FINISHED], line)
       if not tally[RUNNING] and not tally[PENDING]:
         return statuses
       time.sleep(poll_seconds)
   finally:
-    bar.close()
+    if bar is not None:
+      bar.close()
 
 
 def command_of(points: Sequence[sweep.SweepPoint]) -> str:

@@ -151,8 +151,12 @@ def _points(root, names_and_flags, rounds):
   return points
 
 
+@pytest.mark.parametrize('how', ['scontrol_requeue', 'usr2'])
 def test_a_requeued_run_resumes_to_the_uninterrupted_metrics(slurm,
-                                                             tmp_path):
+                                                             tmp_path, how):
+  """SLURM's requeue (`scontrol requeue`, a preempting partition) and the
+  time limit's or preemption's USR2 (submitit's signal: the task stops the
+  driver and requeues itself) both resume the run where it was."""
   del slurm
   (point,) = _points(tmp_path / 'slurm', [('requeued', {
       'rounds_per_checkpoint': '4'})], rounds=60)
@@ -163,7 +167,10 @@ def test_a_requeued_run_resumes_to_the_uninterrupted_metrics(slurm,
   launched = cluster.launch([point], folder, log_dir, _RESOURCES, 'requeue')
   (job,) = launched.submitted.values()
   _wait_until(lambda: _rounds_done(point.run_dir) >= 10, what='round 10')
-  subprocess.run(['scontrol', 'requeue', job], check=True)
+  if how == 'usr2':
+    subprocess.run(['scancel', '--signal=USR2', job], check=True)
+  else:
+    subprocess.run(['scontrol', 'requeue', job], check=True)
   _wait_until(lambda: _queue().get(job) == 'PENDING', what='the requeue')
   # Requeued jobs wait ~2 min (BeginTime); start it now.
   subprocess.run(['scontrol', 'update', f'jobid={job}', 'StartTime=now'],
