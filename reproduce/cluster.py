@@ -381,6 +381,8 @@ def status_lines(title: str, statuses: Sequence[RunStatus], log_dir: str,
                  tail: int = 5) -> list[str]:
   """The counts, then each failed or stopped run by name with its last log
   lines."""
+  if not statuses:
+    return [f'{title}: no driver runs']
   tally = counts(statuses)
   lines = [f'{title}: {len(statuses)} runs: ' + ', '.join(
       f'{tally[state]} {state}' for state in STATES if tally[state])]
