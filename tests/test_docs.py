@@ -14,6 +14,9 @@ import sys
 
 import pytest
 
+# Imported here, not under capsys: submitit's log handlers bind the
+# streams current when it is first imported.
+from reproduce import __main__ as cli
 from tests import run_directories
 
 _REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -28,10 +31,13 @@ def _commands():
   for doc in _DOCS:
     with open(os.path.join(_REPO, doc)) as f:
       text = f.read()
-    for match in re.finditer(r'(<!-- recipe: run -->\n)?```[a-z]*\n(.*?)```',
-                             text, re.S):
+    for match in re.finditer(
+        r'(<!-- (?:recipe: run|cluster: one run) -->\n)?```[a-z]*\n(.*?)```',
+        text, re.S):
       if match.group(1):
-        continue  # Runs once its recipe is applied (tests/test_extending.py).
+        # Runs once its recipe is applied (tests/test_extending.py), or as
+        # an sbatch script on a real cluster (tests/reproduce/test_cluster.py).
+        continue
       block = match.group(2)
       lines = [line.strip() for line in block.replace('\\\n', ' ').split('\n')]
       for i, line in enumerate(lines):
@@ -174,7 +180,6 @@ def test_reproduce_commands_parse_and_plan(doc, command, error, tmp_path,
   nothing (`--plan`, `--status`, `--list`). `history` rewrites committed
   reports; its parser is tested in tests/reproduce."""
   del error
-  from reproduce import __main__ as cli  # pylint: disable=g-import-not-at-top
   args = [a for a in _reproduce_args(command)
           if a not in ('--wait', '--report_only') and
           not a.startswith('--root_output_dir=')]
