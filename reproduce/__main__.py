@@ -266,10 +266,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     print(f'error: {e}', file=sys.stderr)
     return 2
   if args.plan:
-    for e in experiments:
-      for line in plan.lines(f'{e.paper} {e.name} --scale={args.scale}',
-                             points[(e.paper, e.name)]):
-        print(line)
+    try:
+      planned = [plan.lines(f'{e.paper} {e.name} --scale={args.scale}',
+                            points[(e.paper, e.name)]) for e in experiments]
+    except ValueError as error:
+      print(f'error: {error}', file=sys.stderr)
+      return 2
+    for lines in planned:
+      print('\n'.join(lines))
     return 0
   if args.status:
     return launching.status(args, experiments, points)

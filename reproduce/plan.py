@@ -60,8 +60,13 @@ def per_client_ms(bench_path: str = BENCH_FILE) -> dict[str, tuple[float,
                                                                    int]]:
   """`{workload: (package ms per client, at that many clients)}` at the
   largest cohort each workload was measured at."""
-  with open(bench_path) as f:
-    rows = json.load(f).get('scaling', [])
+  try:
+    with open(bench_path) as f:
+      rows = json.load(f).get('scaling', [])
+  except (OSError, ValueError) as e:
+    raise ValueError(f'no benchmark figures to plan with: {bench_path}'
+                     f' ({getattr(e, "strerror", None) or e}); `make bench`'
+                     ' writes them') from None
   costs = {}
   for row in rows:
     best = costs.get(row['workload'])

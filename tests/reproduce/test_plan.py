@@ -59,3 +59,12 @@ def test_plan_runs_nothing_and_refuses_flags_it_ignores(tmp_path, capsys):
                    '--partition=gpu']) == 2
   (line,) = capsys.readouterr().err.strip().splitlines()
   assert line == 'error: --plan runs nothing; --partition does nothing with it'
+
+
+def test_plan_without_bench_figures_is_one_error_line(tmp_path):
+  points = sweep.build_points((sweep.Axis('seed', ('0',)),), str(tmp_path),
+                              1, name_prefix='x', flags={'task': 'emnist'})
+  with pytest.raises(ValueError, match=r'^no benchmark figures to plan with:'
+                     r' .*missing.json \(No such file or directory\); `make'
+                     r' bench` writes them$'):
+    plan.estimate(points, str(tmp_path / 'missing.json'))
