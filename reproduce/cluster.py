@@ -46,7 +46,6 @@ import datetime
 import fcntl
 import json
 import os
-import shlex
 import signal
 import socket
 import subprocess
@@ -469,7 +468,3 @@ def wait(points: Sequence[sweep.SweepPoint], folder: str, log_dir: str,
   finally:
     if bar is not None:
       bar.close()
-
-
-def command_of(points: Sequence[sweep.SweepPoint]) -> str:
-  return shlex.join(points[0].command) if points else ''
