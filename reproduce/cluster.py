@@ -45,6 +45,7 @@ import dataclasses
 import datetime
 import fcntl
 import json
+import math
 import os
 import signal
 import socket
@@ -96,8 +97,9 @@ class Resources:
         raise ValueError(f'--{name} must be >= 1, got {getattr(self, name)}')
     if self.gpus_per_run < 0:
       raise ValueError(f'--gpus_per_run must be >= 0, got {self.gpus_per_run}')
-    if self.mem_gb <= 0:
-      raise ValueError(f'--mem_gb must be > 0, got {self.mem_gb}')
+    if not (math.isfinite(self.mem_gb) and self.mem_gb > 0):
+      raise ValueError(f'--mem_gb must be a finite number > 0, got'
+                       f' {self.mem_gb}')
 
 
 # Per scale: a smoke run takes minutes on a CPU; a local-scale run up to an

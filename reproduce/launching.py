@@ -4,6 +4,7 @@ submit, wait and report (`reproduce.cluster` does the submitting and reads
 the states; `reproduce.__main__` parses and dispatches)."""
 
 import dataclasses
+import math
 import os
 import sys
 from collections.abc import Callable
@@ -63,8 +64,10 @@ def check_flags(args) -> None:
       base, **chosen,
       sbatch=tuple(cluster.parse_sbatch_option(o) for o in args.sbatch),
       setup=tuple(args.setup))
-  if args.poll_seconds is not None and args.poll_seconds <= 0:
-    raise ValueError(f'--poll_seconds must be > 0, got {args.poll_seconds}')
+  if args.poll_seconds is not None and not (
+      math.isfinite(args.poll_seconds) and args.poll_seconds > 0):
+    raise ValueError(f'--poll_seconds must be a finite number > 0, got'
+                     f' {args.poll_seconds}')
   if args.poll_seconds is not None and not args.wait:
     raise ValueError('--poll_seconds does nothing without --wait')
 

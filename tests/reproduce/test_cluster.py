@@ -280,6 +280,9 @@ from reproduce import __main__ as cli  # pylint: disable=g-import-not-at-top,wro
      ' without --wait'),
     (('--launcher=slurm', '--sbatch=a b'), '--sbatch takes an sbatch option'),
     (('--launcher=slurm', '--cpus_per_run=0'), '--cpus_per_run must be >= 1'),
+    (('--launcher=slurm', '--mem_gb=nan'), '--mem_gb must be a finite number'),
+    (('--launcher=slurm', '--wait', '--poll_seconds=inf'),
+     '--poll_seconds must be a finite number'),
     (('--status', '--wait'), '--status runs nothing; --wait does nothing'),
     (('--status', '--dry_run'), '--status runs nothing; --dry_run does'),
 ])
