@@ -450,9 +450,17 @@ def wait(points: Sequence[sweep.SweepPoint], folder: str, log_dir: str,
                    file=sys.stderr, dynamic_ncols=True)
          if sys.stderr.isatty() else None)
   last = None
+  # A finished run stays finished: each poll reads only the others' files.
+  finished: dict[str, RunStatus] = {}
   try:
     while True:
-      statuses = status(points, folder, log_dir)
+      fresh = status([p for p in points if p.experiment_name not in finished],
+                     folder, log_dir)
+      finished.update((s.point.experiment_name, s) for s in fresh
+                      if s.state == FINISHED)
+      by_name = {s.point.experiment_name: s for s in fresh}
+      statuses = [finished.get(p.experiment_name) or by_name[p.experiment_name]
+                  for p in points]
       tally = counts(statuses)
       line = (f'running {tally[RUNNING]}, pending {tally[PENDING]},'
               f' failed {tally[FAILED] + tally[STOPPED]}')
