@@ -451,13 +451,18 @@ def wait(points: Sequence[sweep.SweepPoint], folder: str, log_dir: str,
          if sys.stderr.isatty() else None)
   last = None
   # A finished run stays finished: each poll reads only the others' files.
+  # A run counts as finished here once its task has also left the queue, so
+  # that its task's record is written when this returns.
   finished: dict[str, RunStatus] = {}
   try:
     while True:
+      queue = squeue_states()
       fresh = status([p for p in points if p.experiment_name not in finished],
-                     folder, log_dir)
+                     folder, log_dir, queue)
+      ending = [s for s in fresh if s.state == FINISHED and
+                _queued_state(s.job, queue or {})]
       finished.update((s.point.experiment_name, s) for s in fresh
-                      if s.state == FINISHED)
+                      if s.state == FINISHED and s not in ending)
       by_name = {s.point.experiment_name: s for s in fresh}
       statuses = [finished.get(p.experiment_name) or by_name[p.experiment_name]
                   for p in points]
@@ -472,7 +477,7 @@ def wait(points: Sequence[sweep.SweepPoint], folder: str, log_dir: str,
         print_fn(f'{title}: {tally[FINISHED]}/{len(points)} done, {line}')
         sys.stdout.flush()
         last = (tally[FINISHED], line)
-      if not tally[RUNNING] and not tally[PENDING]:
+      if not tally[RUNNING] and not tally[PENDING] and not ending:
         return statuses
       time.sleep(poll_seconds)
   finally:
