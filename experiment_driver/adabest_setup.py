@@ -90,8 +90,6 @@ OWN_FLAGS = {
     'adabest_beta_decay_factor': frozenset({'adabest'}),
     'client_lr_decay': frozenset(SHARED_FLAGS),
     'adabest_client_weighting': frozenset(SHARED_FLAGS),
-    'clients_per_shard': frozenset(SHARED_FLAGS),  # flag_groups'.
-    'lanes': frozenset(SHARED_FLAGS),  # flag_groups'.
 }
 
 _CLIENT_WEIGHTING = {
@@ -104,8 +102,6 @@ def unused_own_flags(algorithm: str, values: Mapping[str, Any]
                      ) -> dict[str, str]:
   """Own flags that the other flags' values make moot."""
   why_not = {}
-  if values['clients_per_shard'] == 1:
-    why_not['lanes'] = 'needs shards of clients, not --clients_per_shard=1'
   if algorithm == 'adabest' and not values['adabest_beta_decay_patience']:
     why_not['adabest_beta_decay_factor'] = (
         'needs --adabest_beta_decay_patience > 0 (beta never decays)')

@@ -28,17 +28,14 @@ WHY_NOT = {
     'fedsgd': ('FedSGD takes one full-batch gradient per client, the mean'
                ' over all its examples, at client rate 1'),
 }
-OWN_FLAGS = {  # flag_groups'.
-    'clients_per_shard': frozenset({'fedopt', 'fedsgd'}),
-    'lanes': frozenset({'fedopt', 'fedsgd'}),
-}
+OWN_FLAGS = {}
 
 
 def unused_own_flags(algorithm: str, values: Mapping[str, Any]
                      ) -> dict[str, str]:
-  """Own flags that the other flags' values make moot."""
-  del algorithm
-  return f.shard_flag_conflicts(values)
+  """Own flags that the other flags' values make moot: none."""
+  del algorithm, values
+  return {}
 
 
 def effective_hparams(algorithm: str, values: Mapping[str, Any]

@@ -63,6 +63,10 @@ def unused_flags(values: Mapping[str, Any]) -> dict[str, str]:
                      + '/'.join(sorted(users)))
   for name, reason in family.unused_own_flags(algorithm, values).items():
     why.setdefault(name, reason)
+  # How the clients run (shards, lanes) is the driver's, for every family
+  # (`algorithm_setup.fused_setup`).
+  for name, reason in f.shard_flag_conflicts(values).items():
+    why.setdefault(name, reason)
 
   for role in ('client', 'server'):
     optimizer = values[f'{role}_optimizer']

@@ -211,7 +211,7 @@ def unused_own_flags(algorithm: str, values: Mapping[str, Any]
                      ) -> dict[str, str]:
   """Own flags that the other flags' values make moot."""
   del algorithm
-  why_not = flag_groups.shard_flag_conflicts(values)
+  why_not = {}
   if _target_accuracy(values['task'], values) is None:
     why = (f'needs a target: --task={values["task"]} has no paper target'
            ' accuracy; pass --target_accuracy')
@@ -351,8 +351,6 @@ OWN_FLAGS = {
     'guessed_steps': _GEL_ALGORITHMS,
     'proximal_strength': frozenset(a for a in ALGORITHMS
                                    if a.startswith('fedprox_')),
-    'clients_per_shard': frozenset(ALGORITHMS),  # flag_groups'.
-    'lanes': frozenset(ALGORITHMS),  # flag_groups'.
 }
 
 

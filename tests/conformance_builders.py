@@ -6,6 +6,10 @@ it.
 """
 
 import collections
+import contextlib
+import importlib
+import inspect
+from unittest import mock
 
 import numpy as np
 import tensorflow as tf
@@ -18,6 +22,7 @@ from fl_common import execution
 from fl_common import shards
 import gel_tff
 import large_cohort
+from tests import repo_layout
 from tests import tiny_models
 
 _SHARDS = execution.OnShards()
@@ -46,6 +51,9 @@ BUILDERS = {
         model_aggregator=diagnosed_mean.diagnosed_mean_factory()),
     'fedsgd': lambda m: large_cohort.build_fedsgd(
         m, server_optimizer=_sgd(0.1)),
+    'fused_fedsgd': lambda m: large_cohort.build_fused_fedsgd(
+        m, server_optimizer=_sgd(0.1),
+        model_aggregator=diagnosed_mean.diagnosed_mean_factory()),
     'normalized_fed_avg': lambda m: large_cohort.build_normalized_fed_avg(
         m, client_optimizer=_sgd(0.1), server_learning_rate=0.1),
     'adabest': lambda m: adabest_tff.build_adabest(m),
@@ -71,6 +79,82 @@ BUILDERS = {
         model_aggregator=diagnosed_mean.diagnosed_mean_factory()),
 }
 
+
+
+class _Called(Exception):
+  """Raised by a stand-in builder: which builder an entry calls."""
+
+
+def process_builders() -> dict[str, object]:
+  """Every public `build_<name>(model_fn, ...)` of the paper packages
+  (`repo_layout.paper_packages`), as `'<package>.build_<name>'` -> it."""
+  found = {}
+  for package in repo_layout.paper_packages():
+    module = importlib.import_module(package)
+    for name in getattr(module, '__all__', dir(module)):
+      builder = getattr(module, name)
+      if name.startswith('build_') and callable(builder):
+        parameters = list(inspect.signature(builder).parameters)
+        if parameters[:1] == ['model_fn']:
+          found[f'{package}.{name}'] = builder
+  return found
+
+
+def _called_by(entry) -> set[str]:
+  """The public builders `entry` calls (each replaced by a stand-in that
+  records its name and stops the call)."""
+  called = set()
+  with contextlib.ExitStack() as stack:
+    for key in process_builders():
+      package, name = key.split('.')
+
+      def stand_in(*args, key=key, **kwargs):
+        del args, kwargs
+        called.add(key)
+        raise _Called()
+
+      stack.enter_context(mock.patch.object(
+          importlib.import_module(package), name, stand_in))
+    try:
+      entry(None)
+    except _Called:
+      pass
+  return called
+
+
+def _needs_arguments(builder) -> bool:
+  # `**kwargs` passed on to another builder may hold required ones.
+  parameters = list(inspect.signature(builder).parameters.values())[1:]
+  return any(p.kind == p.VAR_KEYWORD or (
+      p.default is inspect.Parameter.empty and p.kind != p.VAR_POSITIONAL)
+             for p in parameters)
+
+
+def _with_every_builder(explicit):
+  """`explicit`, plus `build_<name>(model_fn)` with its defaults for each
+  public builder no entry calls (a new family's, a new paper's): every
+  builder is in the suite without a test edit. One that needs arguments
+  is left out and named by `uncovered_builders`."""
+  entries = dict(explicit)
+  for key, builder in process_builders().items():
+    if key not in _COVERED and not _needs_arguments(builder):
+      entries[key.split('.')[1][len('build_'):]] = (
+          lambda m, builder=builder: builder(m))
+  return entries
+
+
+def uncovered_builders() -> list[str]:
+  """The public builders neither an entry of `BUILDERS` calls nor
+  `_with_every_builder` could add (they need arguments)."""
+  return sorted(key for key, builder in process_builders().items()
+                if key not in _COVERED and _needs_arguments(builder))
+
+
+# The builders the entries above call.
+_COVERED = set().union(*(_called_by(e) for e in BUILDERS.values()))
+BUILDERS = _with_every_builder(BUILDERS)
+
+
 def _unclipped_mean():
   return diagnosed_mean.diagnosed_mean_factory(clipping=False)
 
@@ -81,6 +165,9 @@ def _unclipped_mean():
 PER_CLIENT_TWINS = {
     'fused_fedopt': lambda m: large_cohort.build_fedopt(
         m, client_optimizer=_sgd(0.1), server_optimizer=_sgd(1.0),
+        model_aggregator=diagnosed_mean.diagnosed_mean_factory()),
+    'fused_fedsgd': lambda m: large_cohort.build_fedsgd(
+        m, server_optimizer=_sgd(0.1),
         model_aggregator=diagnosed_mean.diagnosed_mean_factory()),
     # On shards, the stateful families' default aggregator is the
     # diagnosed mean without clipping; per client, TFF's mean.

@@ -23,6 +23,13 @@ _RECIPE = re.compile(
     r'<!-- recipe: (\S+) (?:after: (.*?)|(new)) -->\n```python\n(.*?)```',
     re.DOTALL)
 _COMMAND = re.compile(r'<!-- recipe: run -->\n```sh\n(.*?)```', re.DOTALL)
+# `<!-- recipe: tests -->` before the pytest commands the recipe names.
+_TESTS = re.compile(r'<!-- recipe: tests -->\n```sh\n(.*?)```', re.DOTALL)
+# The most files each recipe may touch (issue 93: optimizer 3 with a module
+# of its own and its test, task 3, stateful family 6, paper 4 with its
+# numbers); each test also checks which.
+_MAX_FILES = {'A new optimizer': 3, 'A new task': 3,
+              'A new stateful family': 6, 'A new paper': 4}
 
 
 def _section(title):
@@ -56,6 +63,30 @@ def _copy_with_recipes(section, destination):
   return touched
 
 
+def _applied(title, copy):
+  """The section `title`, applied to a copy at `copy`; the files touched,
+  at most the recipe's count."""
+  section = _section(title)
+  touched = _copy_with_recipes(section, copy)
+  assert len(touched) <= _MAX_FILES[title], touched
+  return section, touched
+
+
+def _run_named_tests(section, copy):
+  """Runs, in the copy, each pytest command the section names: all pass."""
+  (block,) = _TESTS.findall(section)
+  commands = [shlex.split(line) for line in
+              block.replace('\\\n', ' ').strip().splitlines()]
+  assert commands
+  for argv in commands:
+    assert argv[:3] == ['python', '-m', 'pytest'], argv
+    result = subprocess.run(
+        [sys.executable, '-m', 'pytest', '-q', '-p', 'no:cacheprovider',
+         *argv[3:]], cwd=copy, env={**os.environ, 'PYTHONPATH': str(copy)},
+        capture_output=True, text=True, timeout=900)
+    assert result.returncode == 0, (argv, result.stdout[-3000:])
+
+
 def _run_recipe(section, tmp_path, name, *extra):
   """Runs the section's command in the copy (`tmp_path / 'package'`)."""
   (command,) = _COMMAND.findall(section)
@@ -82,8 +113,7 @@ def _finished_run(section, tmp_path, name):
 
 
 def test_the_optimizer_recipe_runs_as_written(tmp_path):
-  section = _section('A new optimizer')
-  touched = _copy_with_recipes(section, tmp_path / 'package')
+  section, touched = _applied('A new optimizer', tmp_path / 'package')
   assert touched == {'fl_common/optimizers.py'}
   hparams, _ = _finished_run(section, tmp_path, 'rmsprop')
   assert hparams['server_optimizer'] == 'rmsprop'
@@ -95,11 +125,11 @@ def test_the_optimizer_recipe_runs_as_written(tmp_path):
   assert ('--server_momentum is not a hyperparameter of'
           ' --server_optimizer=rmsprop') in refused.stderr
   assert not (tmp_path / 'runs' / 'no').exists()
+  _run_named_tests(section, tmp_path / 'package')
 
 
 def test_the_task_recipe_runs_as_written(tmp_path):
-  section = _section('A new task')
-  touched = _copy_with_recipes(section, tmp_path / 'package')
+  section, touched = _applied('A new task', tmp_path / 'package')
   assert touched == {'tasks/wine.py', 'tasks/partitioned_task.py',
                      'tasks/__init__.py'}
   hparams, metrics = _finished_run(section, tmp_path, 'wine')
@@ -117,24 +147,21 @@ def test_the_task_recipe_runs_as_written(tmp_path):
   assert refused.returncode == 2
   assert '--wine_model is only used by --task=wine' in refused.stderr
   assert not (tmp_path / 'runs' / 'no').exists()
+  _run_named_tests(section, tmp_path / 'package')
 
 
 def test_the_stateful_family_recipe_runs_as_written(tmp_path):
-  section = _section('A new stateful family')
   copy = tmp_path / 'package'
-  touched = _copy_with_recipes(section, copy)
+  section, touched = _applied('A new stateful family', copy)
   assert touched == {'ef_tff/__init__.py', 'ef_tff/BUILD',
                      'tests/ef_tff/test_ef_tff.py',
                      'experiment_driver/ef_setup.py',
                      'experiment_driver/families.py',
                      'experiment_driver/BUILD'}
-  env = {**os.environ, 'PYTHONPATH': str(copy)}
-  # Its NumPy test, and the import rules, which find the new package.
-  tests = subprocess.run(
-      [sys.executable, '-m', 'pytest', '-q', '-p', 'no:cacheprovider',
-       'tests/ef_tff/test_ef_tff.py', 'tests/test_import_graph.py'],
-      cwd=copy, env=env, capture_output=True, text=True, timeout=600)
-  assert tests.returncode == 0, tests.stdout[-2000:]
+  # Its NumPy test, the import rules (which find the new package), the
+  # conformance suite and the flag rules (which find its builder and
+  # algorithm).
+  _run_named_tests(section, copy)
   hparams, metrics = _finished_run(section, tmp_path, 'ef')
   assert hparams['algorithm'] == 'error_feedback'
   assert hparams['client_learning_rate'] == 0.05
@@ -149,9 +176,8 @@ def test_the_stateful_family_recipe_runs_as_written(tmp_path):
 
 
 def test_the_paper_recipe_runs_as_written(tmp_path):
-  section = _section('A new paper')
   copy = tmp_path / 'package'
-  touched = _copy_with_recipes(section, copy)
+  section, touched = _applied('A new paper', copy)
   assert touched == {'reproduce/fedprox_experiments.py',
                      'reproduce/__init__.py', 'reproduce/core.py'}
   (command,) = _COMMAND.findall(section)
@@ -169,3 +195,4 @@ def test_the_paper_recipe_runs_as_written(tmp_path):
   # Both runs were read: each mu's final training loss is in the table.
   assert re.search(r'\| mu=0\.0 \| final training loss \| — \| \d', report)
   assert re.search(r'\| mu=1\.0 \| final training loss \| — \| \d', report)
+  _run_named_tests(section, copy)

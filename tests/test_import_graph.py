@@ -16,15 +16,10 @@ import os
 
 import pytest
 
-_REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-# The layers below and above the algorithms; every other package of the
-# repository is a paper's (or a new family's) algorithms.
-_LAYERS = ('fl_common', 'tasks', 'experiment_driver', 'reproduce', 'bench',
-           'tests')
-_PAPERS = tuple(sorted(
-    name for name in os.listdir(_REPO)
-    if os.path.isfile(os.path.join(_REPO, name, '__init__.py'))
-    and name not in _LAYERS and not name.startswith('bazel-')))
+from tests import repo_layout
+
+_REPO = repo_layout.REPO
+_PAPERS = repo_layout.paper_packages()
 _FORBIDDEN = {
     **{paper: set(_PAPERS) - {paper} | {'experiment_driver', 'reproduce'}
        for paper in _PAPERS},

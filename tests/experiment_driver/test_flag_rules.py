@@ -36,6 +36,7 @@ from experiment_driver import build
 from experiment_driver import families
 from experiment_driver import flag_groups as f
 from experiment_driver import flag_rules
+from experiment_driver import gel_setup
 from experiment_driver import outputs
 from experiment_driver import runtime
 from experiment_driver import tuned_defaults
@@ -95,10 +96,32 @@ CONTEXT = {
     **{name: {spec.needs[0]: tasks.TASK_FLAGS[spec.needs[0]].example}
        for name, spec in tasks.TASK_FLAGS.items() if spec.needs},
 }
-# One algorithm per distinct use of the flags (each GeL base builds its own).
-ALGORITHMS = ('fedopt', 'fedsgd', 'adabest', 'feddyn', 'scaffold',
-              'fedavg_gel', 'fedavgcm_budgeted', 'fedprox_gel', 'fednova_gel',
-              'fedyogi_budgeted')
+
+
+def _one_algorithm_per_use_of_the_flags() -> tuple[str, ...]:
+  """From the families' registry: one algorithm per distinct use of the
+  flags (its family, the shared flags it honours, the own flags it uses),
+  and one per GeL base (each base builds its own process), in registry
+  order. A new family or algorithm is here without a test edit."""
+  groups, base_of = {}, {}
+  for name, family in families.FAMILY_OF.items():
+    signature = (id(family), family.shared_flags[name], frozenset(
+        flag for flag, users in family.own_flags.items() if name in users))
+    groups.setdefault(signature, []).append(name)
+    base_of[name] = (name.rsplit('_', 1)[0] if family is gel_setup.FAMILY
+                     else name)
+  chosen = []
+  for names in groups.values():  # each use, by a base not yet covered
+    covered = {base_of[n] for n in chosen}
+    chosen.append(next((n for n in names if base_of[n] not in covered),
+                       names[0]))
+  for name in families.FAMILY_OF:  # then each base not yet covered
+    if base_of[name] not in {base_of[n] for n in chosen}:
+      chosen.append(name)
+  return tuple(chosen)
+
+
+ALGORITHMS = _one_algorithm_per_use_of_the_flags()
 _AXES = ('task', 'algorithm')
 _ROUNDS = 2
 _STAGES = 1 + _ROUNDS  # what is built, then each round (`_process_stages`)
@@ -319,9 +342,15 @@ def test_task_flags_reach_the_task_or_are_refused(task_name, monkeypatch):
   task_flags = ('data_dir', 'use_synthetic_data', 'max_elements_per_client',
                 'validation_fraction', 'train_batch_size', 'eval_batch_size',
                 'client_epochs', *tasks.TASK_FLAGS)
+  # A task without tuned rates (a new one) runs with its rates given.
+  try:
+    tuned_defaults.learning_rates(task_name, 'sgd')
+    rates = {}
+  except tuned_defaults.MissingTunedRateError:
+    rates = {'server_learning_rate': '1.0', 'client_learning_rate': '0.1'}
   for name in task_flags:
-    context = ({'use_synthetic_data': 'false'} if name == 'data_dir' else
-               CONTEXT.get(name, {}))
+    context = {**rates, **({'use_synthetic_data': 'false'} if name ==
+                           'data_dir' else CONTEXT.get(name, {}))}
     with _command_line(task=task_name, **context):
       build.create_task()
     for given in ({name: NON_DEFAULT[name]},):

@@ -41,10 +41,13 @@ def test_a_rate_never_tuned_is_an_error_naming_what_to_give(task, optimizer):
     tuned_defaults.learning_rates(task, optimizer)
 
 
-def test_every_task_has_fedavgs_and_fedsgds_rates_and_no_unknown_task():
+def test_tuned_tasks_are_tasks_and_fedavg_and_fedsgd_are_tuned_together():
+  # An untuned task stays out of the rates (its runs give them); a task tuned
+  # for FedAvg is tuned for FedSGD too, and the paper's four tasks are.
   for name, entry in optimizers.OPTIMIZERS.items():
     assert set(entry.tuned_rates) <= set(tasks.TASK_NAMES), name
     assert all(s > 0 and c > 0 for s, c in entry.tuned_rates.values())
-  assert set(optimizers.OPTIMIZERS['sgd'].tuned_rates) == set(
-      tasks.TASK_NAMES)
-  assert set(tuned_defaults.FEDSGD_SERVER_RATES) == set(tasks.TASK_NAMES)
+  fedavg = set(optimizers.OPTIMIZERS['sgd'].tuned_rates)
+  assert set(tuned_defaults.FEDSGD_SERVER_RATES) == fedavg
+  assert {'cifar100', 'emnist', 'shakespeare', 'stackoverflow'} <= fedavg
+  assert all(rate > 0 for rate in tuned_defaults.FEDSGD_SERVER_RATES.values())

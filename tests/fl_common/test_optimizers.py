@@ -61,7 +61,7 @@ def test_a_hyperparameter_changes_only_the_optimizers_that_take_it():
 
 def test_unknown_names_are_refused():
   with pytest.raises(ValueError, match='unknown optimizer'):
-    optimizers.build_optimizer('rmsprop', 0.1)
+    optimizers.build_optimizer('no_such_optimizer', 0.1)
   with pytest.raises(TypeError, match="'nesterov' is not"):
     optimizers.build_optimizer('sgdm', 0.1, nesterov=1.0)
 

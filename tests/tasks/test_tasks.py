@@ -19,23 +19,28 @@ _COMMON_ARGUMENTS = (
 )
 
 
+# SPEC.md §1 (large-cohort Table 2), §2 (AdaBest: 45), §3 (GeL: 5 for
+# Synthetic, 20 for Shakespeare), by the tasks the papers run. A task added
+# later has its own batch size and is not listed here.
+_PAPERS_BATCH_SIZES = {
+    'cifar100': 20,
+    'emnist': 20,
+    'shakespeare': 4,
+    'leaf_shakespeare': 20,
+    'stackoverflow': 32,
+    'synthetic': 5,
+    'emnist_l': 45,
+    'cifar10': 45,
+    'cifar100_partitioned': 45,
+    'synthetic_partitioned': 45,
+    'digits': 45,
+}
+
+
 def test_default_batch_sizes_are_the_papers():
-  # SPEC.md §1 (large-cohort Table 2), §2 (AdaBest: 45), §3 (GeL: 5 for
-  # Synthetic, 20 for Shakespeare).
-  assert {name: record.train_batch_size
-          for name, record in tasks.TASKS.items()} == {
-      'cifar100': 20,
-      'emnist': 20,
-      'shakespeare': 4,
-      'leaf_shakespeare': 20,
-      'stackoverflow': 32,
-      'synthetic': 5,
-      'emnist_l': 45,
-      'cifar10': 45,
-      'cifar100_partitioned': 45,
-      'synthetic_partitioned': 45,
-      'digits': 45,
-  }
+  assert set(_PAPERS_BATCH_SIZES) <= set(tasks.TASKS)
+  assert {name: tasks.TASKS[name].train_batch_size
+          for name in _PAPERS_BATCH_SIZES} == _PAPERS_BATCH_SIZES
   assert tasks.TASKS['emnist'].client_epochs == 1
   assert tasks.TASKS['cifar10'].client_epochs == 5
 
