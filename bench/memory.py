@@ -12,7 +12,7 @@ held in memory (`data_mb`).
 
 Algorithms: `fedavg`, the driver's FedAvg round (`large_cohort.fedopt` with
 the driver's default aggregator), stateless; `fused`, the same round on
-fused shards as the driver runs it (`large_cohort.fused`, one shard per
+fused shards as the driver runs it (`build_fedopt(..., execution=OnShards())`, one shard per
 core, `fl_common.shards.shards_for_round`); `adabest`,
 `adabest_tff.adabest.build_adabest` at its defaults, whose clients each keep
 a model-sized state between rounds; `fused_adabest`, the same on fused

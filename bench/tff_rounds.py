@@ -18,7 +18,7 @@ Three processes, all FedAvg (client SGD at the workload's rate, server SGD at
   round's while a round computes (`experiment_driver.round_inputs`), each
   call waiting for that build to finish.
 
-* `fused` — the full round on fused shards (`large_cohort.fused`): the
+* `fused` — the full round on fused shards (`large_cohort.build_fedopt` with `execution=OnShards()`): the
   same algorithm and aggregator, the cohort's clients grouped into one shard
   per core (`shards.auto_clients_per_shard`, cut to
   `shards.MAX_AUTO_SHARD_BYTES` as the driver cuts them), each trained in
@@ -57,10 +57,10 @@ import tensorflow_federated as tff
 from bench import workloads
 from experiment_driver import round_inputs
 from fl_common import diagnosed_mean
+from fl_common import execution as fl_execution
 from fl_common import lanes
 from fl_common import shards
 from large_cohort import fedopt
-from large_cohort import fused
 from fl_common import optimizers
 
 VARIANTS = ('tff_reduce', 'fedavg', 'package', 'fused', 'resident')
@@ -102,14 +102,15 @@ def build_process(
   if variant in ('fused', 'resident'):
     if variant == 'resident' and arrays is None:
       raise ValueError('the resident variant holds the cohort\'s arrays.')
-    return fused.build_fused_fedopt(
+    return fedopt.build_fedopt(
         model_fn, client_optimizer=client_optimizer,
         server_optimizer=server_optimizer,
         model_aggregator=driver_default_aggregator(),
-        resident_examples=(flat_examples(arrays) if variant == 'resident'
-                           else None),
-        lanes=(lanes.auto_lanes(model_fn)
-               if variant == 'resident' else 1))
+        execution=fl_execution.OnShards(
+            resident_examples=(flat_examples(arrays) if variant == 'resident'
+                               else None),
+            lanes=(lanes.auto_lanes(model_fn)
+                   if variant == 'resident' else 1)))
   raise ValueError(f'Unknown variant {variant!r}; expected one of {VARIANTS}.')
 
 

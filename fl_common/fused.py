@@ -35,7 +35,7 @@ exactly as the per-client aggregator does
 and their structure are those of the per-client process, so checkpoints and
 metric names carry over, and a round on shards equals a round on the same
 clients one per TFF client, up to the order of float additions
-(`tests/large_cohort/test_fused.py`, `tests/gel_tff/test_fused.py`).
+(`tests/large_cohort/test_fedopt_on_shards.py`, `tests/gel_tff/test_gel_on_shards.py`).
 
 Shards are ordinary TFF clients: the same process runs on the local worker
 and across `--worker_addresses`, each worker taking whole shards.
@@ -249,7 +249,7 @@ def can_fuse(factory: Any) -> bool:
 class FusedAggregation:
   """An aggregator split into its per-client part (run in the shards) and
   its server part: `diagnosed_mean` or FedNova's normalized averaging
-  around it (`gel_tff.fednova`), with the per-client process's state and
+  around it (`fl_common.fednova`), with the per-client process's state and
   measurements.
 
   Args:
@@ -260,7 +260,7 @@ class FusedAggregation:
     value_type: The model delta's TFF type.
     weighted: Whether clients' weights weight the mean.
     fednova: Whether uploads are `FedNovaClientUpdate`s averaged as
-      `gel_tff.fednova.FedNovaAggregationFactory(factory)` does.
+      `fl_common.fednova.FedNovaAggregationFactory(factory)` does.
   """
 
   def __init__(self, factory: DiagnosedMeanFactory, value_type: tff.Type, *,

@@ -13,7 +13,7 @@ of those arrays in the same order, 8 bytes per example:
 
     OrderedDict(rows=int64 [examples], batch_sizes=int64 [batches])
 
-`large_cohort.fused` trains a shard's clients one after the other in one
+`fl_common.fused` trains a shard's clients one after the other in one
 TensorFlow graph; `fl_common.per_client_evaluation` evaluates them. The
 shards are made in the driver, from the clients' tf.data pipelines
 (`shards_from_datasets`, `shards_from_client_data`) or, for clients stored

@@ -2,9 +2,8 @@
 
 `build_gel(model_fn, base=...)` and `build_budgeted_baseline` for each row of
 Table 3 (`BASES`: FedAvg, FedAvgCM, FedProx, FedNova, FedYogi), and
-`StepBudgets` with `build_client_datasets_fn` for budget-limited clients;
-`build_fused_gel` and `build_fused_budgeted_baseline`, the same processes on
-shards of clients (many real clients per TFF client call).
+`StepBudgets` with `build_client_datasets_fn` for budget-limited clients.
+Each runs its clients as its `execution=` says (`fl_common.execution`).
 """
 
 from fl_common import tf_environment  # Keras 2 for TFF, before TensorFlow  # pylint: disable=unused-import
@@ -13,8 +12,6 @@ from gel_tff.budgets import build_client_datasets_fn
 from gel_tff.budgets import StepBudgets
 from gel_tff.gel import BASES
 from gel_tff.gel import build_budgeted_baseline
-from gel_tff.gel import build_fused_budgeted_baseline
-from gel_tff.gel import build_fused_gel
 from gel_tff.gel import build_gel
 
 __all__ = [
@@ -22,7 +19,5 @@ __all__ = [
     'StepBudgets',
     'build_budgeted_baseline',
     'build_client_datasets_fn',
-    'build_fused_budgeted_baseline',
-    'build_fused_gel',
     'build_gel',
 ]

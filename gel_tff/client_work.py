@@ -54,7 +54,7 @@ import tensorflow_federated as tff
 
 from fl_common import client_program as client_program_lib
 from fl_common import fused
-from gel_tff import fednova
+from fl_common import fednova
 
 REMAINING = 'remaining'
 INFINITE = 'infinite'
@@ -218,8 +218,8 @@ def client_program(optimizer: tff.learning.optimizers.Optimizer, *,
                    ) -> fused.ProgramFn:
   """A GeL client (Algorithm 1, `ClientUpdate`), stated once: `local_step`
   per batch, then `guessed_update` (`update_kwargs` are its keywords); its
-  counter is the steps it took. Run per client by `build_gel_client_work`
-  (`fl_common.client_program`), on shards by `gel_tff.fused`."""
+  counter is the steps it took. Composed by `gel_tff.gel` through
+  `fl_common.compose` (and run per client by `build_gel_client_work`)."""
 
   def program_fn(model, model_weights, initial_weights):
     trainable = model_weights.trainable
@@ -337,7 +337,7 @@ def build_gel_client_work(
     client_weighting: `tff.learning.ClientWeighting.NUM_EXAMPLES` (examples
       trained on) or `UNIFORM`.
     report_normalizer: Send `FedNovaClientUpdate(model_delta, ||a_i||_1)`
-      (for `gel_tff.fednova`) instead of the bare model delta.
+      (for `fl_common.fednova`) instead of the bare model delta.
     metrics_aggregator: Aggregates the model's training metrics;
       `tff.learning.metrics.sum_then_finalize` when `None`.
 

@@ -9,31 +9,29 @@
 | fedyogi  | SGD               | SGDM with guessed updates   | Yogi      |
 
 FedNova replaces the weighted mean by normalized averaging
-(`gel_tff.fednova`); FedProx adds `mu/2 ||x - x^(t,0)||^2` to the local loss
+(`fl_common.fednova`); FedProx adds `mu/2 ||x - x^(t,0)||^2` to the local loss
 (mu = 0.01, Appendix E.3). Server SGD runs at rate 1 (Section 4.1); Yogi uses
 beta_1 = 0.9, beta_2 = 0.99, epsilon = 1e-3 (Appendix E.1) and rate 10^-2
 (Table 6, FEMNIST).
 
-Each builder returns a `tff.learning.templates.LearningProcess` composed from
-TFF's broadcast distributor, the GeL client work (`gel_tff.client_work`), a
-TFF aggregator (or FedNova's) and TFF's apply-optimizer finalizer.
-`build_fused_gel` and `build_fused_budgeted_baseline` build the same
-processes on shards of clients (`gel_tff.fused`: one TFF client trains many
-real clients in one graph), with the driver's aggregator. Client step
-budgets come with the data (`gel_tff.budgets`): the process trains on every
-batch it is given.
+Each builder returns a `tff.learning.templates.LearningProcess` composed by
+the library's one composer (`fl_common.compose.build_process`) from the GeL
+client (`gel_tff.client_work.client_program`), a TFF aggregator (FedNova's
+normalized averaging around it for `fednova`) and TFF's apply-optimizer
+finalizer; `execution=` says how its clients run (`fl_common.execution`).
+Client step budgets come with the data (`gel_tff.budgets`): the process
+trains on every batch it is given.
 """
 
 from collections.abc import Callable
 from typing import Any, Optional
 
-import numpy as np
 import tensorflow_federated as tff
 
+from fl_common import client_program as client_program_lib
+from fl_common import compose
 from fl_common import execution as fl_execution
 from gel_tff import client_work as client_work_lib
-from gel_tff import fednova
-from gel_tff import fused
 
 ModelFn = Callable[[], tff.learning.models.VariableModel]
 
@@ -93,61 +91,33 @@ def _build(
     metrics_aggregator: Optional[tff.learning.metrics.MetricsAggregatorType],
     execution: fl_execution.Execution,
 ) -> tff.learning.templates.LearningProcess:
-  """Composes the four slots for one row of Table 3 (on shards of clients,
-  `gel_tff.fused`, if `execution` says so)."""
+  """One row of Table 3: its client, composed by `fl_common.compose`."""
   _check_base(base)
   if server_optimizer is None:
     server_optimizer = build_server_optimizer(base)
   is_fednova = base == 'fednova'
-  if fl_execution.on_shards(execution):
-    return fused.compose_fused(
-        model_fn, client_learning_rate=client_learning_rate,
-        client_momentum=client_momentum, expected_steps=expected_steps,
-        guessed_steps=guessed_steps, server_optimizer=server_optimizer,
-        proximal_strength=proximal_strength if base == 'fedprox' else 0.0,
-        client_weighting=client_weighting, report_normalizer=is_fednova,
-        model_aggregator=model_aggregator,
-        metrics_aggregator=metrics_aggregator,
-        resident_examples=execution.resident_examples, lanes=execution.lanes)
-  if (model_aggregator is not None and not isinstance(
-      model_aggregator, tff.aggregators.WeightedAggregationFactory)):
-    raise TypeError(
-        'model_aggregator must be a tff.aggregators.WeightedAggregationFactory'
-        f' (wrap unweighted ones with tff.aggregators.as_weighted_aggregator),'
-        f' got {type(model_aggregator).__name__}.')
-
-  @tff.tensorflow.computation()
-  def initial_model_weights_fn():
-    return tff.learning.models.ModelWeights.from_model(model_fn())
-
-  model_weights_type = initial_model_weights_fn.type_signature.result
-  client_work = client_work_lib.build_gel_client_work(
-      model_fn,
-      learning_rate=client_learning_rate,
-      momentum=client_momentum,
-      expected_steps=expected_steps,
-      guessed_steps=guessed_steps,
-      proximal_strength=proximal_strength if base == 'fedprox' else 0.0,
-      client_weighting=client_weighting,
-      report_normalizer=is_fednova,
-      metrics_aggregator=metrics_aggregator,
-  )
-  if is_fednova:
-    aggregator_factory = fednova.FedNovaAggregationFactory(model_aggregator)
-  else:
-    aggregator_factory = model_aggregator or tff.aggregators.MeanFactory()
-  aggregator = aggregator_factory.create(
-      client_work_lib.client_update_type(model_weights_type.trainable,
-                                         report_normalizer=is_fednova),
-      tff.TensorType(np.float32))
-  return tff.learning.templates.compose_learning_process(
-      initial_model_weights_fn,
-      tff.learning.templates.build_broadcast_process(model_weights_type),
-      client_work,
-      aggregator,
-      tff.learning.templates.build_apply_optimizer_finalizer(
-          server_optimizer, model_weights_type),
-  )
+  proximal_strength = proximal_strength if base == 'fedprox' else 0.0
+  client_work_lib.validate_client_work_args(
+      learning_rate=client_learning_rate, momentum=client_momentum,
+      expected_steps=expected_steps, guessed_steps=guessed_steps,
+      proximal_strength=proximal_strength, client_weighting=client_weighting)
+  optimizer = client_work_lib.client_optimizer(client_learning_rate,
+                                               client_momentum)
+  client = compose.Client(
+      client_work_lib.client_program(
+          optimizer, proximal_strength=proximal_strength,
+          expected_steps=expected_steps, guessed_steps=guessed_steps,
+          client_weighting=client_weighting, report_normalizer=is_fednova),
+      client_program_lib.optimizer_hparams_fn(optimizer),
+      measurements_fn=client_work_lib.client_measurements,
+      # An unweighted aggregator averages the updates uniformly.
+      weighted=not isinstance(model_aggregator,
+                              tff.aggregators.UnweightedAggregationFactory),
+      normalizer=is_fednova)
+  return compose.build_process(
+      model_fn, client, server_optimizer=server_optimizer,
+      model_aggregator=model_aggregator,
+      metrics_aggregator=metrics_aggregator, execution=execution)
 
 
 def build_gel(
@@ -186,25 +156,22 @@ def build_gel(
       (`build_server_optimizer(base)`).
     proximal_strength: FedProx's `mu` (used only by `base='fedprox'`).
     client_weighting: `NUM_EXAMPLES` (examples trained on) or `UNIFORM`.
-    model_aggregator: The weighted factory averaging client deltas (for
-      FedNova: the normalized deltas); `tff.aggregators.MeanFactory()` when
-      `None`. On shards a `fl_common.diagnosed_mean.diagnosed_mean_factory`
-      (weighted, or unweighted with `UNIFORM` weighting); `None` is then
-      the weighted mean without clipping.
+    model_aggregator: The factory averaging client deltas (for FedNova: the
+      normalized deltas), weighted or unweighted (uniform); the mean when
+      `None` (`fl_common.compose.build_process` says which it takes for
+      each `execution`).
     metrics_aggregator: Aggregates training metrics; TFF's
       `sum_then_finalize` when `None`.
-    execution: How the clients run (`fl_common.execution`): `PER_CLIENT`
-      (default), or `OnShards(lanes, resident_examples)`, a TFF client
-      training a shard of clients (`gel_tff.fused`), each with its `tau_i`
-      batches; the same state and metrics.
+    execution: How the clients run (`fl_common.execution`), each with its
+      `tau_i` batches; the same state and metrics whichever.
 
   Returns:
     A `tff.learning.templates.LearningProcess`.
 
   Raises:
-    TypeError: On shards, if `model_aggregator` is not a diagnosed mean.
-    ValueError: If an argument is out of range (e.g. `momentum=0`), or
-      lanes with a model that does not vectorize.
+    TypeError: If `model_aggregator` is not one `execution` can run.
+    ValueError: If an argument is out of range (e.g. `momentum=0`), or one
+      `execution` cannot run.
   """
   if not 0.0 < momentum < 1.0:
     raise ValueError(f'GeL needs momentum in (0, 1), got {momentum}.')
@@ -263,21 +230,3 @@ def build_budgeted_baseline(
       proximal_strength=proximal_strength, client_weighting=client_weighting,
       model_aggregator=model_aggregator,
       metrics_aggregator=metrics_aggregator, execution=execution)
-
-
-def build_fused_gel(model_fn: ModelFn, *,
-                    resident_examples: Optional[Any] = None, lanes: int = 1,
-                    **kwargs) -> tff.learning.templates.LearningProcess:
-  """`build_gel(model_fn, execution=OnShards(lanes, resident_examples),
-  **kwargs)`: GeL on shards of clients, under its fused name."""
-  return build_gel(model_fn, execution=fl_execution.OnShards(
-      lanes=lanes, resident_examples=resident_examples), **kwargs)
-
-
-def build_fused_budgeted_baseline(
-    model_fn: ModelFn, *, resident_examples: Optional[Any] = None,
-    lanes: int = 1, **kwargs) -> tff.learning.templates.LearningProcess:
-  """`build_budgeted_baseline(model_fn, execution=OnShards(lanes,
-  resident_examples), **kwargs)`, under its fused name."""
-  return build_budgeted_baseline(model_fn, execution=fl_execution.OnShards(
-      lanes=lanes, resident_examples=resident_examples), **kwargs)

@@ -1,9 +1,10 @@
 """Large-cohort training (Charles et al. 2021) on TFF: the public builders.
 
 `build_fedopt` (FedAvg, FedAvgM, FedAdagrad, FedAdam, FedYogi, FedLARS,
-FedLamb by its server optimizer), `build_fused_fedopt` (the same on shards
-of clients, `fl_common.shards`, for large cohorts of small models),
-`build_fedsgd` (and `build_fused_fedsgd`), `build_normalized_fed_avg`.
+FedLamb by its server optimizer), `build_fedsgd`, `build_normalized_fed_avg`;
+each runs its clients one TFF client per client or, with
+`execution=fl_common.execution.OnShards(...)`, on shards of clients (for
+large cohorts of small models).
 The optimizers by name (`build_optimizer`), LARS/LAMB as
 `tff.learning.optimizers` and `build_server_lr_schedule` (sqrt/linear
 scaling with warmup) are the library's (`fl_common`), for every family;
@@ -14,8 +15,6 @@ from fl_common import tf_environment  # Keras 2 for TFF, before TensorFlow  # py
 
 from large_cohort.fedopt import build_fedopt
 from large_cohort.fedopt import build_fedsgd
-from large_cohort.fused import build_fused_fedopt
-from large_cohort.fused import build_fused_fedsgd
 from fl_common.lamb import build_lamb
 from fl_common.lars import build_lars
 from fl_common.lr_schedules import build_server_lr_schedule
@@ -27,8 +26,6 @@ __all__ = [
     'OPTIMIZER_NAMES',
     'build_fedopt',
     'build_fedsgd',
-    'build_fused_fedopt',
-    'build_fused_fedsgd',
     'build_lamb',
     'build_lars',
     'build_normalized_fed_avg',

@@ -14,9 +14,9 @@ FedOpt is composed from TFF's learning-process slots as TFF's
 the client work, the aggregator, `build_apply_optimizer_finalizer`), with the
 paper's aggregation (adaptive clipping etc.) plugged into the aggregator
 slot; FedSGD as TFF's `build_fed_sgd` composes it. Each client is stated
-once (`client_program`, `fedsgd_client_program`) and run either one TFF
-client per client (`fl_common.client_program`, here) or on shards
-(`large_cohort.fused`); run per client it is TFF's client work
+once (`client_program`, `fedsgd_client_program`) and composed by the
+library's one composer (`fl_common.compose.build_process`), which runs it
+as its `execution=` says; run per client it is TFF's client work
 (`build_model_delta_client_work`, `build_fed_sgd`'s), which
 `tests/large_cohort/test_fedopt.py` checks round by round.
 
@@ -39,10 +39,8 @@ LSTM) cheaper in the worker than TFF's defaults, with the same result
   worker's CPU on the Stack Overflow LSTM. The initial server model still
   comes from `model_fn` with its own initializers.
 
-Why one module: each algorithm's client, stated once, sits beside the two
-compositions that run it (per client, on shards), which share the
-zero-initialized client model, the client work's hyperparameters and the
-shard aggregation; `large_cohort.fused` keeps the fused names.
+Why one module: FedOpt's and FedSGD's clients share the zero-initialized
+client model and the client work's hyperparameters.
 """
 
 import functools
@@ -55,10 +53,9 @@ import tensorflow_federated as tff
 
 from fl_common import aggregator_wrappers
 from fl_common import client_program as client_program_lib
-from fl_common import diagnosed_mean
+from fl_common import compose
 from fl_common import execution as fl_execution
 from fl_common import fused
-from fl_common import lanes as fl_lanes
 
 ModelFn = Callable[[], tff.learning.models.VariableModel]
 _ITERATOR_LOOP = tff.learning.LoopImplementation.DATASET_ITERATOR
@@ -114,7 +111,7 @@ def client_program(client_optimizer: tff.learning.optimizers.Optimizer,
   its examples, or 1 when not `weighted` (0 if non-finite).
 
   `build_fedopt` runs it one TFF client per client
-  (`fl_common.client_program`), `large_cohort.fused.build_fused_fedopt` on
+  (`fl_common.client_program`), `build_fedopt(..., execution=OnShards())` on
   shards (`fl_common.fused`).
   """
 
@@ -206,37 +203,16 @@ def build_fedopt(
     ValueError: On shards, lanes with a model or a client optimizer that
       does not vectorize.
   """
-  if fl_execution.on_shards(execution):
-    weighted = client_weighting is not tff.learning.ClientWeighting.UNIFORM
-    if model_aggregator is None:
-      model_aggregator = diagnosed_mean.diagnosed_mean_factory(
-          clipping=False, weighted=weighted)
-    return _on_shards(
-        model_fn, client_program(client_optimizer, weighted),
-        client_program_lib.optimizer_hparams_fn(client_optimizer), model_aggregator,
-        weighted, server_optimizer, metrics_aggregator, execution,
-        shard_model_fn=client_model_fn(model_fn))
-  uniform_weighting = client_weighting is tff.learning.ClientWeighting.UNIFORM
-  if uniform_weighting:
-    expected = tff.aggregators.UnweightedAggregationFactory
-    model_aggregator = model_aggregator or tff.aggregators.UnweightedMeanFactory()
-  else:
-    expected = tff.aggregators.WeightedAggregationFactory
-    model_aggregator = model_aggregator or tff.aggregators.MeanFactory()
-  if not isinstance(model_aggregator, expected):
-    raise TypeError(
-        f'model_aggregator must be a {expected.__name__} with '
-        f'client_weighting={client_weighting}, got {model_aggregator!r}.')
-  if uniform_weighting:
-    model_aggregator = tff.aggregators.as_weighted_aggregator(model_aggregator)
-
-  return _per_client(
+  weighted = client_weighting is not tff.learning.ClientWeighting.UNIFORM
+  return compose.build_process(
       model_fn,
-      build_client_work(model_fn, client_optimizer=client_optimizer,
-                        client_weighting=client_weighting,
-                        metrics_aggregator=metrics_aggregator,
-                        loop_implementation=loop_implementation),
-      model_aggregator, server_optimizer)
+      compose.Client(
+          client_program(client_optimizer, weighted),
+          client_program_lib.optimizer_hparams_fn(client_optimizer),
+          train_model_fn=client_model_fn, weighted=weighted),
+      server_optimizer=server_optimizer, model_aggregator=model_aggregator,
+      metrics_aggregator=metrics_aggregator,
+      loop_implementation=loop_implementation, execution=execution)
 
 
 def build_client_work(
@@ -268,60 +244,11 @@ def _no_hparams():  # TFF's FedSGD client work has no state.
   return ()
 
 
-def _per_client(model_fn: ModelFn,
-                client_work: tff.learning.templates.ClientWorkProcess,
-                model_aggregator: tff.aggregators.WeightedAggregationFactory,
-                server_optimizer: tff.learning.optimizers.Optimizer
-                ) -> tff.learning.templates.LearningProcess:
-  """`client_work` composed in TFF's slots, as TFF's FedAvg and FedSGD
-  compose theirs: broadcast, the client work, the aggregator, the server
-  optimizer applied to the aggregate."""
-
-  @tff.tensorflow.computation()
-  def initial_model_weights_fn():
-    return tff.learning.models.ModelWeights.from_model(model_fn())
-
-  weights_type = initial_model_weights_fn.type_signature.result
-  return tff.learning.templates.compose_learning_process(
-      initial_model_weights_fn,
-      tff.learning.templates.build_broadcast_process(weights_type),
-      client_work,
-      model_aggregator.create(weights_type.trainable,
-                              tff.TensorType(np.float32)),
-      tff.learning.templates.build_apply_optimizer_finalizer(
-          server_optimizer, weights_type),
-  )
-
-
-def _on_shards(model_fn: ModelFn, program_fn: fused.ProgramFn,
-               initial_hparams_fn: tff.Computation,
-               model_aggregator: fused.DiagnosedMeanFactory, weighted: bool,
-               server_optimizer: tff.learning.optimizers.Optimizer,
-               metrics_aggregator, execution: fl_execution.OnShards, *,
-               shard_model_fn: Optional[ModelFn] = None
-               ) -> tff.learning.templates.LearningProcess:
-  """`program_fn`'s clients on shards (`fl_common.fused`), with the
-  per-client process's state and metrics."""
-  weights_type = tff.learning.models.weights_type_from_model(model_fn)
-  return fused.build_fused_process(
-      model_fn,
-      initial_hparams_fn=initial_hparams_fn,
-      program_fn=program_fn,
-      aggregation=fused.FusedAggregation(
-          model_aggregator, weights_type.trainable, weighted=weighted),
-      server_optimizer=server_optimizer,
-      client_measurements_fn=fused.train_measurements,
-      metrics_aggregator=metrics_aggregator,
-      shard_model_fn=shard_model_fn,
-      resident_examples=execution.resident_examples,
-      shard_computation_fn=fl_lanes.shard_computation_fn(execution.lanes))
-
-
 def fedsgd_client_program() -> fused.ProgramFn:
   """FedSGD's client, stated once: the example-weighted mean of its batch
   gradients at the broadcast model, weighted by its examples (TFF's
   `tff.learning.algorithms.build_fed_sgd` client). `build_fedsgd` runs it
-  per client, `large_cohort.fused.build_fused_fedsgd` on shards."""
+  per client, `build_fedsgd(..., execution=OnShards())` on shards."""
 
   def program_fn(model, model_weights, initial_weights):
     del initial_weights
@@ -392,20 +319,8 @@ def build_fedsgd(
     TypeError: On shards, if `model_aggregator` is not a weighted diagnosed
       mean.
   """
-  if fl_execution.on_shards(execution):
-    return _on_shards(
-        model_fn, fedsgd_client_program(), _no_hparams,
-        model_aggregator or diagnosed_mean.diagnosed_mean_factory(
-            clipping=False), True, server_optimizer, metrics_aggregator,
-        execution)
-  if model_aggregator is None:
-    model_aggregator = tff.aggregators.MeanFactory()
-
-  return _per_client(
-      model_fn,
-      client_program_lib.build_client_work(
-          model_fn, fedsgd_client_program(),
-          initial_hparams_fn=_no_hparams,
-          metrics_aggregator=metrics_aggregator,
-          loop_implementation=loop_implementation),
-      model_aggregator, server_optimizer)
+  return compose.build_process(
+      model_fn, compose.Client(fedsgd_client_program(), _no_hparams),
+      server_optimizer=server_optimizer, model_aggregator=model_aggregator,
+      metrics_aggregator=metrics_aggregator,
+      loop_implementation=loop_implementation, execution=execution)

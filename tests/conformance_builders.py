@@ -22,6 +22,7 @@ from fl_common import execution
 from fl_common import shards
 import gel_tff
 import large_cohort
+from tests import fused_checks
 from tests import repo_layout
 from tests import tiny_models
 
@@ -46,13 +47,13 @@ BUILDERS = {
         m, client_optimizer=_sgd(0.1), server_optimizer=_sgd(1.0),
         client_weighting=tff.learning.ClientWeighting.UNIFORM),
     # Its client data are shards of clients (`Run.round` makes them).
-    'fused_fedopt': lambda m: large_cohort.build_fused_fedopt(
-        m, client_optimizer=_sgd(0.1), server_optimizer=_sgd(1.0),
+    'fused_fedopt': lambda m: fused_checks.on_shards(
+        large_cohort.build_fedopt, m, client_optimizer=_sgd(0.1), server_optimizer=_sgd(1.0),
         model_aggregator=diagnosed_mean.diagnosed_mean_factory()),
     'fedsgd': lambda m: large_cohort.build_fedsgd(
         m, server_optimizer=_sgd(0.1)),
-    'fused_fedsgd': lambda m: large_cohort.build_fused_fedsgd(
-        m, server_optimizer=_sgd(0.1),
+    'fused_fedsgd': lambda m: fused_checks.on_shards(
+        large_cohort.build_fedsgd, m, server_optimizer=_sgd(0.1),
         model_aggregator=diagnosed_mean.diagnosed_mean_factory()),
     'normalized_fed_avg': lambda m: large_cohort.build_normalized_fed_avg(
         m, client_optimizer=_sgd(0.1), server_learning_rate=0.1),
@@ -71,11 +72,11 @@ BUILDERS = {
        for base in gel_tff.BASES},
     **{f'{base}_budgeted': (lambda m, base=base: gel_tff.build_budgeted_baseline(
         m, base=base, client_learning_rate=0.05)) for base in gel_tff.BASES},
-    'fused_fednova_gel': lambda m: gel_tff.build_fused_gel(
-        m, base='fednova', client_learning_rate=0.05, expected_steps=6,
+    'fused_fednova_gel': lambda m: fused_checks.on_shards(
+        gel_tff.build_gel, m, base='fednova', client_learning_rate=0.05, expected_steps=6,
         model_aggregator=diagnosed_mean.diagnosed_mean_factory()),
-    'fused_fedprox_budgeted': lambda m: gel_tff.build_fused_budgeted_baseline(
-        m, base='fedprox', client_learning_rate=0.05,
+    'fused_fedprox_budgeted': lambda m: fused_checks.on_shards(
+        gel_tff.build_budgeted_baseline, m, base='fedprox', client_learning_rate=0.05,
         model_aggregator=diagnosed_mean.diagnosed_mean_factory()),
 }
 

@@ -8,6 +8,7 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
+from fl_common import execution
 from fl_common import shards
 
 NUM_FEATURES = 3
@@ -19,6 +20,13 @@ NUM_FEATURES = 3
 # larger ε keeps the step a smooth function of Δ, so that the comparison
 # tests the arithmetic, not the rounding.
 ADAM_EPSILON = 1e-2
+
+
+def on_shards(build, model_fn, *, lanes=1, resident_examples=None, **kwargs):
+  """`build(model_fn, execution=OnShards(lanes, resident_examples),
+  **kwargs)`: a builder's process on shards of clients."""
+  return build(model_fn, execution=execution.OnShards(
+      lanes=lanes, resident_examples=resident_examples), **kwargs)
 
 
 def client_datasets(sizes, nan_client=None, batch_size=2, seed=0):

@@ -103,6 +103,11 @@ _ACROSS_MODULES = {
     'experiment_driver/runtime/test_remote_workers.py':
         '--worker_addresses, through the driver',
     'tasks/test_tfds_downloads.py': 'data_files and the TFDS image tasks',
+    'large_cohort/test_fedopt_on_shards.py':
+        'fedopt.build_fedopt and build_fedsgd on shards (fl_common.compose)',
+    'gel_tff/test_gel_on_shards.py':
+        'gel.build_gel and build_budgeted_baseline on shards'
+        ' (fl_common.compose)',
 }
 
 

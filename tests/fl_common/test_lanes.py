@@ -7,8 +7,8 @@ client, shards of uneven length, groups of lanes cut short, and a
 classifier whose accuracy metric and softmax go through the vectorized
 forward pass, and client optimizers with a step counter or a norm; lanes
 refuse models they cannot vectorize. (GeL's, FedSGD's and the stateful
-algorithms' rounds on lanes: `tests/gel_tff/test_fused.py`,
-`tests/large_cohort/test_fused.py`, `tests/fl_common/test_fused_stateful.py`.)"""
+algorithms' rounds on lanes: `tests/gel_tff/test_gel_on_shards.py`,
+`tests/large_cohort/test_fedopt_on_shards.py`, `tests/fl_common/test_fused_stateful.py`.)"""
 
 import collections
 
@@ -24,7 +24,6 @@ from fl_common import lanes as lanes_lib
 from fl_common import resident
 from fl_common import shards
 from large_cohort import fedopt
-from large_cohort import fused
 from fl_common import optimizers
 from tests import fused_checks
 from tests import tiny_models
@@ -55,7 +54,7 @@ def test_a_round_on_lanes_equals_the_per_client_round(
   model_fn = tiny_models.linear_model_fn(fused_checks.NUM_FEATURES)
   kwargs = _kwargs(weighting, clipping, momentum)
   per_client = fedopt.build_fedopt(model_fn, **kwargs)
-  on_lanes = fused.build_fused_fedopt(model_fn, lanes=lanes, **kwargs)
+  on_lanes = fused_checks.on_shards(fedopt.build_fedopt, model_fn, lanes=lanes, **kwargs)
   assert (on_lanes.initialize.type_signature ==
           per_client.initialize.type_signature)
   sizes = [5, 1, 0, 8, 3, 4, 2]
@@ -102,9 +101,9 @@ def test_resident_rows_on_lanes_train_a_classifier_as_one_by_one():
   kwargs = _kwargs(clipping=False, momentum=0.0)
   model_fn = _classifier_fn()
   held = resident.ResidentExamples(arrays)
-  one_by_one = fused.build_fused_fedopt(model_fn, resident_examples=held,
+  one_by_one = fused_checks.on_shards(fedopt.build_fedopt, model_fn, resident_examples=held,
                                         **kwargs)
-  on_lanes = fused.build_fused_fedopt(model_fn, resident_examples=held,
+  on_lanes = fused_checks.on_shards(fedopt.build_fedopt, model_fn, resident_examples=held,
                                       lanes=2, **kwargs)
   state = lanes_state = one_by_one.initialize()
   for round_num in range(2):
@@ -125,7 +124,7 @@ def test_a_client_optimizer_with_a_counter_or_a_norm_steps_per_lane(name):
   kwargs = _kwargs()
   kwargs['client_optimizer'] = optimizers.build_optimizer(name, 0.05)
   per_client = fedopt.build_fedopt(model_fn, **kwargs)
-  on_lanes = fused.build_fused_fedopt(model_fn, lanes=3, **kwargs)
+  on_lanes = fused_checks.on_shards(fedopt.build_fedopt, model_fn, lanes=3, **kwargs)
   sizes = [5, 1, 0, 8, 3, 4, 2]
   datasets = fused_checks.client_datasets(sizes, nan_client=4)
   state = per_client.initialize()
@@ -139,7 +138,7 @@ def test_a_client_optimizer_with_a_counter_or_a_norm_steps_per_lane(name):
 def test_lanes_must_be_at_least_one_and_execution_typed():
   model_fn = tiny_models.linear_model_fn(fused_checks.NUM_FEATURES)
   with pytest.raises(ValueError, match='at least 1'):
-    fused.build_fused_fedopt(model_fn, lanes=0, **_kwargs())
+    fused_checks.on_shards(fedopt.build_fedopt, model_fn, lanes=0, **_kwargs())
   with pytest.raises(ValueError, match='at least 1'):
     adabest.build_adabest(model_fn,
                           execution=execution.OnShards(lanes=0))
@@ -177,7 +176,7 @@ def test_lanes_refuse_a_model_whose_forward_pass_does_not_vectorize():
             y=tf.TensorSpec([None, 1], tf.float32)))
 
   with pytest.raises(ValueError, match=r'forward pass vectorizes \(.*L2Loss\)'):
-    fused.build_fused_fedopt(l2_loss_model_fn, lanes=4, **_kwargs())
+    fused_checks.on_shards(fedopt.build_fedopt, l2_loss_model_fn, lanes=4, **_kwargs())
   assert lanes_lib.auto_lanes(l2_loss_model_fn) == 1
   # Keras' weight penalties vectorize (their variables are the lane's).
   penalized = _classifier_fn(tf.keras.regularizers.L2(0.01))

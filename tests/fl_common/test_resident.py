@@ -33,7 +33,7 @@ from fl_common import resident
 from fl_common import scratch
 from fl_common import shards
 from gel_tff import gel
-from large_cohort import fused
+from large_cohort import fedopt
 from tasks import synthetic
 from tests import fused_checks
 from tests import tiny_models
@@ -103,12 +103,12 @@ _GEL_KW = dict(client_learning_rate=0.05, expected_steps=6,
 
 # Every fused builder of the package, with resident examples or not.
 _BUILDERS = {
-    'fedopt': lambda m, **kw: fused.build_fused_fedopt(m, **_FEDOPT_KW, **kw),
-    'fedsgd': lambda m, **kw: fused.build_fused_fedsgd(
+    'fedopt': lambda m, **kw: fused_checks.on_shards(fedopt.build_fedopt, m, **_FEDOPT_KW, **kw),
+    'fedsgd': lambda m, **kw: fused_checks.on_shards(fedopt.build_fedsgd, 
         m, server_optimizer=tff.learning.optimizers.build_sgdm(0.5), **kw),
-    'gel_fednova': lambda m, **kw: gel.build_fused_gel(
+    'gel_fednova': lambda m, **kw: fused_checks.on_shards(gel.build_gel, 
         m, base='fednova', **_GEL_KW, **kw),
-    'budgeted_fedprox': lambda m, **kw: gel.build_fused_budgeted_baseline(
+    'budgeted_fedprox': lambda m, **kw: fused_checks.on_shards(gel.build_budgeted_baseline, 
         m, base='fedprox', client_learning_rate=0.05, **kw),
 }
 _STATEFUL_BUILDERS = {
@@ -209,7 +209,7 @@ def test_resident_examples_must_match_the_models_input():
   wrong_structure = (arrays['x'], arrays['y'])
   for wrong in (wrong_width, wrong_dtype, wrong_structure):
     with pytest.raises(ValueError, match='resident examples'):
-      fused.build_fused_fedopt(model_fn, **_FEDOPT_KW,
+      fused_checks.on_shards(fedopt.build_fedopt, model_fn, **_FEDOPT_KW,
                                resident_examples=wrong)
   with pytest.raises(TypeError, match='execution must be'):
     adabest.build_adabest(model_fn, execution=arrays)

@@ -9,7 +9,7 @@ import tensorflow_federated as tff
 
 from gel_tff import client_work
 from gel_tff import coefficients
-from gel_tff import fednova
+from fl_common import fednova
 
 NUM_FEATURES = 3
 BATCH_SIZE = 2

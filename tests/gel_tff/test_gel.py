@@ -172,6 +172,14 @@ def test_bad_arguments():
     gel.build_gel(model_fn, base='fedadam')
   with pytest.raises(ValueError, match='0.0'):
     gel.build_gel(model_fn, momentum=0.0)
-  with pytest.raises(TypeError, match='UnweightedMeanFactory'):
-    gel.build_gel(model_fn,
-                  model_aggregator=tff.aggregators.UnweightedMeanFactory())
+  with pytest.raises(TypeError, match='WeightedAggregationFactory'):
+    gel.build_gel(model_fn, model_aggregator='mean')
+
+
+def test_an_unweighted_aggregator_averages_uniformly_in_both_executions():
+  # The aggregator a builder takes is the same per client and on shards
+  # (`fl_common.compose`): an unweighted one averages the updates uniformly.
+  # (Per client it was refused before the one composer.)
+  process = gel.build_gel(
+      model_fn, model_aggregator=tff.aggregators.UnweightedMeanFactory())
+  assert 'aggregator' in process.initialize()._asdict()

@@ -1,4 +1,4 @@
-"""large_cohort.fused: a round on shards of clients equals the per-client
+"""`build_fedopt` on shards (`fl_common.compose`): a round on shards of clients equals the per-client
 round (`build_fedopt` with the diagnosed mean) on the same clients: model,
 clipping norm, server optimizer state, the paper's diagnostics and the
 training metrics, with uneven client sizes, an empty client, a NaN client
@@ -16,7 +16,6 @@ from fl_common import diagnosed_mean
 from fl_common import fused as fl_fused
 from fl_common import shards
 from large_cohort import fedopt
-from large_cohort import fused
 from fl_common import normalized_update
 from tests import fused_checks
 from tests import tiny_models
@@ -34,7 +33,7 @@ def _processes(weighting, clipping, server_optimizer):
           clipping=clipping,
           weighted=weighting is tff.learning.ClientWeighting.NUM_EXAMPLES,
           initial_clipping_norm=0.05))
-  return fedopt.build_fedopt(model_fn, **kwargs), fused.build_fused_fedopt(
+  return fedopt.build_fedopt(model_fn, **kwargs), fused_checks.on_shards(fedopt.build_fedopt, 
       model_fn, **kwargs)
 
 
@@ -87,7 +86,7 @@ def test_a_fused_fedsgd_round_equals_the_per_client_round(clipping, lanes):
       model_aggregator=diagnosed_mean.diagnosed_mean_factory(
           clipping=clipping, initial_clipping_norm=0.3))
   per_client = fedopt.build_fedsgd(model_fn, **kwargs)
-  on_shards = fused.build_fused_fedsgd(model_fn, lanes=lanes, **kwargs)
+  on_shards = fused_checks.on_shards(fedopt.build_fedsgd, model_fn, lanes=lanes, **kwargs)
   assert (on_shards.initialize.type_signature ==
           per_client.initialize.type_signature)
   sizes = [5, 1, 0, 8, 3, 4, 2]
@@ -117,7 +116,7 @@ def test_a_fused_round_with_the_normalized_update(weighting):
               clipping=True, initial_clipping_norm=0.05,
               weighted=weighting is tff.learning.ClientWeighting.NUM_EXAMPLES)))
   per_client = fedopt.build_fedopt(model_fn, **kwargs)
-  on_shards = fused.build_fused_fedopt(model_fn, **kwargs)
+  on_shards = fused_checks.on_shards(fedopt.build_fedopt, model_fn, **kwargs)
   datasets = fused_checks.client_datasets([5, 1, 0, 8, 3], nan_client=3)
   state = per_client.initialize()
   output, fused_output = fused_checks.assert_same_round(
@@ -153,7 +152,7 @@ def test_a_saturated_softmax_classifier_trains_as_on_the_per_client_round(
       server_optimizer=tff.learning.optimizers.build_sgdm(1.0),
       model_aggregator=diagnosed_mean.diagnosed_mean_factory(clipping=False))
   per_client = fedopt.build_fedopt(model_fn, **kwargs)
-  on_shards = fused.build_fused_fedopt(model_fn, lanes=lanes, **kwargs)
+  on_shards = fused_checks.on_shards(fedopt.build_fedopt, model_fn, lanes=lanes, **kwargs)
   datasets = fused_checks.saturated_classifier_datasets([5, 3, 8, 2])
   state = per_client.initialize()
   output, _ = fused_checks.assert_same_round(per_client, on_shards, state,
@@ -244,7 +243,7 @@ def test_shards_from_arrays_batch_each_clients_rows():
 
 def test_refuses_an_aggregator_it_cannot_fuse():
   with pytest.raises(TypeError, match='WeightedDiagnosedMeanFactory'):
-    fused.build_fused_fedopt(
+    fused_checks.on_shards(fedopt.build_fedopt, 
         tiny_models.linear_model_fn(_NUM_FEATURES),
         client_optimizer=tff.learning.optimizers.build_sgdm(0.1),
         server_optimizer=tff.learning.optimizers.build_sgdm(1.0),
@@ -340,7 +339,7 @@ def _assert_a_sgd_round_on_shards_is_per_clients(model_fn, datasets):
       server_optimizer=tff.learning.optimizers.build_sgdm(1.0),
       model_aggregator=diagnosed_mean.diagnosed_mean_factory(clipping=False))
   per_client = fedopt.build_fedopt(model_fn, **kwargs)
-  on_shards = fused.build_fused_fedopt(model_fn, **kwargs)
+  on_shards = fused_checks.on_shards(fedopt.build_fedopt, model_fn, **kwargs)
   state = per_client.initialize()
   fused_checks.assert_same_round(per_client, on_shards, state, state,
                                  datasets, 2)

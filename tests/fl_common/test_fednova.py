@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import tensorflow_federated as tff
 
-from gel_tff import fednova
+from fl_common import fednova
 
 DELTA_TYPE = tff.to_type([tff.TensorType(np.float32, [2, 2]),
                           tff.TensorType(np.float32, [3])])

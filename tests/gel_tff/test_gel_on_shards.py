@@ -59,9 +59,9 @@ def test_a_fused_round_equals_the_per_client_round(base, use_gel, lanes):
   kwargs = _builder_kwargs(base, use_gel)
   per_client = _per_client(base, use_gel)
   if use_gel:
-    on_shards = gel.build_fused_gel(model_fn, lanes=lanes, **kwargs)
+    on_shards = fused_checks.on_shards(gel.build_gel, model_fn, lanes=lanes, **kwargs)
   else:
-    on_shards = gel.build_fused_budgeted_baseline(model_fn, lanes=lanes,
+    on_shards = fused_checks.on_shards(gel.build_budgeted_baseline, model_fn, lanes=lanes,
                                                   **kwargs)
   assert (on_shards.initialize.type_signature ==
           per_client.initialize.type_signature)
@@ -88,7 +88,7 @@ def test_the_normalized_update_is_fused_too(base):
                 model_aggregator=normalized_update.normalized_update_factory(
                     diagnosed_mean.diagnosed_mean_factory(clipping=False)))
   per_client = gel.build_gel(model_fn, **kwargs)
-  on_shards = gel.build_fused_gel(model_fn, **kwargs)
+  on_shards = fused_checks.on_shards(gel.build_gel, model_fn, **kwargs)
   state = per_client.initialize()
   datasets, _ = _round_datasets(0)
   output, fused_output = fused_checks.assert_same_round(
@@ -102,7 +102,7 @@ def test_uniform_weighting_with_the_unweighted_mean():
   per_client = gel.build_gel(
       model_fn, client_weighting=uniform, expected_steps=6,
       model_aggregator=tff.aggregators.as_weighted_aggregator(unweighted))
-  on_shards = gel.build_fused_gel(model_fn, client_weighting=uniform,
+  on_shards = fused_checks.on_shards(gel.build_gel, model_fn, client_weighting=uniform,
                                   expected_steps=6,
                                   model_aggregator=unweighted)
   state = per_client.initialize()
@@ -114,7 +114,7 @@ def test_uniform_weighting_with_the_unweighted_mean():
 def test_refuses_what_it_cannot_fuse():
   model_fn = tiny_models.linear_model_fn(_NUM_FEATURES)
   with pytest.raises(TypeError, match='DiagnosedMeanFactory'):
-    gel.build_fused_gel(model_fn,
+    fused_checks.on_shards(gel.build_gel, model_fn,
                         model_aggregator=tff.aggregators.MeanFactory())
   with pytest.raises(ValueError, match='momentum'):
-    gel.build_fused_gel(model_fn, momentum=0.0)
+    fused_checks.on_shards(gel.build_gel, model_fn, momentum=0.0)
