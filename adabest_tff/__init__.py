@@ -4,10 +4,9 @@ Each `build_<name>(model_fn, ...)` returns a `StatefulClientLearningProcess`,
 whose clients keep a state between rounds; `StatefulClientRunner` runs it
 round by round from client ids and datasets, with the states in a
 `ClientStateStore` (the stateful-client template is the library's,
-`fl_common.stateful_process`, open to any family; re-exported here). With
-`execution=fl_common.execution.OnShards()` a TFF client trains a shard of
-clients in one graph (`fl_common.fused_stateful`): the runner then takes
-shards (`fl_common.shards`) in the order of the client ids.
+`fl_common.stateful_process`, open to any family; re-exported here),
+composed by the library's one composer (`fl_common.compose`) as its
+`execution=` says (`fl_common.execution`).
 `<name>_algorithm(model_weights_type, ...)` is the same algorithm before
 composition (a `fl_common.stateful_process.StatefulAlgorithm`: its client
 steps, client state and server values), whose arithmetic `adabest_tff.cost`

@@ -71,7 +71,7 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from fl_common import execution as fl_execution
-from fl_common import fused_stateful
+from fl_common import compose
 from fl_common import stateful_process
 
 LOCAL_GRADIENT_ESTIMATE = 'local_gradient_estimate'  # h_i
@@ -372,14 +372,11 @@ def build_adabest(
     client_weighting: `UNIFORM` (the paper: plain mean, `μ` scaled by client
       size) or `NUM_EXAMPLES` (example-weighted mean, unscaled `μ`).
     model_aggregator: A weighted factory for the mean of the clients'
-      pseudo-gradients; default `tff.aggregators.MeanFactory()`, on
-      shards the diagnosed mean (`fl_common.fused_stateful`).
+      pseudo-gradients; the mean when None (`fl_common.compose` says which kind
+      each `execution` takes).
     metrics_aggregator: Optional, as in `tff.learning.algorithms`.
-    execution: How the clients run (`fl_common.execution`): `PER_CLIENT`
-      (default), or `OnShards(lanes, resident_examples)`, a TFF client
-      training a shard of clients (`fl_common.shards`) in one graph
-      (`fl_common.fused_stateful`), each shard's client states stacked; the
-      same rounds, fewer calls.
+    execution: How the clients run (`fl_common.execution`, composed by
+      `fl_common.compose`): the same rounds whichever.
 
   Returns:
     A `stateful_process.StatefulClientLearningProcess`.
@@ -392,7 +389,7 @@ def build_adabest(
       beta_decay_patience=beta_decay_patience,
       beta_decay_factor=beta_decay_factor,
       client_weighting=client_weighting)
-  return fused_stateful.compose(
+  return compose.build_process(
       model_fn, algorithm, execution=execution,
       client_learning_rate=client_learning_rate,
       client_learning_rate_decay=client_learning_rate_decay,

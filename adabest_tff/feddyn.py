@@ -38,7 +38,7 @@ import tensorflow_federated as tff
 
 from adabest_tff import adabest
 from fl_common import execution as fl_execution
-from fl_common import fused_stateful
+from fl_common import compose
 from fl_common import stateful_process
 
 
@@ -236,8 +236,8 @@ def build_feddyn(
     client_weighting: `UNIFORM` (reference: plain mean, `μ` scaled by client
       size) or `NUM_EXAMPLES` (example-weighted mean, unscaled `μ`).
     model_aggregator: A weighted factory for the mean of the clients'
-      pseudo-gradients; default `tff.aggregators.MeanFactory()`, on
-      shards the diagnosed mean (`fl_common.fused_stateful`).
+      pseudo-gradients; the mean when None (`fl_common.compose` says which kind
+      each `execution` takes).
     metrics_aggregator: Optional, as in `tff.learning.algorithms`.
     execution: As in `adabest.build_adabest`.
 
@@ -250,7 +250,7 @@ def build_feddyn(
   algorithm = feddyn_algorithm(
       stateful_process.model_weights_type(model_fn), population_size=population_size,
       mu=mu, client_weighting=client_weighting)
-  return fused_stateful.compose(
+  return compose.build_process(
       model_fn, algorithm, execution=execution,
       client_learning_rate=client_learning_rate,
       client_learning_rate_decay=client_learning_rate_decay,

@@ -33,7 +33,7 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from fl_common import execution as fl_execution
-from fl_common import fused_stateful
+from fl_common import compose
 from fl_common import stateful_process
 
 CONTROL_VARIATE = 'control_variate'  # c_i on a client, c on the server
@@ -159,8 +159,8 @@ def build_scaffold(
     server_learning_rate: `η_g`, the global step size.
     client_weighting: How the model updates are averaged.
     model_aggregator: A weighted factory for the mean of the model deltas;
-      default `tff.aggregators.MeanFactory()`, on
-      shards the diagnosed mean (`fl_common.fused_stateful`).
+      the mean when None (`fl_common.compose` says which kind
+      each `execution` takes).
     metrics_aggregator: Optional, as in `tff.learning.algorithms`.
     execution: As in `adabest.build_adabest`.
 
@@ -174,7 +174,7 @@ def build_scaffold(
       stateful_process.model_weights_type(model_fn), population_size=population_size,
       server_learning_rate=server_learning_rate,
       client_weighting=client_weighting)
-  return fused_stateful.compose(
+  return compose.build_process(
       model_fn, algorithm, execution=execution,
       client_learning_rate=client_learning_rate,
       client_learning_rate_decay=client_learning_rate_decay,

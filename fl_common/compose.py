@@ -19,16 +19,24 @@ Both take the same aggregator (`model_aggregator`: a weighted factory, or an
 unweighted one for a client whose update is unweighted; on shards a
 `fl_common.diagnosed_mean` factory, which shards can compute) and have the
 same state and metrics, so a checkpoint of one resumes the other
-(`tests/test_builders_conformance.py`: their rounds are equal). The
-builders of the papers' stateless algorithms (`large_cohort.build_fedopt`,
-`build_fedsgd`, `gel_tff.build_gel`, `build_budgeted_baseline`) are each
-this call with their own client; the stateful families' composer is
-`fl_common.fused_stateful.compose`, on the same `execution`.
+(`tests/test_builders_conformance.py`: their rounds are equal).
+
+A stateful algorithm (clients that keep a state between the rounds they take
+part in: `stateful_process.StatefulAlgorithm`, its client steps, server
+values and finalizer) is composed by the same call, with its client rate
+and decay instead of a server optimizer (its finalizer has one); per client
+by `stateful_process.compose_algorithm`, on shards by
+`fused_stateful.compose_fused`.
+
+Every builder of the papers is this call with its own client:
+`large_cohort.build_fedopt`, `build_fedsgd`, `gel_tff.build_gel`,
+`build_budgeted_baseline` (stateless); `adabest_tff.build_adabest`,
+`build_feddyn`, `build_scaffold` (stateful).
 """
 
 import dataclasses
 from collections.abc import Callable
-from typing import Any, Optional
+from typing import Any, Optional, Union
 
 import numpy as np
 import tensorflow_federated as tff
@@ -38,7 +46,9 @@ from fl_common import diagnosed_mean
 from fl_common import execution as fl_execution
 from fl_common import fednova
 from fl_common import fused
+from fl_common import fused_stateful
 from fl_common import lanes as fl_lanes
+from fl_common import stateful_process
 
 ModelFn = Callable[[], tff.learning.models.VariableModel]
 _ITERATOR_LOOP = tff.learning.LoopImplementation.DATASET_ITERATOR
@@ -74,21 +84,25 @@ class Client:
 
 def build_process(
     model_fn: ModelFn,
-    client: Client,
+    client: Union[Client, stateful_process.StatefulAlgorithm],
     *,
-    server_optimizer: tff.learning.optimizers.Optimizer,
+    server_optimizer: Optional[tff.learning.optimizers.Optimizer] = None,
     model_aggregator: Optional[Any] = None,
     metrics_aggregator: Optional[
         tff.learning.metrics.MetricsAggregatorType] = None,
     loop_implementation: tff.learning.LoopImplementation = _ITERATOR_LOOP,
     execution: fl_execution.Execution = fl_execution.PER_CLIENT,
+    client_learning_rate: Optional[float] = None,
+    client_learning_rate_decay: float = 1.0,
 ) -> tff.learning.templates.LearningProcess:
   """`client`'s algorithm as a learning process (module docstring).
 
   Args:
     model_fn: A no-arg function returning a `tff.learning.models.VariableModel`.
-    client: The algorithm's client.
-    server_optimizer: The finalizer's optimizer, applied to the aggregate.
+    client: The algorithm's client: a `Client`, or a
+      `stateful_process.StatefulAlgorithm` (clients with state).
+    server_optimizer: For a `Client`: the finalizer's optimizer, applied to
+      the aggregate.
     model_aggregator: Averages the clients' updates: a weighted factory
       (an unweighted one if `client.weighted` is False); on shards a
       `diagnosed_mean.diagnosed_mean_factory`. None: the mean (on shards the
@@ -97,12 +111,29 @@ def build_process(
       `sum_then_finalize` when `None`.
     loop_implementation: TFF's loop over a client's batches, per client.
     execution: How the clients run (`fl_common.execution`).
+    client_learning_rate: For a stateful algorithm: its clients' SGD rate
+      `η_1`.
+    client_learning_rate_decay: For a stateful algorithm: the per-round
+      decay factor of its clients' rate.
 
   Raises:
     TypeError: If `model_aggregator` is not of the kind above.
     ValueError: On shards, lanes with a model or a client optimizer that
       does not vectorize.
   """
+  if isinstance(client, stateful_process.StatefulAlgorithm):
+    if server_optimizer is not None or client_learning_rate is None:
+      raise TypeError('a stateful algorithm takes client_learning_rate, and'
+                      ' its finalizer its server optimizer')
+    return fused_stateful.compose(
+        model_fn, client, execution=execution,
+        client_learning_rate=client_learning_rate,
+        client_learning_rate_decay=client_learning_rate_decay,
+        model_aggregator=model_aggregator,
+        metrics_aggregator=metrics_aggregator)
+  if server_optimizer is None or client_learning_rate is not None:
+    raise TypeError('a Client takes server_optimizer; its client optimizer'
+                    ' is its program\'s')
   train_model_fn = (client.train_model_fn(model_fn) if client.train_model_fn
                     else model_fn)
   if fl_execution.on_shards(execution):

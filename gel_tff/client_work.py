@@ -109,7 +109,7 @@ def lemma1_norm(momentum: tf.Tensor, steps_taken: tf.Tensor,
   """FedNova's `||a_i||_1`, Lemma 1's `a_i[k] = (1 - alpha^(tau' + tau_i -
   k)) / (1 - alpha)` (eq. (6), `k < tau_i`) summed in closed form: `(tau_i
   - alpha^(tau' + 1) (1 - alpha^tau_i) / (1 - alpha)) / (1 - alpha)`; it
-  has no per-client length, so it vectorizes (`fl_common.lanes`)."""
+  has no per-client length, so it vectorizes."""
   steps_taken = tf.cast(steps_taken, tf.float32)
   return (steps_taken - tf.pow(momentum, guessed + 1.0) *
           geometric_sum(momentum, steps_taken)) / (1.0 - momentum)

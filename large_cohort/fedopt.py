@@ -110,9 +110,7 @@ def client_program(client_optimizer: tff.learning.optimizers.Optimizer,
   it sends `Δ_k = x − x_k` (TFF's sign, zeros if non-finite) weighted by
   its examples, or 1 when not `weighted` (0 if non-finite).
 
-  `build_fedopt` runs it one TFF client per client
-  (`fl_common.client_program`), `build_fedopt(..., execution=OnShards())` on
-  shards (`fl_common.fused`).
+  `build_fedopt` composes it (`fl_common.compose`).
   """
 
   def program_fn(model, model_weights, initial_weights):
@@ -183,25 +181,20 @@ def build_fedopt(
     server_optimizer: The server optimizer (`ServerOpt`, rate η_s).
     client_weighting: `NUM_EXAMPLES` (default) or `UNIFORM`.
     model_aggregator: The factory aggregating the client updates (weighted,
-      or unweighted with `UNIFORM`); TFF's mean when `None`. On shards a
-      `fl_common.diagnosed_mean.diagnosed_mean_factory` of that weighting
-      (the shard computes its per-client part); `None` is then the mean
-      with diagnostics, without clipping.
+      or unweighted with `UNIFORM`); the mean when `None`
+      (`fl_common.compose.build_process` says which kind each `execution`
+      takes).
     metrics_aggregator: Aggregates training metrics; TFF's
       `sum_then_finalize` when `None`.
     loop_implementation: TFF's client training loop; see the module
       docstring for why the default is `DATASET_ITERATOR`.
-    execution: How the clients run (`fl_common.execution`): `PER_CLIENT`
-      (default), or `OnShards(lanes, resident_examples)`, a TFF client
-      training a shard of clients in one graph (`fl_common.fused`); the same
-      state and metrics, shards (`fl_common.shards`) as client data.
+    execution: How the clients run (`fl_common.execution`); the same state
+      and metrics whichever.
 
   Raises:
     TypeError: If `model_aggregator` is unweighted with `NUM_EXAMPLES`, or
-      weighted with `UNIFORM` (on shards: not a diagnosed mean of that
-      weighting).
-    ValueError: On shards, lanes with a model or a client optimizer that
-      does not vectorize.
+      weighted with `UNIFORM`, or one `execution` cannot run.
+    ValueError: If `execution` cannot run the model or client optimizer.
   """
   weighted = client_weighting is not tff.learning.ClientWeighting.UNIFORM
   return compose.build_process(
@@ -247,8 +240,8 @@ def _no_hparams():  # TFF's FedSGD client work has no state.
 def fedsgd_client_program() -> fused.ProgramFn:
   """FedSGD's client, stated once: the example-weighted mean of its batch
   gradients at the broadcast model, weighted by its examples (TFF's
-  `tff.learning.algorithms.build_fed_sgd` client). `build_fedsgd` runs it
-  per client, `build_fedsgd(..., execution=OnShards())` on shards."""
+  `tff.learning.algorithms.build_fed_sgd` client). `build_fedsgd` composes
+  it (`fl_common.compose`)."""
 
   def program_fn(model, model_weights, initial_weights):
     del initial_weights
@@ -306,9 +299,8 @@ def build_fedsgd(
   Args:
     model_fn: A no-arg function returning a `tff.learning.models.VariableModel`.
     server_optimizer: The server optimizer applied to the mean gradient.
-    model_aggregator: A weighted factory for the client gradients (on
-      shards a weighted `diagnosed_mean.diagnosed_mean_factory`; default:
-      the mean with diagnostics, without clipping).
+    model_aggregator: A weighted factory for the client gradients; the mean
+      when `None` (`fl_common.compose.build_process`).
     metrics_aggregator: Aggregates training metrics; TFF's
       `sum_then_finalize` when `None`.
     loop_implementation: TFF's client loop over the batches (module
@@ -316,8 +308,7 @@ def build_fedsgd(
     execution: As `build_fedopt`'s.
 
   Raises:
-    TypeError: On shards, if `model_aggregator` is not a weighted diagnosed
-      mean.
+    TypeError: If `model_aggregator` is not one `execution` can run.
   """
   return compose.build_process(
       model_fn, compose.Client(fedsgd_client_program(), _no_hparams),
