@@ -4,9 +4,9 @@
 `adabest_tff` processes. All three are `StatefulClientLearningProcess`es: the
 training loop runs them with `fl_common.stateful_process.run_round` and a
 `ClientStateStore` in the run directory, committed with each checkpoint.
-A round runs on shards of clients (`execution=OnShards(...)`,
-`fl_common.fused_stateful`: one shard per core, `--clients_per_shard`), each
-shard's client states stacked, unless `--clients_per_shard=1`.
+How a round's clients run (on shards of clients, each shard's client states
+stacked, unless `--clients_per_shard=1`) is the driver's
+(`algorithm_setup.realize`).
 `round_metrics_fn` reports the round's bytes up and down, one client's read
 off the process's TFF types (`fl_common.communication`).
 
@@ -147,32 +147,22 @@ def _build_setup(
     ctx: algorithm_setup.BuildContext,
     build_process: Callable[..., tff.learning.templates.LearningProcess],
     **algorithm_args: Any,
-) -> algorithm_setup.AlgorithmSetup:
-  """`build_process` with the flags the three algorithms share, on shards
-  unless `--clients_per_shard=1`, and its bytes per round."""
-  on_shards = ctx.clients_per_shard != 1
-  kwargs = dict(
-      client_learning_rate=ctx.client_learning_rate,
-      client_learning_rate_decay=CLIENT_LR_DECAY.value,
-      client_weighting=_CLIENT_WEIGHTING[CLIENT_WEIGHTING.value],
-      model_aggregator=diagnosed_mean.diagnosed_mean_factory(clipping=False),
-      **algorithm_args)
-  if on_shards:
-    process, client_datasets_fn, execution = algorithm_setup.fused_setup(
-        ctx, build_process, **kwargs)
-  else:
-    process, client_datasets_fn = build_process(ctx.task.model_fn,
-                                                **kwargs), None
-    execution = ''
-  return algorithm_setup.AlgorithmSetup(
-      process=process,
-      client_datasets_fn=client_datasets_fn,
-      round_metrics_fn=_bytes_metrics(process),
-      execution=execution)
+) -> algorithm_setup.ToBuild:
+  """`build_process` with the flags the three algorithms share (the
+  plain diagnosed mean, which shards compute), and its bytes per round."""
+  return algorithm_setup.ToBuild(
+      build_process, dict(
+          client_learning_rate=ctx.client_learning_rate,
+          client_learning_rate_decay=CLIENT_LR_DECAY.value,
+          client_weighting=_CLIENT_WEIGHTING[CLIENT_WEIGHTING.value],
+          model_aggregator=diagnosed_mean.diagnosed_mean_factory(
+              clipping=False),
+          **algorithm_args),
+      round_metrics_fn_of=_bytes_metrics)
 
 
 def _build_adabest(
-    ctx: algorithm_setup.BuildContext) -> algorithm_setup.AlgorithmSetup:
+    ctx: algorithm_setup.BuildContext) -> algorithm_setup.ToBuild:
   return _build_setup(
       ctx, adabest.build_adabest,
       mu=MU.value,
@@ -183,7 +173,7 @@ def _build_adabest(
 
 
 def _build_feddyn(
-    ctx: algorithm_setup.BuildContext) -> algorithm_setup.AlgorithmSetup:
+    ctx: algorithm_setup.BuildContext) -> algorithm_setup.ToBuild:
   return _build_setup(
       ctx, feddyn.build_feddyn,
       population_size=ctx.num_train_clients,
@@ -192,7 +182,7 @@ def _build_feddyn(
 
 
 def _build_scaffold(
-    ctx: algorithm_setup.BuildContext) -> algorithm_setup.AlgorithmSetup:
+    ctx: algorithm_setup.BuildContext) -> algorithm_setup.ToBuild:
   return _build_setup(
       ctx, scaffold.build_scaffold,
       population_size=ctx.num_train_clients,

@@ -181,15 +181,21 @@ def build_context(
       num_train_clients=num_train_clients,
       total_rounds=f.TOTAL_ROUNDS.value,
       seed=f.SEED.value,
+      **built,
+  )
+
+
+def execution_settings() -> algorithm_setup.ExecutionSettings:
+  """How the clients run, from the runtime and its flags (the algorithm's
+  builder is told by `algorithm_setup.realize`)."""
+  return algorithm_setup.ExecutionSettings(
+      clients_per_shard=f.CLIENTS_PER_SHARD.value,
+      lanes=f.LANES.value,
       calls_at_once=calls_at_once(),
       on_gpu=(not f.WORKER_ADDRESSES.value and f.RUNTIME.value == 'in_process'
               and any('GPU' in d for d in tff_runtime.in_process.check_devices(
                   f.DEVICES.value or None))),
-      hold_examples=not f.WORKER_ADDRESSES.value,
-      clients_per_shard=f.CLIENTS_PER_SHARD.value,
-      lanes=f.LANES.value,
-      **built,
-  )
+      hold_examples=not f.WORKER_ADDRESSES.value)
 
 
 def model_aggregator():
@@ -290,7 +296,8 @@ def build_algorithm(
     ctx: algorithm_setup.BuildContext) -> algorithm_setup.AlgorithmSetup:
   # Model initialization inside the process is seeded by the graph seed.
   tf.keras.utils.set_random_seed(f.SEED.value)
-  return ALGORITHMS[families.ALGORITHM.value](ctx)
+  return algorithm_setup.realize(ALGORITHMS[families.ALGORITHM.value](ctx),
+                                 ctx, execution_settings())
 
 
 def run_directory() -> outputs.RunDirectory:

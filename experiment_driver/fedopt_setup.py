@@ -58,33 +58,20 @@ def effective_hparams(algorithm: str, values: Mapping[str, Any]
   return rates
 
 
-def _setup(ctx: algorithm_setup.BuildContext, build_fn,
-           **kwargs) -> algorithm_setup.AlgorithmSetup:
-  """The process on shards when the context allows it, else per client."""
-  if algorithm_setup.fuses(ctx):
-    process, client_datasets_fn, execution = algorithm_setup.fused_setup(
-        ctx, build_fn, **kwargs)
-    return algorithm_setup.AlgorithmSetup(
-        process=process, client_datasets_fn=client_datasets_fn,
-        execution=execution)
-  return algorithm_setup.AlgorithmSetup(
-      process=build_fn(ctx.task.model_fn, **kwargs))
-
-
 def _build_fedopt(
-    ctx: algorithm_setup.BuildContext) -> algorithm_setup.AlgorithmSetup:
-  return _setup(ctx, fedopt.build_fedopt,
-                client_optimizer=ctx.client_optimizer,
-                server_optimizer=ctx.server_optimizer,
-                client_weighting=ctx.client_weighting,
-                model_aggregator=ctx.model_aggregator)
+    ctx: algorithm_setup.BuildContext) -> algorithm_setup.ToBuild:
+  return algorithm_setup.ToBuild(fedopt.build_fedopt, dict(
+      client_optimizer=ctx.client_optimizer,
+      server_optimizer=ctx.server_optimizer,
+      client_weighting=ctx.client_weighting,
+      model_aggregator=ctx.model_aggregator))
 
 
 def _build_fedsgd(
-    ctx: algorithm_setup.BuildContext) -> algorithm_setup.AlgorithmSetup:
-  return _setup(ctx, fedopt.build_fedsgd,
-                server_optimizer=ctx.server_optimizer,
-                model_aggregator=ctx.model_aggregator)
+    ctx: algorithm_setup.BuildContext) -> algorithm_setup.ToBuild:
+  return algorithm_setup.ToBuild(fedopt.build_fedsgd, dict(
+      server_optimizer=ctx.server_optimizer,
+      model_aggregator=ctx.model_aggregator))
 
 
 ALGORITHMS = {'fedopt': _build_fedopt, 'fedsgd': _build_fedsgd}

@@ -64,7 +64,7 @@ def unused_flags(values: Mapping[str, Any]) -> dict[str, str]:
   for name, reason in family.unused_own_flags(algorithm, values).items():
     why.setdefault(name, reason)
   # How the clients run (shards, lanes) is the driver's, for every family
-  # (`algorithm_setup.fused_setup`).
+  # (`algorithm_setup.realize`).
   for name, reason in f.shard_flag_conflicts(values).items():
     why.setdefault(name, reason)
 

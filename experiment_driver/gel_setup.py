@@ -34,7 +34,6 @@ from typing import Any
 
 from absl import flags
 from absl import logging
-import tensorflow_federated as tff
 
 from experiment_driver import algorithm_setup
 from experiment_driver import release_managers
@@ -251,7 +250,7 @@ def effective_hparams(algorithm: str, values: Mapping[str, Any]
 
 def _build_setup(base: str, use_gel: bool,
                  ctx: algorithm_setup.BuildContext
-                 ) -> algorithm_setup.AlgorithmSetup:
+                 ) -> algorithm_setup.ToBuild:
   """Builds one Table 3 algorithm and its budget and accounting hooks."""
   _warn_if_not_paper_setting(ctx.task_name, ctx.clients_per_round)
   if (_has_target(ctx.task_name) and
@@ -262,11 +261,6 @@ def _build_setup(base: str, use_gel: bool,
         ' has no validation clients (see --validation_fraction); use'
         ' test/accuracy')
   budgets = step_budgets(ctx.task_name, ctx.seed)
-  on_shards = algorithm_setup.fuses(ctx)
-  model_aggregator = ctx.model_aggregator
-  if (not on_shards and isinstance(
-      model_aggregator, tff.aggregators.UnweightedAggregationFactory)):
-    model_aggregator = tff.aggregators.as_weighted_aggregator(model_aggregator)
   common = dict(
       base=base,
       client_learning_rate=ctx.client_learning_rate,
@@ -274,7 +268,7 @@ def _build_setup(base: str, use_gel: bool,
           base, ctx.server_learning_rate),
       proximal_strength=PROXIMAL_STRENGTH.value,
       client_weighting=ctx.client_weighting,
-      model_aggregator=model_aggregator,
+      model_aggregator=ctx.model_aggregator,
   )
   if use_gel:
     build_fn = gel.build_gel
@@ -283,43 +277,39 @@ def _build_setup(base: str, use_gel: bool,
         guessed_steps=parse_guessed_steps(GUESSED_STEPS.value))
   else:
     build_fn = gel.build_budgeted_baseline
-  if on_shards:
-    process, client_datasets_fn, execution = algorithm_setup.fused_setup(
-        ctx, build_fn, budgets.draw, **common)
-  else:
-    execution = ''
-    process = build_fn(ctx.task.model_fn, **common)
-    client_datasets_fn = budgets_lib.build_client_datasets_fn(
-        ctx.task.datasets.train_data, ctx.task.datasets.train_preprocess_fn,
-        budgets)
 
-  sizes = []  # Read off the types when first needed.
+  def round_metrics_fn_of(process):
+    sizes = []  # Read off the types when first needed.
 
-  def round_metrics_fn(round_num: int, client_ids: Sequence[str],
-                       metrics: Mapping[str, object]) -> dict[str, float]:
-    del metrics  # Both counts follow from the budgets and the model size.
-    if not sizes:
-      weights_type = process.get_model_weights.type_signature.result
-      sizes.append(accounting.client_bytes(
-          weights_type,
-          client_work.client_update_type(weights_type.trainable,
-                                         report_normalizer=base == 'fednova')))
-    per_client = sizes[0]
-    return {
-        accounting.GRADIENT_COMPUTATIONS: float(
-            sum(budgets.draw(round_num, len(client_ids)))),
-        accounting.BYTES_DOWN: float(len(client_ids) * per_client.down),
-        accounting.BYTES_UP: float(len(client_ids) * per_client.up),
-    }
+    def round_metrics_fn(round_num: int, client_ids: Sequence[str],
+                         metrics: Mapping[str, object]) -> dict[str, float]:
+      del metrics  # Both counts follow from the budgets and the model size.
+      if not sizes:
+        weights_type = process.get_model_weights.type_signature.result
+        sizes.append(accounting.client_bytes(
+            weights_type, client_work.client_update_type(
+                weights_type.trainable, report_normalizer=base == 'fednova')))
+      per_client = sizes[0]
+      return {
+          accounting.GRADIENT_COMPUTATIONS: float(
+              sum(budgets.draw(round_num, len(client_ids)))),
+          accounting.BYTES_DOWN: float(len(client_ids) * per_client.down),
+          accounting.BYTES_UP: float(len(client_ids) * per_client.up),
+      }
 
-  return algorithm_setup.AlgorithmSetup(
-      process=process,
-      client_datasets_fn=client_datasets_fn,
-      round_metrics_fn=round_metrics_fn,
+    return round_metrics_fn
+
+  return algorithm_setup.ToBuild(
+      build_fn, common,
+      # Each client's batches cut to its budget: in the shards, or in its
+      # own dataset when the clients run one TFF client each.
+      steps_fn=budgets.draw,
+      per_client_datasets_fn=budgets_lib.build_client_datasets_fn(
+          ctx.task.datasets.train_data, ctx.task.datasets.train_preprocess_fn,
+          budgets),
+      round_metrics_fn_of=round_metrics_fn_of,
       finish_fn=(functools.partial(write_run_summary, task_name=ctx.task_name)
-                 if _has_target(ctx.task_name) else None),
-      execution=execution,
-  )
+                 if _has_target(ctx.task_name) else None))
 
 
 def _has_target(task_name: str) -> bool:
@@ -327,12 +317,12 @@ def _has_target(task_name: str) -> bool:
 
 
 def _algorithm(base: str, use_gel: bool) -> Callable[
-    [algorithm_setup.BuildContext], algorithm_setup.AlgorithmSetup]:
+    [algorithm_setup.BuildContext], algorithm_setup.ToBuild]:
   return lambda ctx: _build_setup(base, use_gel, ctx)
 
 
 ALGORITHMS: dict[str, Callable[[algorithm_setup.BuildContext],
-                               algorithm_setup.AlgorithmSetup]] = {}
+                               algorithm_setup.ToBuild]] = {}
 for _base in gel.BASES:
   ALGORITHMS[f'{_base}_gel'] = _algorithm(_base, use_gel=True)
   ALGORITHMS[f'{_base}_budgeted'] = _algorithm(_base, use_gel=False)

@@ -26,8 +26,7 @@ def parsed_flags():
     FLAGS.mark_as_parsed()
 
 
-def build_context(client_learning_rate=0.3, clients_per_shard=1,
-                  client_sizes=None):
+def build_context(client_learning_rate=0.3, client_sizes=None):
   return algorithm_setup.BuildContext(
       task_name='tiny',
       task=tiny_models.regression_task(
@@ -35,12 +34,21 @@ def build_context(client_learning_rate=0.3, clients_per_shard=1,
           batch_size=2),
       client_learning_rate=client_learning_rate, server_learning_rate=1.0,
       clients_per_round=2, num_train_clients=len(CLIENT_IDS), total_rounds=2,
-      seed=1, clients_per_shard=clients_per_shard)
+      seed=1)
+
+
+def built(name, clients_per_shard=1, **context_kwargs):
+  """The driver's setup of `name` (per client unless `clients_per_shard`
+  is not 1)."""
+  context = build_context(**context_kwargs)
+  return algorithm_setup.realize(
+      adabest_setup.ALGORITHMS[name](context), context,
+      algorithm_setup.ExecutionSettings(clients_per_shard=clients_per_shard))
 
 
 @pytest.mark.parametrize('name', ['adabest', 'feddyn', 'scaffold'])
 def test_builds_stateful_process_with_bytes_metrics(name):
-  setup = adabest_setup.ALGORITHMS[name](build_context())
+  setup = built(name)
   assert isinstance(setup.process,
                     stateful_process.StatefulClientLearningProcess)
   assert not setup.process.on_shards and setup.client_datasets_fn is None
@@ -49,8 +57,7 @@ def test_builds_stateful_process_with_bytes_metrics(name):
   assert metrics == {'bytes_down': 3.0 * cost.bytes_down,
                      'bytes_up': 3.0 * cost.bytes_up}
   # On shards (the default), the bytes are still one client's.
-  fused_setup = adabest_setup.ALGORITHMS[name](
-      build_context(clients_per_shard=None))
+  fused_setup = built(name, clients_per_shard=None)
   assert fused_setup.process.on_shards
   assert fused_setup.round_metrics_fn(1, ['a', 'b', 'c'], {}) == metrics
 
@@ -58,10 +65,8 @@ def test_builds_stateful_process_with_bytes_metrics(name):
 @pytest.mark.parametrize('name', ['adabest', 'feddyn', 'scaffold'])
 def test_the_default_rounds_on_shards_equal_rounds_per_client(name):
   client_sizes = {'a': 3, 'b': 5, 'c': 0, 'd': 4}
-  per_client = adabest_setup.ALGORITHMS[name](
-      build_context(client_sizes=client_sizes))
-  fused_setup = adabest_setup.ALGORITHMS[name](
-      build_context(client_sizes=client_sizes, clients_per_shard=None))
+  per_client = built(name, client_sizes=client_sizes)
+  fused_setup = built(name, client_sizes=client_sizes, clients_per_shard=None)
   made = fused_setup.client_datasets_fn(1, CLIENT_IDS)
   assert sum(shards.num_clients(shard) for shard in made) == len(CLIENT_IDS)
   context = build_context(client_sizes=client_sizes)
@@ -83,7 +88,7 @@ def test_reports_the_diagnostics_of_the_other_families(name):
   # The mean is wrapped in fl_common.diagnostics (whose values are checked
   # against NumPy in tests/fl_common/test_diagnostics.py).
   context = build_context()
-  process = adabest_setup.ALGORITHMS[name](context).process
+  process = built(name).process
   datasets = context.task.datasets
   (_, metrics, _), = tiny_models.run_stateful_rounds(
       process, [['a', 'b']], lambda cid: datasets.train_preprocess_fn(
@@ -98,7 +103,7 @@ def test_reports_the_diagnostics_of_the_other_families(name):
 
 def test_beta_flag_reaches_the_server_optimizer():
   with flagsaver.flagsaver(adabest_beta=0.4):
-    process = adabest_setup.ALGORITHMS['adabest'](build_context()).process
+    process = built('adabest').process
   hparams = process.get_hparams(process.initialize())
   np.testing.assert_allclose(hparams['finalizer']['beta'], 0.4)
 

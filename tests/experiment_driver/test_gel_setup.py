@@ -31,8 +31,7 @@ def parsed_flags():
 
 
 def build_context(task_name, *, uniform_weighting=False,
-                  client_learning_rate=0.1, aggregator=None,
-                  clients_per_shard=None):
+                  client_learning_rate=0.1, aggregator=None):
   if aggregator is not None:
     pass
   elif uniform_weighting:
@@ -49,7 +48,16 @@ def build_context(task_name, *, uniform_weighting=False,
                         if uniform_weighting else
                         tff.learning.ClientWeighting.NUM_EXAMPLES),
       clients_per_round=len(CLIENT_IDS), num_train_clients=len(CLIENT_IDS),
-      total_rounds=2, seed=4, clients_per_shard=clients_per_shard)
+      total_rounds=2, seed=4)
+
+
+def built(algorithm, task_name, clients_per_shard=None, **context_kwargs):
+  """The driver's setup of `algorithm` (on shards for the MeanFactory's
+  aggregators only if the driver's decision finds them fusable)."""
+  context = build_context(task_name, **context_kwargs)
+  return algorithm_setup.realize(
+      gel_setup.ALGORITHMS[algorithm](context), context,
+      algorithm_setup.ExecutionSettings(clients_per_shard=clients_per_shard))
 
 
 def test_one_algorithm_per_table_3_row_with_and_without_gel():
@@ -83,7 +91,7 @@ def test_step_budgets_from_task_or_flags():
 
 @flagsaver.flagsaver(budget_min=2, budget_max=4, expected_steps=6)
 def test_fednova_gel_setup_runs_a_budgeted_round_and_accounts_for_it():
-  setup = gel_setup.ALGORITHMS['fednova_gel'](build_context('unlisted_task'))
+  setup = built('fednova_gel', 'unlisted_task')
   datasets = setup.client_datasets_fn(1, CLIENT_IDS)
   budgets = [sum(1 for _ in d) for d in datasets]
   assert all(2 <= b <= 4 for b in budgets)
@@ -106,10 +114,10 @@ def test_with_the_drivers_aggregator_rounds_run_on_shards(algorithm):
   # client's budgeted batches, and the round equals the per-client one.
   aggregator = diagnosed_mean.diagnosed_mean_factory(
       clipping=True, initial_clipping_norm=0.1)
-  fused_setup = gel_setup.ALGORITHMS[algorithm](build_context(
-      'unlisted_task', aggregator=aggregator, clients_per_shard=2))
-  per_client = gel_setup.ALGORITHMS[algorithm](build_context(
-      'unlisted_task', aggregator=aggregator, clients_per_shard=1))
+  fused_setup = built(
+      algorithm, 'unlisted_task', aggregator=aggregator, clients_per_shard=2)
+  per_client = built(
+      algorithm, 'unlisted_task', aggregator=aggregator, clients_per_shard=1)
   state = per_client.process.initialize()
   datasets = per_client.client_datasets_fn(1, CLIENT_IDS)
   sizes = [[len(b['y']) for b in d] for d in datasets]
@@ -131,8 +139,8 @@ def client_learning_rate(algorithm, task_name):
   with flagsaver.flagsaver(task=task_name, algorithm=algorithm):
     rate = flag_rules.effective_hparams(flag_rules.values_of())[
         'client_learning_rate']
-  process = gel_setup.ALGORITHMS[algorithm](
-      build_context(task_name, client_learning_rate=rate)).process
+  process = built(
+      algorithm, task_name, client_learning_rate=rate).process
   assert process.get_hparams(process.initialize())['client_work'][
       'learning_rate'] == pytest.approx(rate)
   return rate
@@ -150,8 +158,8 @@ def test_client_learning_rates_follow_the_paper_unless_set():
 
 
 def test_uniform_weighting_with_unweighted_aggregator():
-  setup = gel_setup.ALGORITHMS['fedavgcm_budgeted'](
-      build_context('synthetic', uniform_weighting=True))
+  setup = built(
+      'fedavgcm_budgeted', 'synthetic', uniform_weighting=True)
   state = setup.process.initialize()
   output = setup.process.next(state, setup.client_datasets_fn(1, CLIENT_IDS))
   assert output.metrics['client_work']['gradient_steps'] > 0
@@ -189,4 +197,4 @@ def test_a_target_metric_without_its_split_is_refused_before_training():
   # The tiny task has no validation clients.
   with flagsaver.flagsaver(target_metric='validation/accuracy'):
     with pytest.raises(ValueError, match='no validation clients'):
-      gel_setup.ALGORITHMS['fedavgcm_gel'](build_context('synthetic'))
+      built('fedavgcm_gel', 'synthetic')

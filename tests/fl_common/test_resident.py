@@ -287,7 +287,7 @@ def test_the_driver_holds_only_array_clients():
   assert sorted(rows[0]['rows']) == sorted(client_rows[3])
 
 
-def _synthetic_context(clients_per_shard=None, hold_examples=True):
+def _synthetic_context():
   task = synthetic.create_synthetic_task(num_clients=12, data_seed=6, seed=0)
   return algorithm_setup.BuildContext(
       task_name='synthetic', task=task, client_learning_rate=0.1,
@@ -295,8 +295,7 @@ def _synthetic_context(clients_per_shard=None, hold_examples=True):
       total_rounds=2, seed=3,
       client_optimizer=tff.learning.optimizers.build_sgdm(0.1),
       server_optimizer=tff.learning.optimizers.build_sgdm(1.0),
-      model_aggregator=diagnosed_mean.diagnosed_mean_factory(clipping=True),
-      clients_per_shard=clients_per_shard, hold_examples=hold_examples)
+      model_aggregator=diagnosed_mean.diagnosed_mean_factory(clipping=True))
 
 
 @pytest.mark.parametrize('family, name', [
@@ -305,13 +304,15 @@ def test_the_driver_holds_synthetics_examples(family, name):
   setups = {'fedopt': fedopt_setup, 'gel': gel_setup,
             'adabest': adabest_setup}[family].ALGORITHMS
   context = _synthetic_context()
-  held = setups[name](context)
+  held = algorithm_setup.realize(setups[name](context), context)
   ids = list(context.task.datasets.train_data.client_ids)[::2][:5]
   held_shards = held.client_datasets_fn(1, ids)
   assert all(sorted(s) == ['batch_sizes', 'rows'] for s in held_shards)
   # With remote workers (--worker_addresses): shards of examples, the same
   # round.
-  sent = setups[name](_synthetic_context(hold_examples=False))
+  sent = algorithm_setup.realize(
+      setups[name](context), context,
+      algorithm_setup.ExecutionSettings(hold_examples=False))
   sent_shards = sent.client_datasets_fn(1, ids)
   assert all(sorted(s) == ['batch_sizes', 'examples'] for s in sent_shards)
   state = sent.process.initialize()
