@@ -41,9 +41,9 @@ from absl import logging
 
 from experiment_driver import build
 from experiment_driver import outputs
-from experiment_driver import runtime
+from fl_engine import runtime
 from experiment_driver import training_loop
-from fl_common import scratch
+from fl_engine import scratch
 import tasks
 import tensorflow as tf  # pylint: disable=g-import-not-at-top
 

@@ -70,9 +70,9 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
-from fl_common import execution as fl_execution
-from fl_common import compose
-from fl_common import stateful_process
+from fl_engine import execution as fl_execution
+from fl_engine import compose
+from fl_engine import stateful_process
 
 LOCAL_GRADIENT_ESTIMATE = 'local_gradient_estimate'  # h_i
 LAST_ROUND = 'last_round'  # t'_i
@@ -372,11 +372,11 @@ def build_adabest(
     client_weighting: `UNIFORM` (the paper: plain mean, `μ` scaled by client
       size) or `NUM_EXAMPLES` (example-weighted mean, unscaled `μ`).
     model_aggregator: A weighted factory for the mean of the clients'
-      pseudo-gradients; the mean when None (`fl_common.compose` says which kind
+      pseudo-gradients; the mean when None (`fl_engine.compose` says which kind
       each `execution` takes).
     metrics_aggregator: Optional, as in `tff.learning.algorithms`.
-    execution: How the clients run (`fl_common.execution`, composed by
-      `fl_common.compose`): the same rounds whichever.
+    execution: How the clients run (`fl_engine.execution`, composed by
+      `fl_engine.compose`): the same rounds whichever.
 
   Returns:
     A `stateful_process.StatefulClientLearningProcess`.

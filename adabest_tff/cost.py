@@ -30,7 +30,7 @@ import tensorflow_federated as tff
 from adabest_tff import adabest
 from adabest_tff import feddyn
 from adabest_tff import scaffold
-from fl_common import stateful_process
+from fl_engine import stateful_process
 
 ALGORITHMS = ('fedavg', 'adabest', 'feddyn', 'scaffold')
 # One local step (the correction and the SGD step), the client's conclusion

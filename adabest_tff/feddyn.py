@@ -37,9 +37,9 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from adabest_tff import adabest
-from fl_common import execution as fl_execution
-from fl_common import compose
-from fl_common import stateful_process
+from fl_engine import execution as fl_execution
+from fl_engine import compose
+from fl_engine import stateful_process
 
 
 def feddyn_server_update(oracle_gradient_estimate: Any, weights: Any,
@@ -236,7 +236,7 @@ def build_feddyn(
     client_weighting: `UNIFORM` (reference: plain mean, `μ` scaled by client
       size) or `NUM_EXAMPLES` (example-weighted mean, unscaled `μ`).
     model_aggregator: A weighted factory for the mean of the clients'
-      pseudo-gradients; the mean when None (`fl_common.compose` says which kind
+      pseudo-gradients; the mean when None (`fl_engine.compose` says which kind
       each `execution` takes).
     metrics_aggregator: Optional, as in `tff.learning.algorithms`.
     execution: As in `adabest.build_adabest`.

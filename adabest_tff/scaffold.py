@@ -32,9 +32,9 @@ from typing import Optional
 import tensorflow as tf
 import tensorflow_federated as tff
 
-from fl_common import execution as fl_execution
-from fl_common import compose
-from fl_common import stateful_process
+from fl_engine import execution as fl_execution
+from fl_engine import compose
+from fl_engine import stateful_process
 
 CONTROL_VARIATE = 'control_variate'  # c_i on a client, c on the server
 CONTROL_VARIATE_DELTA = 'control_variate_delta'  # c_i⁺ − c_i
@@ -159,7 +159,7 @@ def build_scaffold(
     server_learning_rate: `η_g`, the global step size.
     client_weighting: How the model updates are averaged.
     model_aggregator: A weighted factory for the mean of the model deltas;
-      the mean when None (`fl_common.compose` says which kind
+      the mean when None (`fl_engine.compose` says which kind
       each `execution` takes).
     metrics_aggregator: Optional, as in `tff.learning.algorithms`.
     execution: As in `adabest.build_adabest`.

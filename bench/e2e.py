@@ -39,7 +39,7 @@ import tensorflow_federated as tff
 from bench import limit
 import tasks
 from fl_common import run_layout
-from fl_common import shards
+from fl_engine import shards
 
 PROJECTED_ROUNDS = 1_500
 _REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

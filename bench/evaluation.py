@@ -5,7 +5,7 @@ do (`run_experiment.py --task=synthetic --algorithm=fedavgcm_gel`, every
 round evaluated on all 1,000 test clients), once with `--per_client_eval`
 (one loop step per client: per-client accuracy percentiles) and once with
 `--noper_client_eval` (each split's examples pooled in large batches,
-`fl_common.shards.pooled`). Each row holds the median of the run's
+`fl_engine.shards.pooled`). Each row holds the median of the run's
 `eval_time_sec` (the first, which also builds the evaluation, left out),
 the final test accuracy and loss (pooled scoring must give the per-client
 run's, as the same seed trains the same model), and the median's ratio to

@@ -8,7 +8,7 @@ For each workload (the EMNIST CNN and the Stack Overflow LSTM of
 (`bench.tff_rounds`' `fused` variant: the full round with the driver's
 aggregator and diagnostics, shards as NumPy arrays, so no tf.data on the
 device's critical path) runs in this process's TensorFlow
-(`experiment_driver.runtime.local_runtime`) on the CPU's cores and on each
+(`fl_engine.runtime.local_runtime`) on the CPU's cores and on each
 visible GPU in turn, one device at a time, with one shard per client call
 the device runs at once (`in_process.plan_devices`). Per device: the
 fastest of `--rounds` timed rounds after a warm-up round, the speed-up over
@@ -36,8 +36,8 @@ from absl import logging
 from bench import report
 from bench import tff_rounds
 from bench import workloads
-from experiment_driver import runtime
-from experiment_driver.runtime import in_process
+from fl_engine import runtime
+from fl_engine.runtime import in_process
 
 _WORKLOADS = flags.DEFINE_list(
     'workloads', ['emnist_cnn', 'stackoverflow_lstm'], 'Workloads to time.')

@@ -29,7 +29,7 @@ import tensorflow as tf
 
 from bench import tff_rounds
 from bench import workloads
-from experiment_driver import runtime
+from fl_engine import runtime
 from fl_common import tf_environment
 
 # TensorFlow's switch for its oneDNN rewrites, read when it is imported.
@@ -115,7 +115,7 @@ class LimitRound:
 class ShardLimitRound(LimitRound):
   """The limit for clients of any sizes: their batches as one shard.
 
-  `shard` is `fl_common.shards`' format (every batch's examples
+  `shard` is `fl_engine.shards`' format (every batch's examples
   concatenated, the batch sizes, a size-0 batch closing each client); one
   `tf.function` loops over the batches with `tf.range`, takes a local SGD
   step on each, and at each closing batch adds the client's final weights to
@@ -206,7 +206,7 @@ class RoundInChild:
   fresh TensorFlow) started with `env` (default: oneDNN off); call it to
   run a round there and wait for it. `kind` is `LIMIT` (`LimitRound`) or
   `LOCAL`: the `resident` TFF round of `bench.tff_rounds` on the in-process
-  runtime (`experiment_driver.runtime.local_context()`), the driver's
+  runtime (`fl_engine.runtime.local_context()`), the driver's
   default.
 
   Its clients are `workloads.get_workload(workload_name).client_arrays(

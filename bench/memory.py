@@ -3,7 +3,7 @@
 `measure_peak_memory` runs `rounds` rounds of an algorithm through the
 package's training loop (`experiment_driver.training_loop.run_training`, the
 loop `run_experiment.py` uses, with its evaluation, checkpoints and, for
-stateful algorithms, the `fl_common.client_state_store` on disk), every
+stateful algorithms, the `fl_engine.client_state_store` on disk), every
 client of a population of `num_clients` taking part in every round, and
 reports the peak resident set size (Linux `VmHWM`) of this process (the
 driver) and of its `worker_binary`. The driver's peak is reset after the
@@ -13,13 +13,13 @@ held in memory (`data_mb`).
 Algorithms: `fedavg`, the driver's FedAvg round (`large_cohort.fedopt` with
 the driver's default aggregator), stateless; `fused`, the same round on
 fused shards as the driver runs it (`build_fedopt(..., execution=OnShards())`, one shard per
-core, `fl_common.shards.shards_for_round`); `adabest`,
+core, `fl_engine.shards.shards_for_round`); `adabest`,
 `adabest_tff.adabest.build_adabest` at its defaults, whose clients each keep
 a model-sized state between rounds; `fused_adabest`, the same on fused
 shards (`execution=OnShards()`), the shards' client states stacked;
 `resident`, the fused round as the driver runs it on array-backed clients
 (Synthetic, the partitioned image tasks): the population's examples held
-on the worker (`fl_common.resident.ResidentExamples`, files it
+on the worker (`fl_engine.resident.ResidentExamples`, files it
 memory-maps, counted in its resident set as it touches them) and shards of
 rows.
 
@@ -53,10 +53,10 @@ from bench import timing
 from bench import workloads
 from experiment_driver import algorithm_setup
 from experiment_driver import outputs
-from experiment_driver import runtime
+from fl_engine import runtime
 from experiment_driver import training_loop
-from fl_common import execution
-from fl_common import shards
+from fl_engine import execution
+from fl_engine import shards
 
 ALGORITHMS = ('fedavg', 'fused', 'resident', 'adabest', 'fused_adabest')
 # The algorithms whose rounds run on shards, one TFF client per core.
@@ -87,7 +87,7 @@ def _task(
   """A task on random client data, and its training arrays. With
   `array_backed`, its training clients are rows of shared arrays and its
   pipeline has a batch recipe, as `tasks.synthetic`'s, which is what a
-  fused process can hold (`fl_common.resident.resident_examples`)."""
+  fused process can hold (`fl_engine.resident.resident_examples`)."""
   train = workload.client_arrays(num_clients, seed=0)
   train_data = workload.client_data(train)
   preprocess = workload.preprocess
@@ -156,7 +156,7 @@ def measure_peak_memory(
       round.
     rounds: How many rounds to train.
     max_clients_per_call: The local runtime's cohort slices
-      (`experiment_driver.runtime.local_runtime`); `None`: no slicing.
+      (`fl_engine.runtime.local_runtime`); `None`: no slicing.
 
   Returns:
     A dict with `algorithm`, `workload`, `clients`, `clients_per_call`,

@@ -25,7 +25,7 @@ from absl import logging  # pylint: disable=g-import-not-at-top
 from bench import memory
 from bench import ratios
 from bench import workloads
-from experiment_driver import runtime
+from fl_engine import runtime
 
 
 def run(request: dict) -> object:

@@ -14,7 +14,7 @@ of driver plus worker (`<kind>_cpu_s`), and for the TFF rounds their ratios
 to the limit (`<kind>_ratio`, `<kind>_cpu_ratio`; NaN if the limit's time is
 0).
 
-With `local_context` (`experiment_driver.runtime.local_context()`), the
+With `local_context` (`fl_engine.runtime.local_context()`), the
 `resident` round also runs in it, in this process's own TensorFlow: the
 same process on the same shards, the driver's default runtime. Like the
 limit, it runs here (`local_here`) and with oneDNN off in a child process
@@ -22,7 +22,7 @@ limit, it runs here (`local_here`) and with oneDNN off in a child process
 (`local_onednn` says which): the limit's choice, which the driver makes per
 task (`fl_common.tf_environment.ONEDNN_OFF_TASKS`). The other rounds run
 on the runtime installed around the call (the bench's: TFF's worker,
-`experiment_driver.runtime.worker_runtime()`).
+`fl_engine.runtime.worker_runtime()`).
 """
 
 import contextlib
@@ -34,7 +34,7 @@ from bench import limit
 from bench import tff_rounds
 from bench import timing
 from bench import workloads
-from experiment_driver import runtime
+from fl_engine import runtime
 
 LIMIT = 'limit'
 LIMIT_HERE = 'limit_here'

@@ -39,14 +39,14 @@ Sections, printed as tables in one run:
 * `memory` — peak resident memory of the driver and its worker for FedAvg
   (stateless, one call per client and fused) and AdaBest (stateful clients,
   states in
-  `fl_common.client_state_store`) through the package's training loop, at
+  `fl_engine.client_state_store`) through the package's training loop, at
   each `--memory_clients` (`bench.memory`).
 
 The TFF rounds of the ratios section run on TFF's worker
-(`experiment_driver.runtime.worker_runtime`, the server state kept on it
-between rounds: `experiment_driver.worker_state`), except `local`: the
+(`fl_engine.runtime.worker_runtime`, the server state kept on it
+between rounds: `fl_engine.worker_state`), except `local`: the
 `resident` round in this process's own TensorFlow
-(`experiment_driver.runtime.local_context`), the driver's default runtime.
+(`fl_engine.runtime.local_context`), the driver's default runtime.
 The e2e section runs the driver with its default runtime (in-process).
 
 `--output=FILE.json|FILE.csv` also writes every table to a file.
@@ -69,7 +69,7 @@ from bench import ratios
 from bench import report
 from bench import tff_rounds
 from bench import workloads
-from experiment_driver import runtime
+from fl_engine import runtime
 
 SECTIONS = ('ratios', 'cores', 'memory', 'long_run', 'e2e', 'eval')
 
@@ -112,7 +112,7 @@ _MEMORY_CLIENTS = flags.DEFINE_list(
 _MAX_CLIENTS_PER_CALL = flags.DEFINE_integer(
     'max_clients_per_call', 50,
     'The local runtime runs a cohort in slices of at most this many clients '
-    '(experiment_driver.runtime.local_runtime): the worker holds several '
+    '(fl_engine.runtime.local_runtime): the worker holds several '
     'model-sized values per client of a call, ~23 GB for 200 clients of the '
     'Stack Overflow LSTM. The memory section measures with and without '
     'slices.', lower_bound=1)

@@ -27,11 +27,11 @@ Three processes, all FedAvg (client SGD at the workload's rate, server SGD at
   Synthetic's), the next round's while a round computes.
 
 * `resident` — the fused round of a process that holds the cohort's
-  examples (`fl_common.fused.shard_source`): each round's shards are the
+  examples (`fl_engine.fused.shard_source`): each round's shards are the
   rows of the clients' batches, made in NumPy as for `fused`; what the
   driver runs for clients stored as rows of shared arrays (Synthetic, the
   partitioned image tasks: `experiment_driver.algorithm_setup.
-  resident_examples`), with the driver's lanes (`fl_common.lanes.auto_lanes`:
+  resident_examples`), with the driver's lanes (`fl_engine.lanes.auto_lanes`:
   a small model's clients trained side by side). Built per cohort, since it
   holds its examples.
 
@@ -57,9 +57,9 @@ import tensorflow_federated as tff
 from bench import workloads
 from experiment_driver import round_inputs
 from fl_common import diagnosed_mean
-from fl_common import execution as fl_execution
-from fl_common import lanes
-from fl_common import shards
+from fl_engine import execution as fl_execution
+from fl_engine import lanes
+from fl_engine import shards
 from large_cohort import fedopt
 from fl_common import optimizers
 
@@ -166,7 +166,7 @@ class TffRound:
   loop does; with `overlap_datasets`, the next call's datasets are built
   while `process.next` runs, as the driver's training loop builds them. Must
   be built and called inside a TFF runtime
-  (`experiment_driver.runtime.local_runtime()`; with `keep_state_on_worker`,
+  (`fl_engine.runtime.local_runtime()`; with `keep_state_on_worker`,
   `self.state` stays on the worker between calls, as in the driver).
   """
 

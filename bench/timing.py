@@ -50,7 +50,7 @@ def worker_pid(address: str) -> int:
   """The process id of this process's TFF `worker_binary` serving `address`.
 
   Args:
-    address: The `host:port` that `experiment_driver.runtime.local_runtime()`
+    address: The `host:port` that `fl_engine.runtime.local_runtime()`
       yields.
 
   Raises:
@@ -69,7 +69,7 @@ def worker_pid(address: str) -> int:
 
 # Warm-up calls: tracing, compilation, worker-side caches, and the
 # in-process runtime's plan of a round (built at its second call,
-# `experiment_driver.runtime.in_process.PLAN_AFTER_CALLS`), which would
+# `fl_engine.runtime.in_process.PLAN_AFTER_CALLS`), which would
 # otherwise count in the first timed call's CPU time and budget.
 WARMUP_CALLS = 2
 

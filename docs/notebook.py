@@ -13,7 +13,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 # pylint: disable=g-import-not-at-top
 import adabest_tff
-from experiment_driver import runtime
+from fl_engine import runtime
 import gel_tff
 import large_cohort
 import tasks

@@ -2,7 +2,7 @@
 
 `ALGORITHMS` maps `adabest`, `feddyn` and `scaffold` to builders of
 `adabest_tff` processes. All three are `StatefulClientLearningProcess`es: the
-training loop runs them with `fl_common.stateful_process.run_round` and a
+training loop runs them with `fl_engine.stateful_process.run_round` and a
 `ClientStateStore` in the run directory, committed with each checkpoint.
 How a round's clients run (on shards of clients, each shard's client states
 stacked, unless `--clients_per_shard=1`) is the driver's

@@ -18,11 +18,11 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
-from fl_common import fused
-from fl_common import execution as fl_execution
-from fl_common import lanes
-from fl_common import resident
-from fl_common import shards
+from fl_engine import fused
+from fl_engine import execution as fl_execution
+from fl_engine import lanes
+from fl_engine import resident
+from fl_engine import shards
 
 # round number (1-based), sampled client ids -> one dataset per client.
 ClientDatasetsFn = Callable[[int, Sequence[str]], list[tf.data.Dataset]]
@@ -71,17 +71,17 @@ class ExecutionSettings:
 
   # --clients_per_shard: None picks one shard per core, 1 is per client.
   clients_per_shard: Optional[int] = None
-  # --lanes (on shards): None picks `fl_common.lanes.auto_lanes`.
+  # --lanes (on shards): None picks `fl_engine.lanes.auto_lanes`.
   lanes: Optional[int] = None
   # Client computations the runtime runs at once, one shard each: every core
   # of each worker, or the in-process runtime's lanes over its devices
   # (`runtime.in_process.plan_devices`); default: this machine's cores.
   calls_at_once: Optional[int] = None
   # Whether client work runs on GPUs (the in-process runtime's devices):
-  # lanes then for a model of any size (`fl_common.lanes.auto_lanes`).
+  # lanes then for a model of any size (`fl_engine.lanes.auto_lanes`).
   on_gpu: bool = False
   # Whether fused processes may hold the population's examples on the
-  # workers (`fl_common.resident.ResidentExamples`, files they memory-map):
+  # workers (`fl_engine.resident.ResidentExamples`, files they memory-map):
   # when they run on this machine, i.e. without --worker_addresses.
   hold_examples: bool = True
 
@@ -139,7 +139,7 @@ def resident_examples(
     ctx: BuildContext, settings: ExecutionSettings
 ) -> Optional[resident.ResidentExamples]:
   """The training population's examples for a fused process to hold on
-  the workers (`fl_common.resident.ResidentExamples`), so that rounds send
+  the workers (`fl_engine.resident.ResidentExamples`), so that rounds send
   the rows of each client's batches instead of their examples: the task's
   shared arrays when its clients are rows of them with a batch recipe
   (Synthetic, the partitioned image tasks without augmentation) and
@@ -166,7 +166,7 @@ def shards_fn(
   """The `client_datasets_fn` of a fused process: each round's clients in
   shards of `settings.clients_per_shard`, or one per core of every worker,
   cut to at most `shards.MAX_AUTO_SHARD_BYTES` each
-  (`fl_common.shards.shards_for_round`).
+  (`fl_engine.shards.shards_for_round`).
 
   Args:
     ctx: The build context.
@@ -197,10 +197,10 @@ def _on_shards(ctx: BuildContext, settings: ExecutionSettings,
                **kwargs) -> tuple[Any, 'ClientDatasetsFn', str]:
   """`(build_fn(model_fn, execution=OnShards(lanes, resident_examples),
   **kwargs), its client_datasets_fn, how its rounds run)`: a process on
-  shards (`fl_common.execution`) holding the
+  shards (`fl_engine.execution`) holding the
   population's examples when `resident_examples` has them (shards of
   rows), else taking shards of examples, its shards' clients trained
-  `--lanes` at a time, by default `fl_common.lanes.auto_lanes`' for the
+  `--lanes` at a time, by default `fl_engine.lanes.auto_lanes`' for the
   first round's shards."""
   held = resident_examples(ctx, settings)
   num_lanes = settings.lanes or lanes.auto_lanes(

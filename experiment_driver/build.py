@@ -14,7 +14,7 @@ from experiment_driver import flag_groups as f
 from experiment_driver import flag_rules
 from experiment_driver import outputs
 from experiment_driver import training_loop
-from experiment_driver import runtime as tff_runtime
+from fl_engine import runtime as tff_runtime
 from fl_common import cohort_schedule
 from fl_common import diagnosed_mean
 from fl_common import diagnostics

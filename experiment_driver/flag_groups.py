@@ -293,14 +293,14 @@ MAX_CLIENTS_PER_CALL = flags.DEFINE_integer(
 CLIENTS_PER_SHARD = flags.DEFINE_integer(
     'clients_per_shard', None,
     'Real clients trained in one call of the client computation'
-    ' (fl_common.fused: a shard, one TensorFlow graph); 1 is one call per'
+    ' (fl_engine.fused: a shard, one TensorFlow graph); 1 is one call per'
     ' client. Default: one shard per core of each worker (not with'
     ' --zeroing).',
     lower_bound=1)
 LANES = flags.DEFINE_integer(
     'lanes', None,
     'On shards: how many of a shard\'s clients train side by side,'
-    ' vectorized (fl_common.lanes); 1 is one after the other. Default: 64'
+    ' vectorized (fl_engine.lanes); 1 is one after the other. Default: 64'
     ' for a model of at most 10,000 weights whose forward pass vectorizes,'
     ' in shards of at least 32 clients, else 1.',
     lower_bound=1)

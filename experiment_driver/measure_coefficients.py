@@ -17,7 +17,7 @@ from typing import Optional, Union
 
 import tensorflow_federated as tff
 
-from experiment_driver import runtime
+from fl_engine import runtime
 from gel_tff import client_work
 from gel_tff import coefficients
 

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from typing import Optional
 
 from adabest_tff import cost
-from experiment_driver import runtime
+from fl_engine import runtime
 from tasks import partitioned_task
 
 

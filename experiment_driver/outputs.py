@@ -54,7 +54,7 @@ import tensorflow_federated as tff
 
 from experiment_driver import release_managers
 from experiment_driver import run_files
-from fl_common import client_state_store
+from fl_engine import client_state_store
 from fl_common import run_layout
 
 LOCK_NAME = run_layout.LOCK_FILE

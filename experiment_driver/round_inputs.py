@@ -22,7 +22,7 @@ import concurrent.futures
 from collections.abc import Callable
 from typing import Generic, Optional, TypeVar
 
-from experiment_driver import value_transfer
+from fl_engine import value_transfer
 
 Inputs = TypeVar('Inputs')
 Result = TypeVar('Result')

@@ -28,17 +28,17 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
-from fl_common import client_state_store
-from fl_common import stateful_runner
-from fl_common import stateful_process
+from fl_engine import client_state_store
+from fl_engine import stateful_runner
+from fl_engine import stateful_process
 from experiment_driver import algorithm_setup
 from experiment_driver import outputs
 from experiment_driver import round_inputs
-from experiment_driver import worker_state
+from fl_engine import worker_state
 from fl_common import diagnostics
-from fl_common import per_client_evaluation
-from fl_common import resident
-from fl_common import shards
+from fl_engine import per_client_evaluation
+from fl_engine import resident
+from fl_engine import shards
 
 # Per-round metrics whose running totals are kept (as `cumulative_<name>`).
 CUMULATIVE_METRICS = ('examples_processed', 'gradient_computations',

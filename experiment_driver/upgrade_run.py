@@ -7,7 +7,7 @@ client states it was saved with (`experiment_driver.outputs`). Runs made
 before the manifest recorded that binding (no `run_id`, checkpoints without
 `client_states`, a client-state store of `.npz` files or without an owner)
 are refused with a line naming this command. It gives the run its identity,
-converts its store (`fl_common.client_state_store.upgrade`, which adopts the
+converts its store (`fl_engine.client_state_store.upgrade`, which adopts the
 state files it finds: use it on a run directory you know to be intact), and
 records in each checkpoint the summary of the states it resumes. Every step
 is printed; the store's manifest logs the conversion (`upgraded`). A run
@@ -20,7 +20,7 @@ import sys
 from absl import app
 
 from experiment_driver import run_files
-from fl_common import client_state_store
+from fl_engine import client_state_store
 from fl_common import run_layout
 
 

@@ -10,7 +10,7 @@ builds the wrapping process (the inner process's state, and a federated
 module supplies. `wrap_server_side` is the case of a step that only
 transforms the inner aggregate at the server (normalization): such a
 factory says so (`server_side`), so that fused rounds
-(`fl_common.fused`), which compute the inner aggregate themselves, can
+(`fl_engine.fused`), which compute the inner aggregate themselves, can
 apply the step after it. `inner_next` calls the inner `next` with or without
 weights, and `global_norm` is the norm both modules compute.
 `AggregationFactory` is the type of an aggregator any large-cohort builder

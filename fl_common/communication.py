@@ -75,7 +75,7 @@ def communication_cost(
 
   `process` may be any object with a `next` computation (an
   `AggregationProcess` gives what its clients send and receive). A process
-  whose TFF clients are shards of clients (`fl_common.fused`) states what
+  whose TFF clients are shards of clients (`fl_engine.fused`) states what
   one real client would exchange as its `client_communication_cost`, which
   is returned: a shard's own traffic says nothing of one client's.
   """

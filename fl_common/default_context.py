@@ -6,7 +6,7 @@ open, and if the context is still alive at interpreter exit, TFF prints a
 `ServiceManager.__del__` traceback (`subprocess` is gone by then). Entry
 points call `refuse_unmanaged_default_context()` first, before parsing
 their arguments, so that bad input exits with its one `error:` line and
-every computation runs inside `experiment_driver.runtime`'s
+every computation runs inside `fl_engine.runtime`'s
 `local_runtime()` or `remote_runtime()`. Here rather than in the driver's
 runtime so that command-line tools outside the driver
 (`python -m reproduce.sweep`) can call it; the runtime re-exports it.

@@ -70,7 +70,7 @@ def screen_norm(value: Any) -> tf.Tensor:
 
   One float32 pass over the update (its sums of squares, as
   `tf.linalg.global_norm` but without its `L2Loss`, which `tf.vectorized_map`
-  cannot vectorize: `fl_common.lanes` maps this over clients); only when
+  cannot vectorize: `fl_engine.lanes` maps this over clients); only when
   that overflows or is not finite is the norm recomputed in float64, which
   tells a finite update whose squares overflow float32 from a non-finite one.
   """

@@ -13,10 +13,14 @@ the same thing.
 """
 
 # pylint: disable=unused-import,g-bad-import-order
-from fl_common import tf_environment  # noqa: F401  (before TensorFlow)
+# TensorFlow's environment is set before these imports by the package's
+# `__init__` (`fl_common.tf_environment`), which importing this module runs
+# first; not imported here, so that the environment, which drops TFF's
+# default context at exit (`default_context`, which imports this module),
+# and this module form no circle.
 
-# --- Running computations (`experiment_driver.runtime`,
-# `experiment_driver.value_transfer`, `experiment_driver.worker_state`).
+# --- Running computations (`fl_engine.runtime`,
+# `fl_engine.value_transfer`, `fl_engine.worker_state`).
 # TFF 0.87 has no public API to run a compiled computation on executors the
 # caller owns: in this process (`in_process`, its evaluator of compiled
 # building blocks, TensorFlow computations imported with TFF's own
@@ -68,7 +72,7 @@ from tensorflow_federated.python.core.impl.compiler import building_blocks
 from tensorflow_federated.python.core.impl.context_stack import runtime_error_context
 
 # --- Lanes: clients side by side in one TensorFlow computation
-# (`fl_common.lanes`) hand TFF's model code variables that are slices of a
+# (`fl_engine.lanes`) hand TFF's model code variables that are slices of a
 # stacked tensor, as TFF's functional models do with its `TensorVariable`.
 from tensorflow_federated.python.core.environments.tensorflow_frontend import variable_utils
 

@@ -3,7 +3,7 @@
 `build_gel(model_fn, base=...)` and `build_budgeted_baseline` for each row of
 Table 3 (`BASES`: FedAvg, FedAvgCM, FedProx, FedNova, FedYogi), and
 `StepBudgets` with `build_client_datasets_fn` for budget-limited clients.
-Each runs its clients as its `execution=` says (`fl_common.execution`).
+Each runs its clients as its `execution=` says (`fl_engine.execution`).
 """
 
 from fl_common import tf_environment  # Keras 2 for TFF, before TensorFlow  # pylint: disable=unused-import

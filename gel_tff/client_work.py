@@ -52,8 +52,8 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
-from fl_common import client_program as client_program_lib
-from fl_common import fused
+from fl_engine import client_program as client_program_lib
+from fl_engine import fused
 from fl_common import fednova
 
 REMAINING = 'remaining'
@@ -219,7 +219,7 @@ def client_program(optimizer: tff.learning.optimizers.Optimizer, *,
   """A GeL client (Algorithm 1, `ClientUpdate`), stated once: `local_step`
   per batch, then `guessed_update` (`update_kwargs` are its keywords); its
   counter is the steps it took. Composed by `gel_tff.gel` through
-  `fl_common.compose` (and run per client by `build_gel_client_work`)."""
+  `fl_engine.compose` (and run per client by `build_gel_client_work`)."""
 
   def program_fn(model, model_weights, initial_weights):
     trainable = model_weights.trainable

@@ -15,10 +15,10 @@ beta_1 = 0.9, beta_2 = 0.99, epsilon = 1e-3 (Appendix E.1) and rate 10^-2
 (Table 6, FEMNIST).
 
 Each builder returns a `tff.learning.templates.LearningProcess` composed by
-the library's one composer (`fl_common.compose.build_process`) from the GeL
+the library's one composer (`fl_engine.compose.build_process`) from the GeL
 client (`gel_tff.client_work.client_program`), a TFF aggregator (FedNova's
 normalized averaging around it for `fednova`) and TFF's apply-optimizer
-finalizer; `execution=` says how its clients run (`fl_common.execution`).
+finalizer; `execution=` says how its clients run (`fl_engine.execution`).
 Client step budgets come with the data (`gel_tff.budgets`): the process
 trains on every batch it is given.
 """
@@ -28,9 +28,9 @@ from typing import Any, Optional
 
 import tensorflow_federated as tff
 
-from fl_common import client_program as client_program_lib
-from fl_common import compose
-from fl_common import execution as fl_execution
+from fl_engine import client_program as client_program_lib
+from fl_engine import compose
+from fl_engine import execution as fl_execution
 from gel_tff import client_work as client_work_lib
 
 ModelFn = Callable[[], tff.learning.models.VariableModel]
@@ -91,7 +91,7 @@ def _build(
     metrics_aggregator: Optional[tff.learning.metrics.MetricsAggregatorType],
     execution: fl_execution.Execution,
 ) -> tff.learning.templates.LearningProcess:
-  """One row of Table 3: its client, composed by `fl_common.compose`."""
+  """One row of Table 3: its client, composed by `fl_engine.compose`."""
   _check_base(base)
   if server_optimizer is None:
     server_optimizer = build_server_optimizer(base)
@@ -158,11 +158,11 @@ def build_gel(
     client_weighting: `NUM_EXAMPLES` (examples trained on) or `UNIFORM`.
     model_aggregator: The factory averaging client deltas (for FedNova: the
       normalized deltas), weighted or unweighted (uniform); the mean when
-      `None` (`fl_common.compose.build_process` says which it takes for
+      `None` (`fl_engine.compose.build_process` says which it takes for
       each `execution`).
     metrics_aggregator: Aggregates training metrics; TFF's
       `sum_then_finalize` when `None`.
-    execution: How the clients run (`fl_common.execution`), each with its
+    execution: How the clients run (`fl_engine.execution`), each with its
       `tau_i` batches; the same state and metrics whichever.
 
   Returns:

@@ -2,8 +2,8 @@
 
 `build_fedopt` (FedAvg, FedAvgM, FedAdagrad, FedAdam, FedYogi, FedLARS,
 FedLamb by its server optimizer), `build_fedsgd`, `build_normalized_fed_avg`;
-each runs its clients as its `execution=` says (`fl_common.execution`,
-composed by `fl_common.compose`).
+each runs its clients as its `execution=` says (`fl_engine.execution`,
+composed by `fl_engine.compose`).
 The optimizers by name (`build_optimizer`), LARS/LAMB as
 `tff.learning.optimizers` and `build_server_lr_schedule` (sqrt/linear
 scaling with warmup) are the library's (`fl_common`), for every family;

@@ -15,7 +15,7 @@ the client work, the aggregator, `build_apply_optimizer_finalizer`), with the
 paper's aggregation (adaptive clipping etc.) plugged into the aggregator
 slot; FedSGD as TFF's `build_fed_sgd` composes it. Each client is stated
 once (`client_program`, `fedsgd_client_program`) and composed by the
-library's one composer (`fl_common.compose.build_process`), which runs it
+library's one composer (`fl_engine.compose.build_process`), which runs it
 as its `execution=` says; run per client it is TFF's client work
 (`build_model_delta_client_work`, `build_fed_sgd`'s), which
 `tests/large_cohort/test_fedopt.py` checks round by round.
@@ -52,10 +52,10 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from fl_common import aggregator_wrappers
-from fl_common import client_program as client_program_lib
-from fl_common import compose
-from fl_common import execution as fl_execution
-from fl_common import fused
+from fl_engine import client_program as client_program_lib
+from fl_engine import compose
+from fl_engine import execution as fl_execution
+from fl_engine import fused
 
 ModelFn = Callable[[], tff.learning.models.VariableModel]
 _ITERATOR_LOOP = tff.learning.LoopImplementation.DATASET_ITERATOR
@@ -110,7 +110,7 @@ def client_program(client_optimizer: tff.learning.optimizers.Optimizer,
   it sends `Δ_k = x − x_k` (TFF's sign, zeros if non-finite) weighted by
   its examples, or 1 when not `weighted` (0 if non-finite).
 
-  `build_fedopt` composes it (`fl_common.compose`).
+  `build_fedopt` composes it (`fl_engine.compose`).
   """
 
   def program_fn(model, model_weights, initial_weights):
@@ -182,13 +182,13 @@ def build_fedopt(
     client_weighting: `NUM_EXAMPLES` (default) or `UNIFORM`.
     model_aggregator: The factory aggregating the client updates (weighted,
       or unweighted with `UNIFORM`); the mean when `None`
-      (`fl_common.compose.build_process` says which kind each `execution`
+      (`fl_engine.compose.build_process` says which kind each `execution`
       takes).
     metrics_aggregator: Aggregates training metrics; TFF's
       `sum_then_finalize` when `None`.
     loop_implementation: TFF's client training loop; see the module
       docstring for why the default is `DATASET_ITERATOR`.
-    execution: How the clients run (`fl_common.execution`); the same state
+    execution: How the clients run (`fl_engine.execution`); the same state
       and metrics whichever.
 
   Raises:
@@ -241,7 +241,7 @@ def fedsgd_client_program() -> fused.ProgramFn:
   """FedSGD's client, stated once: the example-weighted mean of its batch
   gradients at the broadcast model, weighted by its examples (TFF's
   `tff.learning.algorithms.build_fed_sgd` client). `build_fedsgd` composes
-  it (`fl_common.compose`)."""
+  it (`fl_engine.compose`)."""
 
   def program_fn(model, model_weights, initial_weights):
     del initial_weights
@@ -300,7 +300,7 @@ def build_fedsgd(
     model_fn: A no-arg function returning a `tff.learning.models.VariableModel`.
     server_optimizer: The server optimizer applied to the mean gradient.
     model_aggregator: A weighted factory for the client gradients; the mean
-      when `None` (`fl_common.compose.build_process`).
+      when `None` (`fl_engine.compose.build_process`).
     metrics_aggregator: Aggregates training metrics; TFF's
       `sum_then_finalize` when `None`.
     loop_implementation: TFF's client loop over the batches (module

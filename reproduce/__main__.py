@@ -37,7 +37,7 @@ from collections.abc import Sequence
 from typing import Optional
 
 from experiment_driver import prestart
-from experiment_driver import runtime
+from fl_engine import runtime
 import reproduce
 from reproduce import cluster
 from reproduce import launching

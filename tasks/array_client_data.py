@@ -8,8 +8,8 @@ TFF an `ArrayClientData` over them. Two things make that worth a class:
   serializable dataset function (one graph branch per client, retraced per
   client id), which makes centralized data and dataset computations slow at
   1,000 clients; here that function slices one array instead.
-* The fused rounds (`fl_common.shards.shards_for_round`,
-  `fl_common.resident`) read `arrays` and `client_rows` to build a round's
+* The fused rounds (`fl_engine.shards.shards_for_round`,
+  `fl_engine.resident`) read `arrays` and `client_rows` to build a round's
   shards in NumPy, without a tf.data pipeline per client.
 
 A client id starts with the decimal index of its rows' block (`'0007'`, or
@@ -81,7 +81,7 @@ class ArrayClientData(tff.simulation.datasets.ClientData):
   @property
   def serializable_dataset_fn(self) -> Callable[[str], tf.data.Dataset]:
     # Tensors made once, outside the function: a function traced in a
-    # tf.data pipeline (e.g. `fl_common.shards.shards_from_client_data`)
+    # tf.data pipeline (e.g. `fl_engine.shards.shards_from_client_data`)
     # captures them by reference, where constants made inside it would copy
     # every client's examples each time it runs.
     tensors = collections.OrderedDict(
@@ -120,7 +120,7 @@ def create_preprocess_fn(
   The shuffle buffer is `client_spec.shuffle_buffer_size`, or by default
   `largest_client` (examples of the largest client): a uniform permutation
   per pass. The function then also carries its `batch_recipe` (the fields
-  of `fl_common.shards.BatchRecipe`), so that the fused rounds run the same
+  of `fl_engine.shards.BatchRecipe`), so that the fused rounds run the same
   pipeline in NumPy.
   """
   shuffle_buffer_size = client_spec.shuffle_buffer_size or largest_client

@@ -343,7 +343,7 @@ def create_client_data(
   client_data = tff.simulation.datasets.ClientData.from_clients_and_tf_fn(
       client_ids, serializable_dataset_fn
   )
-  # What `fl_common.shards.shards_for_round` reads to batch clients in
+  # What `fl_engine.shards.shards_for_round` reads to batch clients in
   # NumPy (as `tasks.synthetic`'s clients offer): the shared arrays and each
   # client's rows of them.
   client_data.arrays = examples

@@ -290,7 +290,7 @@ def create_partitioned_task(
   def eval_preprocess_fn(eval_dataset: tf.data.Dataset) -> tf.data.Dataset:
     return eval_dataset.map(prepare).batch(eval_batch_size)
 
-  # The same pipelines for `fl_common.shards.shards_from_arrays` (the
+  # The same pipelines for `fl_engine.shards.shards_from_arrays` (the
   # fields of its `BatchRecipe`), which batches clients in NumPy; with
   # augmentation (TF's stateless image ops), the tf.data pipeline is used.
   if not settings.augment_train_images:

@@ -1,7 +1,7 @@
 """Every public builder of the three papers, and a run of it round by round.
 
 Not a test module: `test_builders_conformance` (one conformance suite over
-every builder) and `experiment_driver/runtime/test_in_process` (each builder on both runtimes) import
+every builder) and `fl_engine/runtime/test_in_process` (each builder on both runtimes) import
 it.
 """
 
@@ -16,10 +16,10 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 import adabest_tff
-from fl_common import stateful_process
+from fl_engine import stateful_process
 from fl_common import diagnosed_mean
-from fl_common import execution
-from fl_common import shards
+from fl_engine import execution
+from fl_engine import shards
 import gel_tff
 import large_cohort
 from tests import fused_checks

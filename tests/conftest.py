@@ -1,7 +1,7 @@
 """Test-suite setup: one TFF runtime owned by the suite, stopped at the end.
 
 Data downloads are off for the whole suite (`FL_PAPERS_OFFLINE`). Every test
-runs under the in-process runtime (`experiment_driver.runtime.local_runtime`)
+runs under the in-process runtime (`fl_engine.runtime.local_runtime`)
 unless it installs another: the tests of TFF's worker start their own
 `worker_binary` (`runtime.worker_runtime`), stopped when they end (and by
 the kernel if pytest itself dies). Tests that start the driver as a
@@ -26,7 +26,7 @@ os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '3')
 # turn it off for their own commands.
 os.environ['FL_PAPERS_OFFLINE'] = '1'
 
-from experiment_driver import runtime  # pylint: disable=g-import-not-at-top
+from fl_engine import runtime  # pylint: disable=g-import-not-at-top
 
 
 def pytest_configure(config):
@@ -58,18 +58,18 @@ LONGEST_MODULES = (
     'tests/bench/test_bench.py',
     'tests/test_run_experiment.py',
     'tests/test_builders_conformance.py',
-    'tests/experiment_driver/runtime/test_in_process.py',
+    'tests/fl_engine/runtime/test_in_process.py',
     'tests/gel_tff/test_gel_on_shards.py',
     'tests/test_docs.py',
     'tests/test_extending.py',
-    'tests/fl_common/test_fused_stateful.py',
-    'tests/fl_common/test_lanes.py',
-    'tests/experiment_driver/runtime/test_runtime.py',
-    'tests/experiment_driver/runtime/test_remote_workers.py',
+    'tests/fl_engine/test_fused_stateful.py',
+    'tests/fl_engine/test_lanes.py',
+    'tests/fl_engine/runtime/test_runtime.py',
+    'tests/fl_engine/runtime/test_remote_workers.py',
     'tests/large_cohort/test_fedopt_on_shards.py',
     'tests/tasks/test_digits.py',
     'tests/experiment_driver/test_training_loop.py',
-    'tests/fl_common/test_resident.py',
+    'tests/fl_engine/test_resident.py',
     'tests/gel_tff/test_gel.py',
     'tests/tasks/test_data_files.py',
     'tests/reproduce/test_reproduce.py',

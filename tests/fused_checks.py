@@ -8,8 +8,8 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
-from fl_common import execution
-from fl_common import shards
+from fl_engine import execution
+from fl_engine import shards
 
 NUM_FEATURES = 3
 

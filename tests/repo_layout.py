@@ -11,8 +11,8 @@ import os
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # The layers below and above the algorithms; every other package of the
 # repository is a paper's (or a new family's) algorithms.
-LAYERS = ('fl_common', 'tasks', 'experiment_driver', 'reproduce', 'bench',
-          'tests')
+LAYERS = ('fl_common', 'fl_engine', 'tasks', 'experiment_driver',
+          'reproduce', 'bench', 'tests')
 
 
 def paper_packages() -> tuple[str, ...]:

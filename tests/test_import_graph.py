@@ -1,14 +1,18 @@
 """The architecture, checked on the source: who may import whom, and size.
 
-Four layers, each importing only those below it: the library (`fl_common`:
-optimizers, schedules, the stateful-client template, aggregators,
-diagnostics, execution on shards, the run directory's layout) and, beside
-it, the tasks (`tasks`, which import no algorithm); the paper packages
-(`large_cohort`, `adabest_tff`, `gel_tff`), which import the library, TFF
-and never each other, so what two families need is in the library; the
-driver (`experiment_driver`); the experiments (`reproduce`: sweeps,
-analysis, figures, reports), which run the driver as subprocesses. A module
-over 400 lines says why in its docstring.
+Layers, each importing only those below it (docs/architecture.md draws
+them): the math the papers share (`fl_common`: optimizers, schedules,
+aggregators, diagnostics, the run directory's layout, TensorFlow's
+environment); beside it, the execution engine (`fl_engine`: the one
+composer, per client or on shards, stateful clients, the TFF runtimes),
+which imports the math, and the tasks (`tasks`, which import no
+algorithm); the paper packages (`large_cohort`, `adabest_tff`, `gel_tff`),
+which import the math and the engine, TFF and never each other, so what two
+families need is below them; the driver (`experiment_driver`); the
+experiments (`reproduce`: sweeps, analysis, figures, reports), which run
+the driver as subprocesses. No module imports itself through others, and no
+package another that imports it. A module over 400 lines says why in its
+docstring.
 """
 
 import ast
@@ -23,8 +27,14 @@ _PAPERS = repo_layout.paper_packages()
 _FORBIDDEN = {
     **{paper: set(_PAPERS) - {paper} | {'experiment_driver', 'reproduce'}
        for paper in _PAPERS},
-    'fl_common': set(_PAPERS) | {'experiment_driver', 'tasks', 'reproduce'},
-    'tasks': set(_PAPERS) | {'experiment_driver', 'fl_common', 'reproduce'},
+    # The math the papers share, below the engine that runs it.
+    'fl_common': set(_PAPERS) | {'fl_engine', 'experiment_driver', 'tasks',
+                                 'reproduce'},
+    # The execution engine: beside the math (which it imports), below the
+    # papers and the driver.
+    'fl_engine': set(_PAPERS) | {'experiment_driver', 'tasks', 'reproduce'},
+    'tasks': set(_PAPERS) | {'experiment_driver', 'fl_common', 'fl_engine',
+                             'reproduce'},
     # The experiments run the driver as subprocesses and read run
     # directories (`fl_common.run_layout`): they need no algorithm or task.
     'reproduce': set(_PAPERS) | {'tasks'},
@@ -38,9 +48,88 @@ _ALWAYS_ALLOWED = ('fl_common.tf_environment', 'fl_common.tff_private')
 
 
 def _modules(package):
-  directory = os.path.join(_REPO, package)
-  return sorted(os.path.join(directory, name) for name in os.listdir(directory)
-                if name.endswith('.py'))
+  """The package's modules, its subpackages' included."""
+  return sorted(os.path.join(directory, name)
+                for directory, _, names in os.walk(os.path.join(_REPO, package))
+                for name in names if name.endswith('.py'))
+
+
+def _module_name(path):
+  name = os.path.relpath(path, _REPO)[:-len('.py')].replace(os.sep, '.')
+  return name[:-len('.__init__')] if name.endswith('.__init__') else name
+
+
+def _import_graph():
+  """Module -> the repository's modules it imports (at its top or inside a
+  function), for every package but the tests, and the driver's script."""
+  paths = [p for package in (*_FORBIDDEN, 'experiment_driver', 'bench')
+           for p in _modules(package)]
+  paths.append(os.path.join(_REPO, 'run_experiment.py'))
+  modules = {_module_name(p): p for p in paths}
+  graph = {}
+  for name, path in modules.items():
+    with open(path) as f:
+      tree = ast.parse(f.read())
+    imported = set()
+    for node in ast.walk(tree):
+      if isinstance(node, ast.Import):
+        imported.update(a.name for a in node.names if a.name in modules)
+      elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+        for alias in node.names:
+          full = f'{node.module}.{alias.name}'
+          if full in modules:
+            imported.add(full)
+          elif node.module in modules:
+            imported.add(node.module)
+    graph[name] = imported - {name}
+  return graph
+
+
+def _cycles(graph):
+  """The strongly connected parts of `graph` with more than one node."""
+  index, low, stack, found = {}, {}, [], []
+
+  def visit(node):
+    index[node] = low[node] = len(index)
+    stack.append(node)
+    for other in graph.get(node, ()):
+      if other not in index:
+        visit(other)
+        low[node] = min(low[node], low[other])
+      elif other in stack:
+        low[node] = min(low[node], index[other])
+    if low[node] == index[node]:
+      part = []
+      while not part or part[-1] != node:
+        part.append(stack.pop())
+      if len(part) > 1:
+        found.append(sorted(part))
+
+  for node in list(graph):
+    if node not in index:
+      visit(node)
+  return found
+
+
+def test_no_circle_of_imports_between_modules_or_packages():
+  graph = _import_graph()
+  assert _cycles(graph) == []
+  packages = {}
+  for module, imported in graph.items():
+    for other in imported:
+      if other.split('.')[0] != module.split('.')[0]:
+        packages.setdefault(module.split('.')[0], set()).add(
+            other.split('.')[0])
+  assert _cycles(packages) == []
+  # The math never reaches the engine; the engine reaches the math.
+  assert 'fl_engine' not in packages.get('fl_common', set())
+  assert 'fl_common' in packages['fl_engine']
+  # A circle is found: the one this repository had (the environment, the
+  # default context, the door to TFF's private tree).
+  assert _cycles({'tf_environment': {'default_context'},
+                  'default_context': {'tff_private'},
+                  'tff_private': {'tf_environment'}}) == [
+                      ['default_context', 'tf_environment', 'tff_private']]
 
 
 def _imported_packages(path):
@@ -71,7 +160,7 @@ def test_packages_import_only_what_the_architecture_allows(package):
 
 
 def test_a_long_module_says_why_in_its_docstring():
-  packages = (*_FORBIDDEN, 'experiment_driver', 'experiment_driver/runtime',
+  packages = (*_FORBIDDEN, 'experiment_driver', 'fl_engine/runtime',
               'bench')
   unexplained = []
   for package in packages:
@@ -100,14 +189,14 @@ _ACROSS_MODULES = {
     'test_damage_gel.py': 'the damage matrix of every run file, GeL',
     'bench/test_bench.py': 'the benchmark package',
     'experiment_driver/test_flag_checks.py': 'flag_groups and flag_rules',
-    'experiment_driver/runtime/test_remote_workers.py':
+    'fl_engine/runtime/test_remote_workers.py':
         '--worker_addresses, through the driver',
     'tasks/test_tfds_downloads.py': 'data_files and the TFDS image tasks',
     'large_cohort/test_fedopt_on_shards.py':
-        'fedopt.build_fedopt and build_fedsgd on shards (fl_common.compose)',
+        'fedopt.build_fedopt and build_fedsgd on shards (fl_engine.compose)',
     'gel_tff/test_gel_on_shards.py':
         'gel.build_gel and build_budgeted_baseline on shards'
-        ' (fl_common.compose)',
+        ' (fl_engine.compose)',
 }
 
 

@@ -13,7 +13,7 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
-from fl_common import stateful_process
+from fl_engine import stateful_process
 
 ModelFn = Callable[[], tff.learning.models.VariableModel]
 

@@ -33,8 +33,8 @@ from bench import report
 from bench import tff_rounds
 from bench import timing
 from bench import workloads
-from experiment_driver import runtime
-from fl_common import shards
+from fl_engine import runtime
+from fl_engine import shards
 
 _FEATURES = 4
 _CLASSES = 3
@@ -294,7 +294,7 @@ def test_measure_ratios_reports_each_round_against_the_limit():
 
 def test_the_local_round_is_the_resident_round_in_process():
   """`local` times the resident process in this process, beside the rounds
-  on the worker (that both compute the same: `tests/experiment_driver/runtime/test_in_process.py`)."""
+  on the worker (that both compute the same: `tests/fl_engine/runtime/test_in_process.py`)."""
   with runtime.local_context() as (local_context, _), \
       runtime.worker_runtime(keep_state_on_worker=True):
     rows = ratios.measure_ratios(TINY, [4], repeats=1, variants=['resident'],

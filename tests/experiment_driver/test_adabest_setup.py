@@ -6,10 +6,10 @@ from absl.testing import flagsaver
 import numpy as np
 import pytest
 
-from fl_common import stateful_runner as runner_lib
-from fl_common import stateful_process
+from fl_engine import stateful_runner as runner_lib
+from fl_engine import stateful_process
 from fl_common import communication
-from fl_common import shards
+from fl_engine import shards
 from experiment_driver import adabest_setup
 from experiment_driver import algorithm_setup
 from tests import fused_checks

@@ -11,8 +11,8 @@ import pytest
 import tensorflow_federated as tff
 
 from experiment_driver import build
-from experiment_driver import runtime
-from experiment_driver.runtime import workers
+from fl_engine import runtime
+from fl_engine.runtime import workers
 from tests import worker_process
 
 FLAGS = flags.FLAGS

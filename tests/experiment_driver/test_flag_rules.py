@@ -30,15 +30,15 @@ import pandas as pd
 import pytest
 import tensorflow as tf
 
-from fl_common import client_state_store
-from fl_common import stateful_process
+from fl_engine import client_state_store
+from fl_engine import stateful_process
 from experiment_driver import build
 from experiment_driver import families
 from experiment_driver import flag_groups as f
 from experiment_driver import flag_rules
 from experiment_driver import gel_setup
 from experiment_driver import outputs
-from experiment_driver import runtime
+from fl_engine import runtime
 from experiment_driver import tuned_defaults
 from fl_common import optimizers
 import tasks

@@ -9,7 +9,7 @@ import tensorflow as tf
 
 from experiment_driver import round_inputs
 from experiment_driver import training_loop
-from experiment_driver import value_transfer
+from fl_engine import value_transfer
 
 _WAIT_SECONDS = 30
 

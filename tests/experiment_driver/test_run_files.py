@@ -1,5 +1,5 @@
 """Run files verified on resume (`experiment_driver.run_files`, `outputs`,
-`fl_common.client_state_store`): in process, on small files; the driver's
+`fl_engine.client_state_store`): in process, on small files; the driver's
 own resumes are in `test_run_faults`."""
 
 import asyncio
@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from fl_common import client_state_store
+from fl_engine import client_state_store
 from fl_common import run_layout
 from experiment_driver import outputs
 from experiment_driver import release_managers

@@ -14,8 +14,8 @@ import tensorflow_federated as tff
 import tasks
 from experiment_driver import outputs
 from experiment_driver import training_loop
-from experiment_driver import value_transfer
-from fl_common import shards
+from fl_engine import value_transfer
+from fl_engine import shards
 import tests
 
 _REPO = tests.REPO

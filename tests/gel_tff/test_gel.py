@@ -178,7 +178,7 @@ def test_bad_arguments():
 
 def test_an_unweighted_aggregator_averages_uniformly_in_both_executions():
   # The aggregator a builder takes is the same per client and on shards
-  # (`fl_common.compose`): an unweighted one averages the updates uniformly.
+  # (`fl_engine.compose`): an unweighted one averages the updates uniformly.
   # (Per client it was refused before the one composer.)
   process = gel.build_gel(
       model_fn, model_aggregator=tff.aggregators.UnweightedMeanFactory())

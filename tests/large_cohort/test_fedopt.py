@@ -206,7 +206,7 @@ def _run_client_work(work, rounds, data, hparams=None):
 def test_the_client_stated_once_behaves_as_tffs_model_delta_client_work(
     weighting):
   # FedOpt's client is stated once (`fedopt.client_program`) and run per
-  # client by `fl_common.client_program`; it must be TFF's client work:
+  # client by `fl_engine.client_program`; it must be TFF's client work:
   # the same hparams state, updates, weights and metrics, including a
   # non-finite client (zero update, weight 0, its metrics dropped).
   arrays = _client_arrays()

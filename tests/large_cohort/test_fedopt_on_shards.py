@@ -1,4 +1,4 @@
-"""`build_fedopt` on shards (`fl_common.compose`): a round on shards of clients equals the per-client
+"""`build_fedopt` on shards (`fl_engine.compose`): a round on shards of clients equals the per-client
 round (`build_fedopt` with the diagnosed mean) on the same clients: model,
 clipping norm, server optimizer state, the paper's diagnostics and the
 training metrics, with uneven client sizes, an empty client, a NaN client
@@ -13,8 +13,8 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from fl_common import diagnosed_mean
-from fl_common import fused as fl_fused
-from fl_common import shards
+from fl_engine import fused as fl_fused
+from fl_engine import shards
 from large_cohort import fedopt
 from fl_common import normalized_update
 from tests import fused_checks
@@ -145,7 +145,7 @@ def test_a_saturated_softmax_classifier_trains_as_on_the_per_client_round(
     lanes):
   # Inlined, Keras would see the softmax's logits and compute the loss (and
   # its gradient) from them; TFF's per-client forward pass clips the
-  # probabilities instead (`fl_common.fused.with_called_predictions`).
+  # probabilities instead (`fl_engine.fused.with_called_predictions`).
   model_fn = fused_checks.saturated_classifier_fn()
   kwargs = dict(
       client_optimizer=tff.learning.optimizers.build_sgdm(0.1),

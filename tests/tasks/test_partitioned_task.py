@@ -8,7 +8,7 @@ import pytest
 import tensorflow as tf
 import tensorflow_federated as tff
 
-from fl_common import shards
+from fl_engine import shards
 from tasks import partitioned_task
 from tasks import synthetic
 from tasks.errors import MissingDataError
@@ -232,7 +232,7 @@ def test_missing_image_data_raises_missing_data_error(tmp_path):
 
 @pytest.mark.parametrize('dataset', ['emnist_l', 'digits'])
 def test_numpy_shards_follow_the_clients_pipelines(dataset):
-  # fl_common.shards batches these clients in NumPy (the preprocess
+  # fl_engine.shards batches these clients in NumPy (the preprocess
   # functions' batch recipes): evaluation shards equal the tf.data
   # pipelines' exactly; training shards have the pipeline's batches (full,
   # bootstrapped epochs of the client's own standardized examples), drawn

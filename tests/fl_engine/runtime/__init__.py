@@ -1,0 +1,1 @@
+"""Tests of the package of the same name (`tests/__init__.py`)."""
