@@ -1,13 +1,14 @@
 """Optimizers by name, as `tff.learning.optimizers.Optimizer`s (SPEC.md §1).
 
 One registry, `OPTIMIZERS`: one `OptimizerEntry` per optimizer (its
-builder, the hyperparameters it takes and the large-cohort paper's tuned
-rates per task), over the hyperparameters of `HYPERPARAMETERS_SPECS` (name,
+builder, the hyperparameters it takes, the large-cohort paper's name of
+FedOpt with it), over the hyperparameters of `HYPERPARAMETERS_SPECS` (name,
 default, valid range, help). Everything else is derived from it: the
 names (`OPTIMIZER_NAMES`), `build_optimizer`, the driver's
 `--{client,server}_<hyperparameter>` flags and which of them each optimizer
-honours, and the tuned-rate lookup (`experiment_driver.tuned_defaults`). A
-new optimizer is one entry here (and its module, if TFF has none).
+honours. A new optimizer is one entry here (and its module, if TFF has
+none). Tuned learning rates are the driver's, all in one place
+(`experiment_driver.tuned_defaults`).
 
 The paper's server optimizers: SGD (FedAvg), SGD with momentum (FedAvgM),
 Adagrad, Adam, LARS and LAMB; Yogi is added for GeL's FedYogi. Each is usable
@@ -18,7 +19,7 @@ and Yogi's initial preconditioner value is 0).
 import dataclasses
 import math
 import numbers
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 
 import tensorflow_federated as tff
 
@@ -72,71 +73,39 @@ class OptimizerEntry:
     hyperparameters: The names (in `HYPERPARAMETERS_SPECS`) it takes.
     server_algorithm: The large-cohort paper's name of FedOpt with it as
       the server optimizer (FedAvg for sgd, ...).
-    tuned_rates: `(server_lr, client_lr)` by task: the paper's Tables 3-4
-      (tuned at M = 10) and the rates found here for the package's own
-      tasks. A task missing is an error, never a silent default
-      (`experiment_driver.tuned_defaults`).
+
+  Its tuned rates per task are the driver's
+  (`experiment_driver.tuned_defaults.TUNED_RATES`), with every other tuned
+  rate.
   """
   name: str
   build: Callable[..., tff.learning.optimizers.Optimizer]
   hyperparameters: tuple[str, ...]
   server_algorithm: str
-  tuned_rates: Mapping[str, tuple[float, float]]
 
-
-# The paper's tuned rates (Tables 3-4), by the paper's tasks.
-def _paper(cifar100, emnist, shakespeare, stackoverflow, **others):
-  return {'cifar100': cifar100, 'emnist': emnist, 'shakespeare': shakespeare,
-          'stackoverflow': stackoverflow, **others}
-
-
-# FedAvg's rates for the package's own tasks: Synthetic's found here (see
-# README); the partitioned image tasks borrow EMNIST's (AdaBest's and GeL's
-# families have their own defaults).
-_OWN_TASK_FEDAVG_RATES = {
-    **{task: (1.0, 0.1) for task in (
-        'synthetic', 'emnist_l', 'cifar10', 'cifar100_partitioned',
-        'synthetic_partitioned', 'digits')},
-    # LEAF's Shakespeare: GeL's Table 5, FedAvg's best client rate on it
-    # (server SGD 1), tuned by that paper on its grid, not here.
-    'leaf_shakespeare': (1.0, 0.8)}
-# Synthetic's rates of FedAdam, FedLARS and FedLamb, tuned as the paper tuned
-# EMNIST's: the best mean final validation accuracy over 3 seeds at M = 10
-# (`python -m reproduce large_cohort table_rates`,
-# results/large_cohort/table_rates/README.md).
-_ADAM_RATES = _paper((0.01, 0.1), (0.001, 0.1), (0.01, 10.0), (1.0, 10.0),
-                     synthetic=(0.1, 0.1))
 
 OPTIMIZERS: dict[str, OptimizerEntry] = {e.name: e for e in (
     OptimizerEntry(
         'sgd', lambda lr: tff.learning.optimizers.build_sgdm(lr), (),
-        'FedAvg', _paper((1.0, 0.1), (1.0, 0.1), (1.0, 1.0), (1.0, 10.0),
-                         **_OWN_TASK_FEDAVG_RATES)),
+        'FedAvg'),
     OptimizerEntry(
         'sgdm', tff.learning.optimizers.build_sgdm, ('momentum',),
-        'FedAvgM', _paper((1.0, 0.1), (1.0, 0.1), (0.1, 1.0), (1.0, 10.0))),
+        'FedAvgM'),
     OptimizerEntry(
         'adagrad', lambda lr, epsilon: tff.learning.optimizers.build_adagrad(
             lr, initial_preconditioner_value=0.0, epsilon=epsilon),
-        ('epsilon',), 'FedAdagrad',
-        _paper((0.01, 0.1), (0.1, 0.001), (0.1, 10.0), (10.0, 10.0))),
+        ('epsilon',), 'FedAdagrad'),
     OptimizerEntry(
         'adam', tff.learning.optimizers.build_adam,
-        ('beta_1', 'beta_2', 'epsilon'), 'FedAdam', _ADAM_RATES),
-    # Not in the paper's table: Adam with another second moment, so it
-    # takes Adam's rates.
+        ('beta_1', 'beta_2', 'epsilon'), 'FedAdam'),
     OptimizerEntry(
         'yogi', lambda lr, **kw: tff.learning.optimizers.build_yogi(
             lr, initial_preconditioner_value=0.0, **kw),
-        ('beta_1', 'beta_2', 'epsilon'), 'FedYogi', _ADAM_RATES),
+        ('beta_1', 'beta_2', 'epsilon'), 'FedYogi'),
     OptimizerEntry(
-        'lars', lars.build_lars, ('momentum', 'epsilon'), 'FedLARS',
-        _paper((0.01, 0.1), (0.001, 0.1), (0.01, 10.0), (0.01, 1.0),
-               synthetic=(0.01, 0.1))),
+        'lars', lars.build_lars, ('momentum', 'epsilon'), 'FedLARS'),
     OptimizerEntry(
-        'lamb', lamb.build_lamb, ('beta_1', 'beta_2', 'epsilon'), 'FedLamb',
-        _paper((0.001, 0.01), (0.01, 0.1), (0.01, 10.0), (0.01, 10.0),
-               synthetic=(0.01, 0.1))),
+        'lamb', lamb.build_lamb, ('beta_1', 'beta_2', 'epsilon'), 'FedLamb'),
 )}
 
 OPTIMIZER_NAMES = tuple(OPTIMIZERS)

@@ -33,7 +33,7 @@ import pandas as pd
 from reproduce import analysis
 from reproduce import plots
 from fl_common import lr_schedules
-from fl_common import optimizers
+from experiment_driver import tuned_defaults
 from reproduce import sweep
 from reproduce import core
 from reproduce import verdicts
@@ -42,10 +42,10 @@ M = analysis.COHORT_SIZE
 OPTIMIZER = 'server_optimizer'
 CLIPPING = 'clipping'
 # The paper's EMNIST rates (server, client) per server optimizer (Table 4/5),
-# from the optimizer registry.
+# from the driver's tuned rates.
 def _registry_rates(task: str) -> dict[str, tuple[str, str]]:
   return {name: tuple(str(rate)
-                      for rate in optimizers.OPTIMIZERS[name].tuned_rates[task])
+                      for rate in tuned_defaults.TUNED_RATES[name][task])
           for name in ('sgd', 'adam', 'lars', 'lamb')}
 
 

@@ -44,10 +44,18 @@ def test_a_rate_never_tuned_is_an_error_naming_what_to_give(task, optimizer):
 def test_tuned_tasks_are_tasks_and_fedavg_and_fedsgd_are_tuned_together():
   # An untuned task stays out of the rates (its runs give them); a task tuned
   # for FedAvg is tuned for FedSGD too, and the paper's four tasks are.
-  for name, entry in optimizers.OPTIMIZERS.items():
-    assert set(entry.tuned_rates) <= set(tasks.TASK_NAMES), name
-    assert all(s > 0 and c > 0 for s, c in entry.tuned_rates.values())
-  fedavg = set(optimizers.OPTIMIZERS['sgd'].tuned_rates)
+  assert set(tuned_defaults.TUNED_RATES) <= set(optimizers.OPTIMIZER_NAMES)
+  for name, rates in tuned_defaults.TUNED_RATES.items():
+    assert set(rates) <= set(tasks.TASK_NAMES), name
+    assert all(s > 0 and c > 0 for s, c in rates.values())
+  fedavg = set(tuned_defaults.TUNED_RATES['sgd'])
   assert set(tuned_defaults.FEDSGD_SERVER_RATES) == fedavg
   assert {'cifar100', 'emnist', 'shakespeare', 'stackoverflow'} <= fedavg
   assert all(rate > 0 for rate in tuned_defaults.FEDSGD_SERVER_RATES.values())
+
+
+def test_an_optimizer_without_tuned_rates_is_an_error_naming_what_to_give():
+  # A new optimizer (docs/extending.md) has none until they are tuned.
+  with pytest.raises(tuned_defaults.MissingTunedRateError,
+                     match='--server_optimizer=rmsprop on --task=emnist'):
+    tuned_defaults.learning_rates('emnist', 'rmsprop')
