@@ -215,7 +215,8 @@ def test_importing_the_runtime_runs_plain_tff_in_process(tmp_path):
       before = context_stack_impl.context_stack.current
       import adabest_tff, gel_tff, large_cohort, tasks
       assert context_stack_impl.context_stack.current is before
-      from experiment_driver import build, runtime, training_loop
+      from experiment_driver import build, training_loop
+      from fl_engine import runtime
       import run_experiment
       assert isinstance(context_stack_impl.context_stack.current,
                         runtime._ManagedDefaultContext)
