@@ -24,7 +24,7 @@ trains on every batch it is given.
 """
 
 from collections.abc import Callable
-from typing import Any, Optional
+from typing import Optional
 
 import tensorflow_federated as tff
 

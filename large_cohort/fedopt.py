@@ -47,7 +47,6 @@ import functools
 from collections.abc import Callable
 from typing import Optional
 
-import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
