@@ -21,7 +21,12 @@ driver run drops it on starting.
 
 One server per oneDNN setting: TensorFlow reads `TF_ENABLE_ONEDNN_OPTS`
 when it is imported, and the driver chooses it by task
-(`tf_environment.ONEDNN_OFF_TASKS`). A command this cannot run as a fresh
+(`tf_environment.ONEDNN_OFF_TASKS`). And one per environment, for what the
+imports read of it; a run's child then takes the caller's environment as
+its own (`os.environ`), so that what the run reads later is the caller's.
+Variables that change from call to call and that nothing reads at import
+(`PER_CALL_ENVIRONMENT`: pytest's name of the running test) start no new
+server: with them, every test's first driver run paid the imports again. A command this cannot run as a fresh
 process would (not this Python's `run_experiment.py`, or asking for library
 output with `--verbosity`, which `tf_environment` reads at import) runs as
 a plain subprocess: `run` takes any command.
@@ -71,6 +76,10 @@ def driver_imports() -> list[str]:
   return names
 
 
+# Set anew for each call by the caller's framework, read by no import.
+PER_CALL_ENVIRONMENT = ('PYTEST_CURRENT_TEST',)
+
+
 def onednn_key(command: Sequence[str],
                env: Mapping[str, str]) -> Optional[str]:
   """The server a command runs in: `'off'` or `'default'` for a run of
@@ -116,7 +125,9 @@ class Prestarter:
       server.close()
 
   def _server(self, key: str, env: Mapping[str, str]) -> '_Server':
-    full_key = (key, tuple(sorted(env.items())))
+    full_key = (key, tuple(sorted(
+        (name, value) for name, value in env.items()
+        if name not in PER_CALL_ENVIRONMENT)))
     retired = []
     with self._lock:
       server = self._servers.pop(full_key, None)
@@ -146,7 +157,7 @@ class Prestarter:
     key = onednn_key(command, env)
     if key is not None:
       code = self._server(key, env).run(list(command), stdout_path,
-                                        stderr_path, cwd, timeout)
+                                        stderr_path, cwd, timeout, env)
       if code is not None:
         return code
     with open(stdout_path, 'w') as out, open(stderr_path, 'w') as err:
@@ -200,8 +211,8 @@ class _Server:
       slot['started'].set()
       slot['done'].set()
 
-  def run(self, command, stdout_path, stderr_path, cwd,
-          timeout) -> Optional[int]:
+  def run(self, command, stdout_path, stderr_path, cwd, timeout,
+          env) -> Optional[int]:
     """The run's exit code, or None if the server could not run it."""
     slot = {'started': threading.Event(), 'done': threading.Event()}
     with self._lock:
@@ -211,7 +222,8 @@ class _Server:
       try:
         self._process.stdin.write(json.dumps(
             {'id': request_id, 'argv': command[2:], 'cwd': cwd,
-             'stdout': stdout_path, 'stderr': stderr_path}) + '\n')
+             'stdout': stdout_path, 'stderr': stderr_path,
+             'env': dict(env)}) + '\n')
         self._process.stdin.flush()
       except (BrokenPipeError, ValueError):
         del self._waiting[request_id]
@@ -256,6 +268,10 @@ def _child(request: dict) -> None:
     sys.stderr = open(2, 'w', buffering=1, errors='backslashreplace',  # pylint: disable=consider-using-with
                       closefd=False)
     os.chdir(request['cwd'])
+    # The caller's environment (the server's differs at most in
+    # `PER_CALL_ENVIRONMENT`); `os.environ` sets the C library's too.
+    os.environ.clear()
+    os.environ.update(request['env'])
     sys.argv = [DRIVER, *request['argv']]
     # Seeded from the OS as a fresh process is, not with the server's state
     # (`portpicker` picks a worker's port with `random`: two runs forked

@@ -146,6 +146,36 @@ def test_idle_servers_past_the_limit_end_and_close_ends_the_rest(tmp_path):
   assert not any(_servers(m) for m in markers)
 
 
+def test_a_per_call_variable_starts_no_server_and_the_run_reads_the_callers(
+    tmp_path, monkeypatch):
+  # `BUILD_WORKING_DIRECTORY` (where `bazel run` was typed; the driver
+  # resolves relative paths from it) stands for a variable nothing reads at
+  # import: both calls go to one server, and each run reads its caller's.
+  monkeypatch.setattr(prestart, 'PER_CALL_ENVIRONMENT',
+                      (*prestart.PER_CALL_ENVIRONMENT,
+                       'BUILD_WORKING_DIRECTORY'))
+  marker = f'FL_PAPERS_PRESTART_TEST={tmp_path}'
+  name, value = marker.split('=', 1)
+  errors = []
+  with prestart.Prestarter() as prestarter:
+    # Refused at once, each in its own words: in a/, `out` is a file; in
+    # b/, the run's metrics.csv is a directory.
+    (tmp_path / 'a').mkdir()
+    (tmp_path / 'a' / 'out').write_text('')
+    (tmp_path / 'b' / 'out' / 'r' / 'metrics.csv').mkdir(parents=True)
+    for where in ('a', 'b'):
+      code, _, err = _prestarted(
+          prestarter, tmp_path, '--task=synthetic', *_SMALL,
+          '--root_output_dir=out', '--experiment_name=r',
+          env={**os.environ, name: value, 'PYTEST_CURRENT_TEST': where,
+               'BUILD_WORKING_DIRECTORY': str(tmp_path / where)})
+      assert code == 2, err
+      errors.append(err)
+      assert len(_servers(marker)) == 1
+  assert 'Not a directory' in errors[0] and 'metrics.csv' not in errors[0]
+  assert 'metrics.csv' in errors[1], errors[1]
+
+
 def test_the_server_imports_the_drivers_modules_and_forks_with_one_thread():
   assert {'experiment_driver.build', 'experiment_driver.training_loop',
           'tasks', 'tensorflow'} <= set(prestart.driver_imports())
