@@ -15,6 +15,7 @@ import numpy as np
 import pandas as pd
 import pytest
 from scipy import stats
+from statsmodels.stats import multitest
 from statsmodels.stats import proportion
 from statsmodels.stats import weightstats
 
@@ -214,6 +215,16 @@ def test_equivalence_is_tost_against_the_margin():
   wide = np.array([0.05, -0.04, 0.03, -0.05, 0.02])
   assert verdicts.verdict_of_differences(claim, wide).verdict == (
       verdicts.NOT_REPRODUCED)
+
+
+@pytest.mark.parametrize('p_values', [
+    [0.01, 0.04, 0.03, 0.2], [0.5], [0.02, 0.02, 0.9, 0.001, 0.6],
+    [0.3, 0.4, 0.45], [np.nan, 0.01, 0.04], list(
+        np.random.default_rng(3).uniform(0, 0.2, 12))])
+def test_holm_is_statsmodels_holm(p_values):
+  expected = multitest.multipletests(p_values, alpha=verdicts.ALPHA,
+                                     method='holm')[1]
+  np.testing.assert_array_equal(verdicts.holm(p_values), expected)
 
 
 def test_holm_corrects_the_primary_effects_together():
