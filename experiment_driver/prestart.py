@@ -269,9 +269,14 @@ def _child(request: dict) -> None:
                       closefd=False)
     os.chdir(request['cwd'])
     # The caller's environment (the server's differs at most in
-    # `PER_CALL_ENVIRONMENT`); `os.environ` sets the C library's too.
+    # `PER_CALL_ENVIRONMENT`), with the oneDNN setting TensorFlow was
+    # imported with, which a fresh driver sets itself by task;
+    # `os.environ` sets the C library's too.
+    env = dict(request['env'])
+    if tf_environment.ONEDNN in os.environ:
+      env.setdefault(tf_environment.ONEDNN, os.environ[tf_environment.ONEDNN])
     os.environ.clear()
-    os.environ.update(request['env'])
+    os.environ.update(env)
     sys.argv = [DRIVER, *request['argv']]
     # Seeded from the OS as a fresh process is, not with the server's state
     # (`portpicker` picks a worker's port with `random`: two runs forked

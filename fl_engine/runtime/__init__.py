@@ -31,7 +31,6 @@ one door to it, with the reasons).
 import atexit
 import contextlib
 import functools
-import gc
 import threading
 from collections.abc import Iterator, Sequence
 from typing import Any, Optional
@@ -60,6 +59,7 @@ from fl_engine.runtime.workers import stop_all_workers
 from fl_engine.runtime.workers import stop_worker
 from fl_engine.runtime.workers import WORKER_BINARY_PATH
 from fl_engine.runtime.workers import worker_intra_op_threads
+from fl_common import default_context
 from fl_common.default_context import refuse_unmanaged_default_context
 
 __all__ = [
@@ -354,7 +354,8 @@ class _ManagedDefaultContext(context_base.SyncContext):
 
 def _manage_default_context() -> None:
   tff.framework.set_default_context(_ManagedDefaultContext())
-  gc.collect()  # TFF's own, dropped now rather than at exit
+  # TFF's own, dropped now rather than at exit.
+  default_context.collect_replaced_context()
 
 
 _manage_default_context()
