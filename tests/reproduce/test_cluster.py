@@ -10,7 +10,9 @@ a cluster cannot run (CI does not set it).
 Runs are the driver's Synthetic ones, a few rounds each, on CPUs.
 """
 
+import contextlib
 import fcntl
+import io
 import json
 import os
 import re
@@ -22,6 +24,7 @@ import pandas as pd
 import pytest
 
 from fl_common import run_layout
+from reproduce import __main__ as reproduce_main
 from reproduce import cluster
 from reproduce import sweep
 
@@ -59,6 +62,24 @@ def slurm(tmp_path_factory, monkeypatch_module):
 def monkeypatch_module():
   with pytest.MonkeyPatch.context() as patch:
     yield patch
+
+
+def _reproduce_here(*args):
+  """`python -m reproduce` in this process, for the calls that return at
+  once (submitting, `--status`): the command's own process is `_reproduce`'s
+  (`--wait`, with its timeout), and each fresh one pays TensorFlow's import."""
+  out, err = io.StringIO(), io.StringIO()
+  with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+    try:
+      code = reproduce_main.main(list(args))
+    except SystemExit as e:
+      code = e.code
+  done = subprocess.CompletedProcess(args, code, out.getvalue(),
+                                     err.getvalue())
+  if code != 0:
+    raise AssertionError(f'exit {code}:\n{done.stdout[-3000:]}\n'
+                         f'{done.stderr[-3000:]}')
+  return done
 
 
 def _reproduce(*args, check=True, timeout=900):
@@ -125,15 +146,16 @@ def test_a_grid_runs_as_a_job_array_and_is_not_resubmitted_while_queued(
   grid = ('gel', 'fig2', '--scale=smoke', f'--root_output_dir={tmp_path}')
   # Submitted held, so that the runs are still queued when the second
   # launch looks, however slow this machine.
-  first = _reproduce(*grid, '--launcher=slurm', *_SMALL, '--sbatch=hold')
+  first = _reproduce_here(*grid, '--launcher=slurm', *_SMALL,
+                          '--sbatch=hold')
   (array,) = re.findall(r'submitted 2 runs as job (\d+)', first.stdout)
   assert '--status' in first.stdout
   queued = [job for job in _queue() if job.split('_')[0] == array]
   assert sorted(queued) == [f'{array}_0', f'{array}_1']
   # A second launch while the tasks are queued submits nothing.
-  second = _reproduce(*grid, '--launcher=slurm', *_SMALL)
+  second = _reproduce_here(*grid, '--launcher=slurm', *_SMALL)
   assert 'submitted 0 runs; 2 queued already, 0 finished' in second.stdout
-  status = _reproduce(*grid, '--status')
+  status = _reproduce_here(*grid, '--status')
   assert status.stdout.strip() == 'gel fig2: 2 runs: 2 pending'
   subprocess.run(['scontrol', 'release', array], check=True)
   # --wait submits nothing new, waits, then writes the report.
@@ -149,10 +171,10 @@ def test_a_grid_runs_as_a_job_array_and_is_not_resubmitted_while_queued(
     assert _attempts(log_dir, name) == 1
     with open(log_dir / f'{name}.job.json') as f:
       assert json.load(f)['state'] == 'finished'
-  assert _reproduce(*grid, '--status').stdout.strip() == (
+  assert _reproduce_here(*grid, '--status').stdout.strip() == (
       'gel fig2: 2 runs: 2 finished')
   # Finished runs are not submitted again.
-  again = _reproduce(*grid, '--launcher=slurm', *_SMALL)
+  again = _reproduce_here(*grid, '--launcher=slurm', *_SMALL)
   assert 'submitted 0 runs; 0 queued already, 2 finished' in again.stdout
 
 
