@@ -28,9 +28,8 @@ Tests (two-sided, `ALPHA` = 0.05):
   interval (Wilson scores): never a zero-width interval;
 * an equivalence claim ("no difference"): TOST against the protocol's
   margin (`statsmodels`' `DescrStatsW.ttost_mean`) with its 90 % interval;
-* Holm's correction over the report's tested primary effects (`holm`:
-  `statsmodels`' `multipletests(method='holm')` arithmetic, which its test
-  compares against); a secondary effect is judged at `ALPHA` alone.
+* Holm's correction (`statsmodels`' `multipletests`) over the report's
+  tested primary effects; a secondary effect is judged at `ALPHA` alone.
 
 Per effect (`d`: the mean paired difference signed so that the paper's
 direction is positive; `p`: its corrected p-value):
@@ -61,6 +60,7 @@ conventions.
 """
 
 import dataclasses
+import gc
 import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Optional, Union
@@ -69,6 +69,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 from statsmodels.stats import contingency_tables
+from statsmodels.stats import multitest
 from statsmodels.stats import proportion
 from statsmodels.stats import weightstats
 
@@ -545,23 +546,22 @@ def test_of(effect: Effect, treated: np.ndarray, base: np.ndarray) -> Test:
 
 
 def holm(p_values: Sequence[float]) -> list[float]:
-  """Holm's step-down adjusted p-values, in the order given.
+  """Holm's step-down adjusted p-values, in the order given (statsmodels).
 
-  The arithmetic of `statsmodels`' `multipletests(method='holm')` (sorted,
-  times m, m - 1, ..., 1, running maximum, capped at 1), which
-  `tests/reproduce/test_verdicts.py` checks this against. Not that call
-  itself: its Holm branch runs a full `gc.collect()` per call, ~0.3 s in a
-  process that holds TensorFlow, once per report and per test of one.
+  `multipletests`' Holm branch runs a full `gc.collect()` at every call:
+  ~0.3 s in a process holding TensorFlow, once per report and per test of
+  one. The objects alive before the call are frozen for its length
+  (`gc.freeze`), so that collection looks only at what the call made.
   """
   if not len(p_values):
     return []
-  p = np.asarray(p_values, dtype=np.float64)
-  order = np.argsort(p)
-  adjusted = np.maximum.accumulate(p[order] * np.arange(len(p), 0, -1))
-  adjusted[adjusted > 1] = 1
-  result = np.empty_like(adjusted)
-  result[order] = adjusted
-  return [float(v) for v in result]
+  gc.freeze()
+  try:
+    adjusted = multitest.multipletests(list(p_values), alpha=ALPHA,
+                                       method='holm')[1]
+  finally:
+    gc.unfreeze()
+  return [float(p) for p in adjusted]
 
 
 def verdict_of(effect: Effect, test: Test,
