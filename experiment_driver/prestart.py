@@ -26,10 +26,11 @@ imports read of it; a run's child then takes the caller's environment as
 its own (`os.environ`), so that what the run reads later is the caller's.
 Variables that change from call to call and that nothing reads at import
 (`PER_CALL_ENVIRONMENT`: pytest's name of the running test) start no new
-server: with them, every test's first driver run paid the imports again. A command this cannot run as a fresh
-process would (not this Python's `run_experiment.py`, or asking for library
-output with `--verbosity`, which `tf_environment` reads at import) runs as
-a plain subprocess: `run` takes any command.
+server: with them, every test's first driver run paid the imports again.
+
+A command this cannot run as a fresh process would (not this Python's
+`run_experiment.py`, or asking for library output with `--verbosity`, which
+`tf_environment` reads at import) runs as a plain subprocess: `run` takes any command.
 
 A run reseeds Python's and NumPy's global generators from the OS, as a
 fresh process is seeded; every other seed is the run's own flag. `ps` and

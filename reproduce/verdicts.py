@@ -555,12 +555,16 @@ def holm(p_values: Sequence[float]) -> list[float]:
   """
   if not len(p_values):
     return []
-  gc.freeze()
+  # A caller's own frozen objects are left as they were.
+  freeze = gc.get_freeze_count() == 0
+  if freeze:
+    gc.freeze()
   try:
     adjusted = multitest.multipletests(list(p_values), alpha=ALPHA,
                                        method='holm')[1]
   finally:
-    gc.unfreeze()
+    if freeze:
+      gc.unfreeze()
   return [float(p) for p in adjusted]
 
 
