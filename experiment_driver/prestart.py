@@ -30,7 +30,8 @@ server: with them, every test's first driver run paid the imports again.
 
 A command this cannot run as a fresh process would (not this Python's
 `run_experiment.py`, or asking for library output with `--verbosity`, which
-`tf_environment` reads at import) runs as a plain subprocess: `run` takes any command.
+`tf_environment` reads at import) runs as a plain subprocess: `run` takes
+any command.
 
 A run reseeds Python's and NumPy's global generators from the OS, as a
 fresh process is seeded; every other seed is the run's own flag. `ps` and
