@@ -98,23 +98,26 @@ reproduce-smoke: install
 	  rm -rf $$root $$root.log; exit $$status
 
 # The paper scale, kept from rotting (CI): per experiment, the first point of
-# each paper-scale grid with a new task, algorithm or server optimizer, one
-# round on the tasks' stand-in data, no report (`--scale=paper_smoke`,
-# docs/cluster.md); GeL's through --launcher=slurm on a one-node cluster
-# (tools/local_slurm.sh; root needed), the others here.
+# every paper-scale grid (each command once), one round on the tasks'
+# stand-in data, no report (`--scale=paper_smoke`, docs/cluster.md); the
+# large-cohort paper's through --launcher=slurm on a one-node cluster
+# (tools/local_slurm.sh; root needed), the others here. SLURM's jobs are
+# fresh processes, each importing TensorFlow, so the paper with the fewest
+# points goes there.
 paper-smoke: install
 	root=$$(mktemp -d) && \
-	  { $(PY) -m reproduce large_cohort --scale=paper_smoke \
+	  { $(PY) -m reproduce adabest --scale=paper_smoke \
 	      --root_output_dir=$$root && \
-	    $(PY) -m reproduce adabest --scale=paper_smoke \
+	    $(PY) -m reproduce gel --scale=paper_smoke \
 	      --root_output_dir=$$root && \
 	    eval "$$(tools/local_slurm.sh start $$root/slurm)" && \
-	    ( $(PY) -m reproduce gel --scale=paper_smoke --launcher=slurm \
-	        --wait --poll_seconds=5 --cpus_per_run=1 --mem_gb=2 \
-	        --root_output_dir=$$root; gel=$$?; \
-	      tools/local_slurm.sh stop $$root/slurm; exit $$gel ); \
+	    ( $(PY) -m reproduce large_cohort --scale=paper_smoke \
+	        --launcher=slurm --wait --poll_seconds=5 --cpus_per_run=1 \
+	        --mem_gb=2 --root_output_dir=$$root; cohort=$$?; \
+	      tools/local_slurm.sh stop $$root/slurm; exit $$cohort ); \
 	  } > $$root.log 2>&1; status=$$?; \
-	  grep -E '^(==|sweep:|gel |error:|failed:|  failed:|    \|)' $$root.log; \
+	  grep -E '^(==|sweep:|large_cohort |error:|failed:|  failed:|    \|)' \
+	    $$root.log; \
 	  rm -rf $$root $$root.log; exit $$status
 
 # Bazel: Debian's bazel-bootstrap 4.2.3 plus the offline stand-ins of the rule

@@ -65,8 +65,8 @@ from reproduce import verdicts
 
 SCALES = ('local', 'paper', 'smoke', 'paper_smoke')
 # `paper_smoke` keeps paper-scale commands from rotting unseen: per
-# experiment, the first point of each paper-scale grid that runs a task,
-# algorithm and server optimizer no earlier grid of it ran, for one round on
+# experiment, the first point of each paper-scale grid (a command that an
+# earlier grid's first point runs already is not run again), for one round on
 # the task's small stand-in data (`--use_synthetic_data`: TFF's synthetic
 # EMNIST, TFDS's mock images partitioned, a generated play), with no
 # network; the cohort and a partition's client count are the paper's capped
@@ -345,16 +345,17 @@ def _paper_smoke_grid(grid: Grid) -> Grid:
 
 
 def _paper_smoke_grids(grids: Sequence[Grid]) -> tuple[Grid, ...]:
-  """`_paper_smoke_grid` of each grid whose task, algorithm and server
-  optimizer (at its first point) no earlier grid has."""
+  """`_paper_smoke_grid` of every grid, but each command once: a grid whose
+  first point runs the flags of an earlier grid's (once the cohort is capped
+  by the stand-in's clients) would run the same command again."""
   seen, kept = set(), []
-  for grid in grids:
+  for grid in map(_paper_smoke_grid, grids):
     first = {**grid.flags, **{a.flag: a.values[0] for a in grid.axes}}
-    key = (first.get('task'), first.get('algorithm'),
-           first.get('server_optimizer'))
+    first.pop(grid.seed_flag, None)
+    key = tuple(sorted((flag, str(value)) for flag, value in first.items()))
     if key not in seen:
       seen.add(key)
-      kept.append(_paper_smoke_grid(grid))
+      kept.append(grid)
   return tuple(kept)
 
 

@@ -2469,42 +2469,43 @@ def test_a_smoke_flag_on_an_axis_replaces_its_values():
   assert grid.axes[0].values == ('10', '50')
 
 
-def test_paper_smoke_is_each_new_paper_grids_first_point_on_stand_in_data(
+def test_paper_smoke_is_every_paper_grids_first_point_on_stand_in_data(
     tmp_path):
   for experiment in reproduce.EXPERIMENTS.values():
     paper = core.setting_for(experiment, 'paper').grids
     smoke = core.setting_for(experiment, core.PAPER_SMOKE).grids
-    signature = lambda g: tuple(
-        {**g.flags, **{a.flag: a.values[0] for a in g.axes}}.get(flag)
-        for flag in ('task', 'algorithm', 'server_optimizer'))
-    # One grid per new task, algorithm and server optimizer, in order.
-    assert [signature(g) for g in smoke] == list(dict.fromkeys(
-        signature(g) for g in paper)), experiment.name
-    firsts = {}
-    for grid in paper:
-      firsts.setdefault(signature(grid), grid)
     points = core.build_points(experiment, core.PAPER_SMOKE, str(tmp_path))
     assert len(points) == len(smoke)
-    for original, point in zip(firsts.values(), points):
-      flags = dict(a[2:].partition('=')[::2] for a in point.command
-                   if a.startswith('--'))
-      task = flags['task']
-      assert point.total_rounds == 1
-      assert ('use_synthetic_data' in flags) == (task in
-                                                 core.STAND_IN_CLIENTS)
-      for axis in original.axes:
-        expected = axis.values[0]
-        if axis.flag in ('clients_per_round', 'num_clients') and (
-            task in core.STAND_IN_CLIENTS):
-          expected = str(min(int(expected), core.STAND_IN_CLIENTS[task]))
-        if axis.flag != original.seed_flag:
-          assert flags[axis.flag] == expected, (experiment.name, axis.flag)
-      for flag, value in original.flags.items():
-        if flag in ('rounds_per_eval', 'rounds_per_checkpoint'):
-          assert flags[flag] == '1'
+    commands = [
+        dict(a[2:].partition('=')[::2] for a in point.command
+             if a.startswith('--') and not a.startswith(
+                 ('--seed=', '--experiment_name=', '--root_output_dir=')))
+        for point in points]
+    # Each command once.
+    assert len({tuple(sorted(c.items())) for c in commands}) == len(commands)
+    # Every paper grid's first point is one of them: its first value of
+    # each axis, its flags, the cohort capped by the stand-in's clients and
+    # one round.
+    for original in paper:
+      task = {**original.flags,
+              **{a.flag: a.values[0] for a in original.axes}}['task']
+      expected = {}
+      for flag, value in [*original.flags.items(),
+                          *((a.flag, a.values[0]) for a in original.axes)]:
+        if flag == original.seed_flag:
+          continue
+        if value is None:  # a bare flag (`--noclipping`)
+          value = ''
+        elif flag in ('rounds_per_eval', 'rounds_per_checkpoint'):
+          value = '1'
         elif flag in ('clients_per_round', 'num_clients') and (
             task in core.STAND_IN_CLIENTS):
-          assert flags[flag] == str(min(int(value),
-                                        core.STAND_IN_CLIENTS[task]))
-        elif value is not None:
-          assert flags[flag] == value, (experiment.name, flag)
+          value = str(min(int(value), core.STAND_IN_CLIENTS[task]))
+        expected[flag] = value
+      matches = [c for c in commands
+                 if all(c.get(f) == v for f, v in expected.items())]
+      assert matches, (experiment.name, original.name)
+    for point, command in zip(points, commands):
+      assert point.total_rounds == 1
+      assert ('use_synthetic_data' in command) == (
+          command['task'] in core.STAND_IN_CLIENTS)
