@@ -148,10 +148,21 @@ def executor_parameters(resources: Resources, name: str) -> dict:
   return parameters
 
 
-def _executor(folder: str, resources: Resources, name: str
+class _ScriptOnlyExecutor(submitit.SlurmExecutor):
+  """A `SlurmExecutor` that writes scripts where no `srun` is on PATH (a
+  dry run on a laptop): submitit's refuses to start there. It submits
+  nothing; `launch` uses submitit's own."""
+
+  @classmethod
+  def affinity(cls) -> int:
+    return 1
+
+
+def _executor(folder: str, resources: Resources, name: str,
+              executor_class=submitit.SlurmExecutor
               ) -> submitit.SlurmExecutor:
-  executor = submitit.SlurmExecutor(folder=folder,
-                                    max_num_timeout=MAX_TIMEOUT_REQUEUES)
+  executor = executor_class(folder=folder,
+                            max_num_timeout=MAX_TIMEOUT_REQUEUES)
   executor.update_parameters(**executor_parameters(resources, name))
   return executor
 
@@ -162,9 +173,10 @@ def sbatch_script(folder: str, resources: Resources, name: str,
 
   Below submitit's public API (its executor's script text, with the array
   size it sets while submitting): its public API submits but does not show
-  the script, and a dry run must print exactly what would be submitted.
+  the script, and a dry run must print exactly what would be submitted,
+  with or without SLURM on this machine.
   """
-  executor = _executor(folder, resources, name)
+  executor = _executor(folder, resources, name, _ScriptOnlyExecutor)
   if tasks > 1:
     executor.parameters['map_count'] = tasks
   return executor._make_submission_file_text(  # pylint: disable=protected-access

@@ -41,6 +41,11 @@ if [ "$action" = stop ]; then
   stop_pid_file "$dir/d.pid"
   stop_pid_file "$dir/ctld.pid"
   stop_pid_file "$dir/munged.pid"
+  # A short spool start made outside DIR (below): remove it with its link.
+  if [ -L "$dir/spool" ]; then
+    rm -rf "$(readlink "$dir/spool")"
+    rm -f "$dir/spool"
+  fi
   exit 0
 fi
 [ "$action" = start ] || usage
@@ -53,7 +58,19 @@ if ! command -v slurmctld >/dev/null || ! command -v slurmd >/dev/null ||
       apt-get install -y -q slurm-wlm munge; } >"$dir.apt.log" 2>&1 ||
     fail "apt-get install slurm-wlm munge failed (log: $dir.apt.log)"
 fi
-mkdir -p "$dir/state" "$dir/spool"
+node=$(hostname)
+mkdir -p "$dir/state"
+# slurmd makes each job step's Unix socket in its spool
+# (`<spool>/<node>_<job>.<step>`, the two numbers up to 10 digits), and a
+# socket's path holds at most 107 bytes: under a deep DIR (Bazel's test
+# temporary directory) a job could not start. The spool then goes to a short
+# directory of its own under /tmp, which DIR/spool links to.
+spool="$dir/spool"
+if [ $(( ${#spool} + ${#node} + 23 )) -gt 107 ]; then
+  spool=$(mktemp -d /tmp/slurmd.XXXXXX)
+  ln -sfn "$spool" "$dir/spool"
+fi
+mkdir -p "$spool"
 
 # munge: one daemon per machine; start one if none answers.
 if ! munge -n 2>/dev/null | unmunge >/dev/null 2>&1; then
@@ -69,7 +86,6 @@ if ! munge -n 2>/dev/null | unmunge >/dev/null 2>&1; then
   done
 fi
 
-node=$(hostname)
 cpus=$(nproc)
 mem=$(awk '/MemTotal/ {printf "%d", $2 / 1024 * 0.8}' /proc/meminfo)
 cat > "$dir/slurm.conf" <<EOF
@@ -78,7 +94,7 @@ SlurmctldHost=$node
 SlurmUser=root
 AuthType=auth/munge
 StateSaveLocation=$dir/state
-SlurmdSpoolDir=$dir/spool
+SlurmdSpoolDir=$spool
 SlurmctldLogFile=$dir/ctld.log
 SlurmdLogFile=$dir/d.log
 SlurmctldPidFile=$dir/ctld.pid

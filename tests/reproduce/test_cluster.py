@@ -348,6 +348,18 @@ def test_dry_run_prints_the_script_at_the_scales_resources(tmp_path, capsys):
   assert not os.path.exists(tmp_path / 'gel')  # nothing written
 
 
+def test_a_dry_run_prints_the_script_on_a_machine_without_slurm(
+    tmp_path, capsys, monkeypatch):
+  # submitit's executor refuses to start where no `srun` is on PATH; a dry
+  # run, which submits nothing, must not (a fresh machine, a laptop).
+  monkeypatch.setenv('PATH', str(tmp_path / 'no_slurm_here'))
+  code = cli.main(['gel', 'fig2', '--scale=paper', '--launcher=slurm',
+                   '--dry_run', f'--root_output_dir={tmp_path / "runs"}'])
+  out = capsys.readouterr().out
+  assert code == 0 and '#SBATCH --job-name=gel-fig2\n' in out
+  assert not os.path.exists(tmp_path / 'runs')
+
+
 def _finished_point(root, name, rounds=2, done=True):
   (point,) = sweep.build_points((sweep.Axis('seed', ('1',)),), str(root),
                                 rounds, name_prefix=name)
@@ -453,3 +465,32 @@ def test_the_docs_one_run_script_requeues_near_its_limit_and_resumes(
   resumed = _metrics(tmp_path / 'runs' / 'doc')
   assert list(resumed['round']) == list(range(1, 61))
   pd.testing.assert_frame_equal(resumed, _metrics(reference / 'doc'))
+
+
+def test_a_cluster_under_a_deep_directory_runs_its_jobs(tmp_path):
+  """slurmd makes each job step's socket in its spool, and a socket's path
+  holds at most 107 bytes: under a deep directory (Bazel's test temporary
+  directory) the script keeps the spool in a short one, and `stop` removes
+  it."""
+  directory = tmp_path / ('deep' * 20) / 'slurm'
+  directory.mkdir(parents=True)
+  started = subprocess.run([_SCRIPT, 'start', str(directory)],
+                           capture_output=True, text=True, check=False)
+  if started.returncode != 0:
+    pytest.fail(f'the local SLURM cluster did not start: {started.stderr}',
+                pytrace=False)
+  env = {**os.environ, 'SLURM_CONF': str(directory / 'slurm.conf')}
+  spool = os.path.realpath(directory / 'spool')
+  try:
+    assert len(spool) < 40 and os.path.isdir(spool)
+    out = tmp_path / 'job.out'
+    job = subprocess.run(
+        ['sbatch', '--wait', '--cpus-per-task=1', '--mem=100M',
+         f'--output={out}', '--wrap=echo ran'],
+        env=env, capture_output=True, text=True, timeout=120, check=False)
+    assert job.returncode == 0, job.stderr
+    assert out.read_text().strip() == 'ran'
+  finally:
+    subprocess.run([_SCRIPT, 'stop', str(directory)], check=False)
+  assert not os.path.exists(spool)
+  assert not os.path.lexists(directory / 'spool')
