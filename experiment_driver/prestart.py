@@ -28,6 +28,10 @@ Variables that change from call to call and that nothing reads at import
 (`PER_CALL_ENVIRONMENT`: pytest's name of the running test) start no new
 server: with them, every test's first driver run paid the imports again.
 
+The server also generates the Synthetic tasks' data at their default
+settings (`tasks.generate_common_data`: NumPy only, no TensorFlow op), which
+each run of those tasks would otherwise generate first; the runs inherit it.
+
 A command this cannot run as a fresh process would (not this Python's
 `run_experiment.py`, or asking for library output with `--verbosity`, which
 `tf_environment` reads at import) runs as a plain subprocess: `run` takes
@@ -324,6 +328,8 @@ def _serve() -> None:
       if e.name != name:  # a module it imports is missing: say so
         raise
       importlib.import_module(name.rsplit('.', 1)[0])
+  # The Synthetic tasks' generated clients, in NumPy: every run inherits them.
+  importlib.import_module('tasks').generate_common_data()
   # Ctrl-C reaches the runs (the same process group) and ends each as it
   # ends a fresh driver; the server goes when its client closes its input.
   signal.signal(signal.SIGINT, signal.SIG_IGN)

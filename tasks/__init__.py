@@ -223,3 +223,13 @@ def create_task(
         f'unknown task {name!r}; valid names: {", ".join(TASK_NAMES)}'
     )
   return TASKS[name].builder(**kwargs)
+
+
+def generate_common_data() -> None:
+  """Generates, into this process's caches, the data the Synthetic tasks
+  start from at their default settings (LEAF's clients, with GeL's 5 classes
+  and FedDyn's 10): NumPy only, no TensorFlow op, so that a process that
+  forks driver runs (`experiment_driver.prestart`) generates them once for
+  all of its runs."""
+  synthetic.generate_synthetic_clients()
+  partitioned_task.generate_common_data()

@@ -67,9 +67,7 @@ def _pooled_synthetic_data() -> tuple[
     partition.CentralizedSplit, partition.CentralizedSplit, int
 ]:
   """LEAF Synthetic's training and test examples, each pooled over clients."""
-  clients = synthetic.generate_synthetic_clients(
-      num_clients=synthetic.NUM_CLIENTS, num_classes=_POOLED_SYNTHETIC_CLASSES
-  )
+  clients = _synthetic_clients()
   train_clients, test_clients = synthetic.split_client_examples(
       clients, synthetic.LEAF_SEED
   )
@@ -83,6 +81,19 @@ def _pooled_synthetic_data() -> tuple[
     )
 
   return pool(train_clients), pool(test_clients), _POOLED_SYNTHETIC_CLASSES
+
+
+def _synthetic_clients() -> list[synthetic.ClientArrays]:
+  """The LEAF clients `_pooled_synthetic_data` pools (FedDyn's 10 classes)."""
+  return synthetic.generate_synthetic_clients(
+      num_clients=synthetic.NUM_CLIENTS, num_classes=_POOLED_SYNTHETIC_CLASSES
+  )
+
+
+def generate_common_data() -> None:
+  """Generates the clients `_pooled_synthetic_data` pools into
+  `synthetic`'s cache (`tasks.generate_common_data`)."""
+  _synthetic_clients()
 
 
 @dataclasses.dataclass(frozen=True)

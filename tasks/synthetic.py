@@ -76,6 +76,7 @@ share LEAF's constants and random stream.
 """
 
 import collections
+import functools
 from typing import Optional
 
 import numpy as np
@@ -148,7 +149,8 @@ def generate_synthetic_clients(
 
   Returns:
     One `(x, y)` per client: `x` float32 of shape [n_k, num_features], `y`
-    int32 labels in [0, num_classes) of shape [n_k].
+    int32 labels in [0, num_classes) of shape [n_k]; read-only arrays, which
+    this process shares with every caller asking for the same data.
 
   Raises:
     ValueError: If a count is not positive or `alpha`/`beta` is negative.
@@ -161,10 +163,27 @@ def generate_synthetic_clients(
   for name, value in (('alpha', alpha), ('beta', beta)):
     if value < 0:
       raise ValueError(f'{name} must be non-negative, got {name}={value!r}')
-  misaligned = misaligned_clients(num_clients, misaligned_fraction, seed)
+  misaligned_clients(num_clients, misaligned_fraction, seed)  # checks it
   if not 0.0 < misaligned_scale < np.inf:
     raise ValueError('misaligned_scale must be positive and finite, got'
                      f' {misaligned_scale!r}')
+  return list(_generated_clients(num_clients, seed, alpha, beta, num_features,
+                                 num_classes, misaligned_fraction,
+                                 misaligned_scale))
+
+
+# A process generates each dataset once: every run of a Synthetic task starts
+# by generating LEAF's 1,000 clients in a Python loop, and the runs
+# a sweep or the tests fork from one prestarted process
+# (`experiment_driver.prestart`, which generates the default ones first)
+# inherit its copy. The arrays are read-only, so no caller changes another's.
+@functools.lru_cache(maxsize=4)
+def _generated_clients(num_clients: int, seed: int, alpha: float, beta: float,
+                       num_features: int, num_classes: int,
+                       misaligned_fraction: float, misaligned_scale: float
+                       ) -> tuple[ClientArrays, ...]:
+  """`generate_synthetic_clients`' clients, its arguments checked."""
+  misaligned = misaligned_clients(num_clients, misaligned_fraction, seed)
   sizes = _client_sizes(num_clients, seed)
   # LEAF's SyntheticDataset re-seeds NumPy before drawing the model.
   rng = np.random.RandomState(seed)
@@ -197,7 +216,10 @@ def generate_synthetic_clients(
       clients.append(
           (x.astype(np.float32), np.argmax(scores, axis=1).astype(np.int32))
       )
-  return clients
+  for arrays in clients:
+    for array in arrays:
+      array.flags.writeable = False
+  return tuple(clients)
 
 
 def misaligned_clients(num_clients: int, fraction: float,

@@ -100,3 +100,24 @@ def test_driver_worker_with_one_client_at_a_time_gives_it_every_core():
   command, threads = _worker_command_and_threads(max_concurrent_clients=1)
   assert '--max_concurrent_computation_calls=1' in command
   assert threads == str(runtime.cores_available()).encode()
+
+
+@pytest.mark.parametrize('flag_values', [
+    {'task': 'synthetic'},
+    {'task': 'synthetic_partitioned', 'algorithm': 'adabest',
+     'num_clients': 20},
+])
+def test_the_common_data_are_what_the_drivers_synthetic_tasks_generate(
+    flag_values):
+  """The prestart server generates `tasks.generate_common_data` once for
+  all its runs: a Synthetic task the driver builds at its default flags
+  generates nothing more."""
+  import tasks  # pylint: disable=g-import-not-at-top
+  from tasks import synthetic  # pylint: disable=g-import-not-at-top
+  tasks.generate_common_data()
+  before = synthetic._generated_clients.cache_info()
+  with flagsaver.flagsaver(**flag_values):
+    build.create_task()
+  after = synthetic._generated_clients.cache_info()
+  assert after.misses == before.misses
+  assert after.hits > before.hits

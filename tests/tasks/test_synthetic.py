@@ -57,7 +57,10 @@ def test_generator_is_leafs(num_classes):
 
 def test_generator_is_deterministic_by_seed():
   first = synthetic.generate_synthetic_clients(num_clients=20, seed=1)
-  again = synthetic.generate_synthetic_clients(num_clients=20, seed=1)
+  # Generated anew, past the process's cache.
+  again = synthetic._generated_clients.__wrapped__(
+      20, 1, synthetic.LEAF_ALPHA, synthetic.LEAF_BETA, synthetic.NUM_FEATURES,
+      synthetic.NUM_CLASSES, 0.0, synthetic.MISALIGNED_SCALE)
   other = synthetic.generate_synthetic_clients(num_clients=20, seed=2)
   for (x, y), (x_again, y_again) in zip(first, again):
     np.testing.assert_array_equal(x, x_again)
@@ -147,6 +150,22 @@ def test_misaligned_clients_flip_their_labels_and_scale_their_features():
   assert synthetic.misaligned_clients(200, 0.02, seed=11) == chosen
   assert len(synthetic.misaligned_clients(200, 0.001, seed=11)) == 1
   assert synthetic.misaligned_clients(200, 0.0) == frozenset()
+
+
+def test_a_process_generates_each_dataset_once_and_read_only():
+  first = synthetic.generate_synthetic_clients(num_clients=20, seed=5)
+  again = synthetic.generate_synthetic_clients(num_clients=20, seed=5)
+  assert first is not again  # each caller its own list
+  assert all(x is x_again and y is y_again
+             for (x, y), (x_again, y_again) in zip(first, again))
+  other = synthetic.generate_synthetic_clients(num_clients=20, seed=5,
+                                               num_classes=3)
+  assert first[0][0] is not other[0][0]
+  assert max(y.max() for _, y in other) <= 2
+  x, y = first[0]
+  for array in (x, y):
+    with pytest.raises(ValueError, match='read-only'):
+      array[0] = 0
 
 
 @pytest.mark.parametrize(
