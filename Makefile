@@ -78,23 +78,32 @@ bench-gpu: install
 # The confirmatory pass: every frozen protocol on its confirmatory seeds.
 reproduce: install
 	$(PY) -m reproduce all --scale=local --phase=confirmatory \
-	  --root_output_dir=$(REPRODUCE_ROOT)
+	  --root_output_dir=$(REPRODUCE_ROOT) --runs_archive=results
 
 # Every experiment for two rounds, one seed (CI), exploratory: runs, analyses
 # and reports in a fresh temporary directory; then the confirmatory path on a
-# tiny protocol (GeL's Figure 2 copied there): freeze, confirmatory run,
-# report.
+# tiny protocol (GeL's Figure 2 copied there): freeze, confirmatory run with
+# its runs archived (--runs_archive), report; then, the run directories
+# gone, the same report again from the archive alone.
 reproduce-smoke: install
 	root=$$(mktemp -d) && \
 	  { $(PY) -m reproduce all --scale=smoke --root_output_dir=$$root && \
 	    mkdir -p $$root/protocols/gel && \
 	    cp reproduce/protocols/gel/fig2.toml $$root/protocols/gel/ && \
 	    $(PY) -m reproduce freeze gel fig2 --protocols_dir=$$root/protocols && \
-	    $(PY) -m reproduce gel fig2 --scale=smoke --phase=confirmatory \
+	    confirm="gel fig2 --scale=smoke --phase=confirmatory \
 	      --protocols_dir=$$root/protocols --root_output_dir=$$root \
-	      --report_dir=$$root/reports; \
+	      --report_dir=$$root/reports --runs_archive=$$root/archive" && \
+	    $(PY) -m reproduce $$confirm && \
+	    mv $$root/reports/gel/fig2/README.md $$root/first.md && \
+	    rm -rf $$root/gel && \
+	    $(PY) -m reproduce $$confirm --report_only && \
+	    cmp $$root/first.md $$root/reports/gel/fig2/README.md && \
+	    echo "runs_archive: the report regenerated from the archive alone" \
+	      "is the same"; \
 	  } > $$root.log 2>&1; status=$$?; \
-	  grep -E '^(==|sweep:|report:|frozen:|error:|failed:)' $$root.log; \
+	  grep -E '^(==|sweep:|report:|frozen:|error:|failed:|runs_archive:|/)' \
+	    $$root.log; \
 	  rm -rf $$root $$root.log; exit $$status
 
 # The paper scale, kept from rotting (CI): per experiment, the first point of

@@ -23,6 +23,10 @@ submitit (`reproduce.cluster`, docs/cluster.md) and returns, or with
 `--status` shows a grid's runs (finished, running, pending, failed) from
 the run directories and `squeue`.
 
+`--runs_archive=DIR` keeps each experiment's finished runs in one file
+(`reproduce.run_archive`): a grid cut off on one machine resumes on another,
+and a report regenerates from the committed runs alone.
+
 Confirmatory reports go to `results/<paper>/<experiment>/` at the local
 scale (the committed evidence); other reports under
 `<root_output_dir>/reports/<phase>/<scale>/`, unless `--report_dir` says
@@ -32,6 +36,7 @@ where.
 import argparse
 import os
 import sys
+import tarfile
 import time
 from collections.abc import Sequence
 from typing import Optional
@@ -43,6 +48,7 @@ from reproduce import cluster
 from reproduce import launching
 from reproduce import core
 from reproduce import plan
+from reproduce import run_archive
 from reproduce import protocol as protocols
 
 
@@ -113,6 +119,13 @@ def _parser() -> argparse.ArgumentParser:
                      help='How often --wait reads the queue (default 15).')
   parser.add_argument('--report_only', action='store_true',
                       help='Run nothing; report from the finished runs.')
+  parser.add_argument('--runs_archive', default=None, metavar='DIR',
+                      help='Keep each experiment\'s finished runs (metrics,'
+                      ' flags, manifest) in one file under DIR: missing runs'
+                      ' are restored from it first, each run that finishes'
+                      ' is added (reproduce.run_archive). With'
+                      ' --report_only: report from it, and add the runs on'
+                      ' disk.')
   parser.add_argument('--dry_run', action='store_true',
                       help='Print each run\'s command and status; run and'
                       ' write nothing.')
@@ -231,6 +244,18 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
       raise ValueError('--report_only and --dry_run exclude each other')
     experiments = _select(args.paper, args.experiments)
     _check_protocols_dir(args.protocols_dir)
+    if args.runs_archive is not None:
+      if args.dry_run or args.plan or args.status:
+        raise ValueError('--runs_archive does nothing with --dry_run, --plan'
+                         ' or --status (they write no run)')
+      if args.launcher == 'slurm':
+        raise ValueError('--runs_archive does nothing with --launcher=slurm'
+                         ' (its jobs write the run directories): archive'
+                         ' the finished grid with --report_only'
+                         ' --runs_archive=DIR')
+      if args.scale == core.PAPER_SMOKE:
+        raise ValueError('--runs_archive does nothing at --scale=paper_smoke'
+                         ' (its runs are not reported)')
     if args.scale == core.PAPER_SMOKE and (
         args.phase == protocols.CONFIRMATORY or args.seeds is not None or
         args.report_only):
@@ -303,16 +328,40 @@ def _run_and_report(args, experiments, phases, prestarter) -> int:
     phase = phases[(e.paper, e.name)]
     print(f'== {e.paper} {e.name}: {e.source} ({args.scale}, {phase.name})',
           flush=True)
+    archive = on_finished = None
+    points = (core.build_points(e, args.scale, args.root_output_dir,
+                                args.seeds, phase=phase)
+              if args.runs_archive is not None else [])
+    if points:  # a measured experiment without runs has nothing to keep
+      archive = run_archive.archive_path(args.runs_archive, e.paper, e.name,
+                                         args.scale, phase.name)
+      try:
+        restored, timings = run_archive.restore(points, archive)
+      except (ValueError, OSError, tarfile.TarError) as error:
+        print(f'error: {e.paper} {e.name}: {error}', file=sys.stderr)
+        failed = True
+        continue
+      core.add_timings(e, args.scale, args.root_output_dir, timings)
+      print(f'runs_archive: {archive}: {len(restored)} runs restored',
+            flush=True)
+      def on_finished(_, points=points, archive=archive, e=e):
+        run_archive.save(points, archive, core.read_timings(
+            e, args.scale, args.root_output_dir))
     if not args.report_only:
       start = time.monotonic()
       results = core.run_experiment(e, args.scale, args.root_output_dir,
                                     args.seeds, args.parallel,
-                                    prestarter=prestarter, phase=phase)
+                                    prestarter=prestarter, phase=phase,
+                                    on_finished=on_finished)
       if results or not e.measure:
         for line in core.sweep.summary_lines(results):
           print(line)
       print(f'{time.monotonic() - start:.0f} s', flush=True)
       failed |= any(r.status == 'failed' for r in results)
+    if archive is not None:
+      held = run_archive.save(points, archive, core.read_timings(
+          e, args.scale, args.root_output_dir))
+      print(f'runs_archive: {archive}: {held} runs', flush=True)
     if args.scale == core.PAPER_SMOKE:
       print('paper_smoke: the runs only, no report', flush=True)
       continue

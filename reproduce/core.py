@@ -479,6 +479,15 @@ def _record_timing(experiment: Experiment, scale: str, root: str,
   _write_timings(experiment, scale, root, timings)
 
 
+def add_timings(experiment: Experiment, scale: str, root: str,
+                timings: Mapping[str, float]) -> None:
+  """Adds runs' wall times (restored runs': `reproduce.run_archive`) to the
+  paper's `timings.json`, keeping those it holds."""
+  if timings:
+    _write_timings(experiment, scale, root,
+                   {**timings, **read_timings(experiment, scale, root)})
+
+
 def _write_timings(experiment: Experiment, scale: str, root: str,
                    timings: Mapping[str, float]) -> None:
   path = _timings_path(experiment, scale, root)
@@ -541,11 +550,20 @@ def run_experiment(experiment: Experiment, scale: str, root: str,
                    print_fn: Callable[[str], None] = print,
                    prestarter: Optional[prestart.Prestarter] = None,
                    phase: Optional[Phase] = None,
+                   on_finished: Optional[Callable[[sweep.SweepPoint], None]]
+                   = None,
                    ) -> list[sweep.PointResult]:
   """Runs the experiment's unfinished points (`parallel` at a time, at most
   `experiment.max_parallel`), recording each one's wall time as it ends; a
   measured experiment is measured again (it takes seconds). `prestarter`
-  (`reproduce.sweep.run_sweep`) lets several experiments share its servers."""
+  (`reproduce.sweep.run_sweep`) lets several experiments share its servers;
+  `on_finished` is called with each point that runs to its end, after its
+  wall time is recorded."""
+  def on_result(result: sweep.PointResult) -> None:
+    _record_timing(experiment, scale, root, result)
+    if on_finished is not None and result.status == 'succeeded':
+      on_finished(result.point)
+
   points = run_order(experiment, build_points(experiment, scale, root, seeds,
                                               phase=phase))
   if experiment.measure is not None and scale != PAPER_SMOKE:
@@ -557,9 +575,7 @@ def run_experiment(experiment: Experiment, scale: str, root: str,
       log_dir=os.path.join(run_root(root, experiment, scale),
                            sweep.LOG_DIR_NAME),
       print_fn=print_fn,
-      on_result=lambda result: _record_timing(experiment, scale, root,
-                                              result),
-      prestarter=prestarter)
+      on_result=on_result, prestarter=prestarter)
 
 
 def _counted(values: Sequence[str], unrecorded: str) -> str:

@@ -1,0 +1,129 @@
+"""An experiment's finished runs as one committed file, so that its report
+can be regenerated, and its grid finished, on another machine.
+
+A confirmatory pass takes longer than one machine keeps its disk (GeL's
+Table 1 alone is ~7 h on 2 cores), and a reviewer should be able to read the
+numbers a report was computed from without rerunning it. `--runs_archive=DIR`
+keeps, per experiment, scale and phase, one `tar.gz` under
+`DIR/<paper>/<experiment>/<scale>_<phase>.tar.gz` holding what a report
+reads of each finished run (`metrics.csv`, `hparams.json`, `manifest.json`;
+no checkpoint, no TensorBoard) and the runs' wall times. Before a grid runs,
+the archive's runs that are missing from the run directories are restored
+(a restored run counts as finished, as `sweep.is_finished` reads it); each
+run that finishes is added to it at once, so a pass cut off loses at most
+the runs in flight.
+
+The archive is rewritten whole (a temporary file, then a rename): a reader
+never sees half of it, and a run once in it stays in it. Members are named
+`<run name>/<file>`; a member of any other name, or of a run not in the
+grid, is refused rather than extracted.
+"""
+
+import gzip
+import io
+import json
+import os
+import tarfile
+from collections.abc import Mapping, Sequence
+
+from fl_common import run_layout
+from reproduce import sweep
+
+KEPT_FILES = (run_layout.METRICS_FILE, run_layout.HPARAMS_FILE,
+              run_layout.MANIFEST_FILE)
+TIMINGS_MEMBER = 'timings.json'  # run name -> seconds, as core's timings
+
+
+def archive_path(archive_dir: str, paper: str, experiment: str, scale: str,
+                 phase: str) -> str:
+  return os.path.join(archive_dir, paper, experiment,
+                      f'{scale}_{phase}.tar.gz')
+
+
+def _read(path: str, names: set[str]
+          ) -> tuple[dict[str, dict[str, bytes]], dict[str, float]]:
+  """(run name -> file name -> bytes, timings) of the archive at `path`;
+  empty when there is none.
+
+  Raises:
+    ValueError: If a member is not a kept file of a run of `names`.
+  """
+  runs: dict[str, dict[str, bytes]] = {}
+  timings: dict[str, float] = {}
+  if not os.path.exists(path):
+    return runs, timings
+  with tarfile.open(path, 'r:gz') as tar:
+    for member in tar.getmembers():
+      if member.name == TIMINGS_MEMBER and member.isfile():
+        timings = {k: float(v) for k, v in
+                   json.load(tar.extractfile(member)).items()}
+        continue
+      run, _, file = member.name.partition('/')
+      if not (member.isfile() and run in names and file in KEPT_FILES):
+        raise ValueError(f'{path}: member {member.name!r} is not a kept file'
+                         ' of a run of this grid (a run archive holds'
+                         f' <run>/{{{",".join(KEPT_FILES)}}})')
+      runs.setdefault(run, {})[file] = tar.extractfile(member).read()
+  return runs, timings
+
+
+def restore(points: Sequence[sweep.SweepPoint], path: str
+            ) -> tuple[list[str], dict[str, float]]:
+  """Writes each archived run whose run directory does not exist; returns
+  the names restored and their wall times. A run directory that exists is
+  left as it is (a finished run is the same run; an unfinished one resumes
+  from its own checkpoint)."""
+  by_name = {p.experiment_name: p for p in points}
+  runs, timings = _read(path, set(by_name))
+  restored = []
+  for name, files in sorted(runs.items()):
+    run_dir = by_name[name].run_dir
+    if os.path.exists(run_dir):
+      continue
+    partial = f'{run_dir}.restoring{os.getpid()}'
+    os.makedirs(partial)
+    for file, data in files.items():
+      with open(os.path.join(partial, file), 'wb') as f:
+        f.write(data)
+    os.replace(partial, run_dir)
+    restored.append(name)
+  return restored, {n: timings[n] for n in restored if n in timings}
+
+
+def save(points: Sequence[sweep.SweepPoint], path: str,
+         timings: Mapping[str, float]) -> int:
+  """Adds every finished point's kept files (and wall time, where
+  `timings` has it) to the archive at `path`; returns how many runs it
+  holds. Runs already archived stay, whether or not they are on disk."""
+  runs, archived_timings = _read(path, {p.experiment_name for p in points})
+  for point in points:
+    if not sweep.is_finished(point):
+      continue
+    files = {}
+    for file in KEPT_FILES:
+      try:
+        with open(os.path.join(point.run_dir, file), 'rb') as f:
+          files[file] = f.read()
+      except FileNotFoundError:
+        pass
+    runs[point.experiment_name] = files
+    if point.experiment_name in timings:
+      archived_timings[point.experiment_name] = timings[point.experiment_name]
+  os.makedirs(os.path.dirname(path) or '.', exist_ok=True)
+  partial = f'{path}.tmp{os.getpid()}'
+  # Fixed times and order: the same runs give the same bytes (a commit of
+  # an unchanged archive changes nothing).
+  with open(partial, 'wb') as raw:
+    with gzip.GzipFile(fileobj=raw, mode='wb', mtime=0) as zipped:
+      with tarfile.open(fileobj=zipped, mode='w') as tar:
+        members = [(TIMINGS_MEMBER, json.dumps(
+            dict(sorted(archived_timings.items())), indent=1).encode())]
+        members += [(f'{name}/{file}', data)
+                    for name, files in sorted(runs.items())
+                    for file, data in sorted(files.items())]
+        for name, data in members:
+          info = tarfile.TarInfo(name)
+          info.size, info.mtime, info.mode = len(data), 0, 0o644
+          tar.addfile(info, io.BytesIO(data))
+  os.replace(partial, path)
+  return len(runs)
