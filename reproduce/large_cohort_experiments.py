@@ -100,10 +100,10 @@ DIGITS_SUBSTITUTES = (
     ' 10,000 clients (`--synthetic_num_clients=10000`: 2,000 held out for'
     ' validation, so that M = 800 is a tenth of the 8,000 training clients,'
     ' as the paper\'s 800 are a quarter of EMNIST\'s 3,400, where LEAF\'s'
-    ' 1,000 would make M = 800 every training client, every round; 10'
-    ' seeds, twice the paper\'s, because with 5 the failure effect would'
-    ' come out with probability 0.34 even if the mechanism acts every time'
-    ' (the reading computes it),'
+    ' 1,000 would make M = 800 every training client, every round; 40'
+    ' seeds, because at the failure rates of the 10 exploratory seeds'
+    ' (30 % at M = 10, 70 % at M = 800) the exact test would pass with'
+    ' probability 0.10 at 10 seeds and 0.87 at 40 (the protocol\'s notes),'
     ' 150 rounds, FedAvg at Synthetic\'s rates (1, 0.1)): one client in'
     ' 10,000, fixed, takes the label its own model ranks last and features'
     ' scaled by 10^4 (`--synthetic_misaligned_fraction=0.0001'
@@ -118,7 +118,8 @@ DIGITS_SUBSTITUTES = (
     ' start at round 2 (it was round 21, from LEAF\'s 1,000 clients\''
     ' aligned arm) and the 10 seeds were set after the first 5 seeds had'
     ' run, whose failure effect read +0 [-0.878, +0.878] from round 21'
-    ' and +0.4 [-0.28, +1.08] from round 2.')
+    ' and +0.4 [-0.28, +1.08] from round 2; the 40 seeds and the aligned'
+    ' arm\'s 5 were set from those 10 seeds\' rates before the freeze.')
 LR_SCALING_SUBSTITUTES = (
     'The paper\'s claim is read on the bundled digits (1,437 training'
     ' images, MLP 2x100: non-convex, as EMNIST\'s CNN is) over 1,000 IID'
@@ -216,10 +217,11 @@ def cohort_grid(scale: str, optimizer: str,
 PAPER_SEEDS = 5
 
 
-# The mechanism test's seeds: with the paper's 5, its failure effect comes
-# out REPRODUCED with probability 0.34 even if every countable meeting with
-# the misaligned client wrecks the run (`_power_reading`); with 10, 0.74.
-MECHANISM_SEEDS = 10
+# The mechanism test's seeds, from its power at the development rates
+# (failures 30 % at M = 10, 70 % at M = 800, over 10 exploratory seeds): the
+# exact McNemar test at Holm's alpha / 2 passes with probability 0.10 at 10
+# seeds, 0.49 at 20, 0.73 at 30, 0.87 at 40 (the protocol's notes).
+MECHANISM_SEEDS = 40
 
 
 def _setting(grids_fn, seeds_local=PAPER_SEEDS,
@@ -346,8 +348,8 @@ def catastrophic_grids(scale: str) -> tuple[core.Grid, ...]:
     return (grid,)
   drift = cohort_grid(scale, 'sgd', ('false',), task='digits')
   synthetic = cohort_grid(scale, 'sgd', ('false', 'true'))
-  # The digits arms at the paper's 5 seeds; the mechanism test at
-  # `MECHANISM_SEEDS`.
+  # The digits arms and the aligned Synthetic arm at the paper's 5 seeds;
+  # the mechanism test at `MECHANISM_SEEDS`.
   return (
       dataclasses.replace(grid, max_seeds=PAPER_SEEDS),
       dataclasses.replace(drift, name=drift.name + '_drift',
@@ -359,7 +361,8 @@ def catastrophic_grids(scale: str) -> tuple[core.Grid, ...]:
           flags={**synthetic.flags, **EVERY_ROUND, **MECHANISM_CLIENTS},
           total_rounds=MISALIGNED_ROUNDS,
           axes=(sweep.Axis(M, _cohorts(scale)),
-                sweep.Axis(CLIPPING, ('false',)))),
+                sweep.Axis(CLIPPING, ('false',))),
+          max_seeds=PAPER_SEEDS),
   )
 
 

@@ -117,9 +117,10 @@ def test_paper_scale_runs_the_papers_tasks(tmp_path):
                if '--task=synthetic' in p.command]
   misaligned = [c for c in synthetic
                 if '--synthetic_misaligned_fraction=0.0001' in c]
-  # The mechanism test at 10 seeds (its power, `_power_reading`), the
-  # digits arms at the paper's 5.
-  assert len(misaligned) == 4 * 2 * 10 and len(synthetic) == 4 * 3 * 10
+  # The mechanism test at 40 seeds (its power, the protocol's notes), the
+  # aligned and the digits arms at the paper's 5.
+  assert len(misaligned) == 4 * 2 * 40
+  assert len(synthetic) == len(misaligned) + 4 * 5
   assert len([p for p in core.build_points(catastrophic, 'local',
                                            str(tmp_path))
               if '--task=digits' in p.command]) == (4 * 2 + 4) * 5
