@@ -7,6 +7,7 @@ one line before anything runs; a confirmatory report states its protocol
 and reads the exploratory runs apart.
 """
 
+import hashlib
 import json
 import os
 import shutil
@@ -53,6 +54,33 @@ def test_a_frozen_protocol_is_unchanged_since_its_freeze():
       record = protocols.frozen(protocol)  # raises if changed
       assert record['first_seed'] in protocols.CONFIRMATORY_SEEDS
       assert record['commit'], 'frozen from a commit that holds the file'
+
+
+def test_each_frozen_version_names_a_commit_of_this_history_holding_its_text():
+  """A reviewer checks a freeze against git: the commit a version names
+  holds the protocol with the version's hash (so it existed then)."""
+  repo = os.path.dirname(protocols.PROTOCOLS_DIR.rstrip(os.sep))
+  inside = subprocess.run(['git', '-C', repo, 'rev-parse', '--git-dir'],
+                          capture_output=True)
+  if inside.returncode:
+    pytest.skip('not a git work tree (an installed or Bazel-sandboxed copy)')
+  top = subprocess.run(['git', '-C', repo, 'rev-parse', '--show-toplevel'],
+                       capture_output=True, text=True, check=True)
+  checked = 0
+  for key in reproduce.EXPERIMENTS:
+    if not protocols.is_frozen(*key):
+      continue
+    protocol = protocols.load(*key)
+    path = os.path.relpath(protocol.path, top.stdout.strip())
+    for record in protocols.versions(protocol):
+      shown = subprocess.run(
+          ['git', '-C', repo, 'show', f'{record["commit"]}:{path}'],
+          capture_output=True)
+      assert shown.returncode == 0, (path, record['version'],
+                                     record['commit'])
+      assert hashlib.sha256(shown.stdout).hexdigest() == record['sha256']
+      checked += 1
+  assert checked >= len(reproduce.EXPERIMENTS) - 2
 
 
 def test_freeze_records_hash_and_seeds_and_refuses_a_changed_protocol(
