@@ -42,7 +42,9 @@ bench: install
 	cat $(BENCH_DIR)/README.md
 
 # The papers' tables and figures at the local scale (hours on 2 cores): run
-# directories under REPRODUCE_ROOT, reports in results/<paper>/<experiment>/.
+# directories under REPRODUCE_ROOT, reports in results/<paper>/<experiment>/
+# beside their finished runs (local_confirmatory.tar.gz, --runs_archive: a
+# pass cut off resumes from them on another machine).
 REPRODUCE_ROOT ?= /tmp/fl_papers/reproduce
 # The small-model rows and the end-to-end Synthetic run only (~5 min): the
 # TFF, fused and limit rounds of emnist_linear and synthetic_lr.
