@@ -321,6 +321,34 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     return _run_and_report(args, experiments, phases, prestarter)
 
 
+def _archives(args, e, phase) -> list:
+  """With `--runs_archive`: (points, archive path) of each phase whose runs
+  the experiment's report reads (the phase that runs first; a confirmatory
+  report also reads the root's development-seed runs), after restoring the
+  archived runs missing from the run directories. [] without the flag or
+  for a measured experiment without runs."""
+  if args.runs_archive is None:
+    return []
+  read = [phase]
+  if phase.name == protocols.CONFIRMATORY:
+    read.append(core.Phase(protocols.EXPLORATORY, phase.protocol))
+  kept = []
+  for each in read:
+    points = core.build_points(e, args.scale, args.root_output_dir,
+                               args.seeds, phase=each)
+    if not points:
+      continue
+    archive = run_archive.archive_path(args.runs_archive, e.paper, e.name,
+                                       args.scale, each.name)
+    restored, timings = run_archive.restore(points, archive)
+    core.add_timings(e, args.scale, args.root_output_dir, timings)
+    if os.path.exists(archive):
+      print(f'runs_archive: {archive}: {len(restored)} runs restored',
+            flush=True)
+    kept.append((points, archive))
+  return kept
+
+
 def _run_and_report(args, experiments, phases, prestarter) -> int:
   """Runs (unless `--report_only`) and reports each experiment in turn."""
   failed = False
@@ -328,22 +356,15 @@ def _run_and_report(args, experiments, phases, prestarter) -> int:
     phase = phases[(e.paper, e.name)]
     print(f'== {e.paper} {e.name}: {e.source} ({args.scale}, {phase.name})',
           flush=True)
-    archive = on_finished = None
-    points = (core.build_points(e, args.scale, args.root_output_dir,
-                                args.seeds, phase=phase)
-              if args.runs_archive is not None else [])
-    if points:  # a measured experiment without runs has nothing to keep
-      archive = run_archive.archive_path(args.runs_archive, e.paper, e.name,
-                                         args.scale, phase.name)
-      try:
-        restored, timings = run_archive.restore(points, archive)
-      except (ValueError, OSError, tarfile.TarError) as error:
-        print(f'error: {e.paper} {e.name}: {error}', file=sys.stderr)
-        failed = True
-        continue
-      core.add_timings(e, args.scale, args.root_output_dir, timings)
-      print(f'runs_archive: {archive}: {len(restored)} runs restored',
-            flush=True)
+    try:
+      kept = _archives(args, e, phase)
+    except (ValueError, OSError, tarfile.TarError) as error:
+      print(f'error: {e.paper} {e.name}: {error}', file=sys.stderr)
+      failed = True
+      continue
+    on_finished = None
+    if kept:
+      points, archive = kept[0]  # the phase that runs
       def on_finished(_, points=points, archive=archive, e=e):
         run_archive.save(points, archive, core.read_timings(
             e, args.scale, args.root_output_dir))
@@ -358,10 +379,11 @@ def _run_and_report(args, experiments, phases, prestarter) -> int:
           print(line)
       print(f'{time.monotonic() - start:.0f} s', flush=True)
       failed |= any(r.status == 'failed' for r in results)
-    if archive is not None:
-      held = run_archive.save(points, archive, core.read_timings(
-          e, args.scale, args.root_output_dir))
-      print(f'runs_archive: {archive}: {held} runs', flush=True)
+    for points, archive in kept:
+      if any(map(core.sweep.is_finished, points)) or os.path.exists(archive):
+        held = run_archive.save(points, archive, core.read_timings(
+            e, args.scale, args.root_output_dir))
+        print(f'runs_archive: {archive}: {held} runs', flush=True)
     if args.scale == core.PAPER_SMOKE:
       print('paper_smoke: the runs only, no report', flush=True)
       continue
