@@ -321,34 +321,6 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     return _run_and_report(args, experiments, phases, prestarter)
 
 
-def _archives(args, e, phase) -> list:
-  """With `--runs_archive`: (points, archive path) of each phase whose runs
-  the experiment's report reads (the phase that runs first; a confirmatory
-  report also reads the root's development-seed runs), after restoring the
-  archived runs missing from the run directories. [] without the flag or
-  for a measured experiment without runs."""
-  if args.runs_archive is None:
-    return []
-  read = [phase]
-  if phase.name == protocols.CONFIRMATORY:
-    read.append(core.Phase(protocols.EXPLORATORY, phase.protocol))
-  kept = []
-  for each in read:
-    points = core.build_points(e, args.scale, args.root_output_dir,
-                               args.seeds, phase=each)
-    if not points:
-      continue
-    archive = run_archive.archive_path(args.runs_archive, e.paper, e.name,
-                                       args.scale, each.name)
-    restored, timings = run_archive.restore(points, archive)
-    core.add_timings(e, args.scale, args.root_output_dir, timings)
-    if os.path.exists(archive):
-      print(f'runs_archive: {archive}: {len(restored)} runs restored',
-            flush=True)
-    kept.append((points, archive))
-  return kept
-
-
 def _run_and_report(args, experiments, phases, prestarter) -> int:
   """Runs (unless `--report_only`) and reports each experiment in turn."""
   failed = False
@@ -357,7 +329,9 @@ def _run_and_report(args, experiments, phases, prestarter) -> int:
     print(f'== {e.paper} {e.name}: {e.source} ({args.scale}, {phase.name})',
           flush=True)
     try:
-      kept = _archives(args, e, phase)
+      kept = run_archive.restore_read(
+          args.runs_archive, e, args.scale, args.root_output_dir, args.seeds,
+          phase) if args.runs_archive is not None else []
     except (ValueError, OSError, tarfile.TarError) as error:
       print(f'error: {e.paper} {e.name}: {error}', file=sys.stderr)
       failed = True
@@ -379,11 +353,7 @@ def _run_and_report(args, experiments, phases, prestarter) -> int:
           print(line)
       print(f'{time.monotonic() - start:.0f} s', flush=True)
       failed |= any(r.status == 'failed' for r in results)
-    for points, archive in kept:
-      if any(map(core.sweep.is_finished, points)) or os.path.exists(archive):
-        held = run_archive.save(points, archive, core.read_timings(
-            e, args.scale, args.root_output_dir))
-        print(f'runs_archive: {archive}: {held} runs', flush=True)
+    run_archive.save_read(kept, e, args.scale, args.root_output_dir)
     if args.scale == core.PAPER_SMOKE:
       print('paper_smoke: the runs only, no report', flush=True)
       continue

@@ -7,7 +7,9 @@ numbers a report was computed from without rerunning it. `--runs_archive=DIR`
 keeps, per experiment, scale and phase, one `tar.gz` under
 `DIR/<paper>/<experiment>/<scale>_<phase>.tar.gz` holding what a report
 reads of each finished run (`metrics.csv`, `hparams.json`, `manifest.json`;
-no checkpoint, no TensorBoard) and the runs' wall times. Before a grid runs,
+no checkpoint, no TensorBoard) and the runs' wall times; a confirmatory
+report also reads the root's development-seed runs, kept beside in
+`<scale>_exploratory.tar.gz` (`restore_read`, `save_read`). Before a grid runs,
 the archive's runs that are missing from the run directories are restored
 (a restored run counts as finished, as `sweep.is_finished` reads it); each
 run that finishes is added to it at once, so a pass cut off loses at most
@@ -27,6 +29,8 @@ import tarfile
 from collections.abc import Mapping, Sequence
 
 from fl_common import run_layout
+from reproduce import core
+from reproduce import protocol as protocols
 from reproduce import sweep
 
 KEPT_FILES = (run_layout.METRICS_FILE, run_layout.HPARAMS_FILE,
@@ -127,3 +131,49 @@ def save(points: Sequence[sweep.SweepPoint], path: str,
           tar.addfile(info, io.BytesIO(data))
   os.replace(partial, path)
   return len(runs)
+
+
+def _print(line: str) -> None:
+  print(line, flush=True)
+
+
+def restore_read(archive_dir: str, experiment, scale: str, root: str,
+                 seeds, phase, print_fn=None
+                 ) -> list[tuple[list[sweep.SweepPoint], str]]:
+  """(points, archive path) of each phase whose runs the experiment's
+  report reads (`phase` first, the one that runs; a confirmatory report
+  also reads the root's development-seed runs), after restoring the
+  archived runs missing from the run directories and their wall times.
+  [] for a measured experiment without runs.
+
+  Raises:
+    ValueError, OSError, tarfile.TarError: If an archive cannot be read.
+  """
+  print_fn = print_fn or _print
+  read = [phase]
+  if phase.name == protocols.CONFIRMATORY:
+    read.append(core.Phase(protocols.EXPLORATORY, phase.protocol))
+  kept = []
+  for each in read:
+    points = core.build_points(experiment, scale, root, seeds, phase=each)
+    if not points:
+      continue
+    path = archive_path(archive_dir, experiment.paper, experiment.name,
+                        scale, each.name)
+    restored, timings = restore(points, path)
+    core.add_timings(experiment, scale, root, timings)
+    if os.path.exists(path):
+      print_fn(f'runs_archive: {path}: {len(restored)} runs restored')
+    kept.append((points, path))
+  return kept
+
+
+def save_read(kept: Sequence[tuple[list[sweep.SweepPoint], str]],
+              experiment, scale: str, root: str, print_fn=None) -> None:
+  """`save` of each of `restore_read`'s archives that has a finished run
+  to keep (no empty archive is written)."""
+  print_fn = print_fn or _print
+  for points, path in kept:
+    if any(map(sweep.is_finished, points)) or os.path.exists(path):
+      held = save(points, path, core.read_timings(experiment, scale, root))
+      print_fn(f'runs_archive: {path}: {held} runs')
