@@ -43,7 +43,7 @@ bench: install
 
 # The papers' tables and figures at the local scale (hours on 2 cores): run
 # directories under REPRODUCE_ROOT, reports in results/<paper>/<experiment>/
-# beside their finished runs (local_confirmatory.tar.gz, --runs_archive: a
+# beside their finished runs (local_confirmatory.tar.xz, --runs_archive: a
 # pass cut off resumes from them on another machine).
 REPRODUCE_ROOT ?= /tmp/fl_papers/reproduce
 # The small-model rows and the end-to-end Synthetic run only (~5 min): the

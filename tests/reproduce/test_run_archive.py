@@ -47,7 +47,7 @@ def test_finished_runs_restore_elsewhere_as_the_same_finished_runs(tmp_path):
   _write(points[0], 3)
   _write(points[1], 3, manifest=False)
   _write(points[2], 2)  # unfinished: not archived
-  path = str(tmp_path / 'archive' / 'x.tar.gz')
+  path = str(tmp_path / 'archive' / 'x.tar.xz')
   assert run_archive.save(points, path, {points[0].experiment_name: 12.5,
                                          'not_a_run': 1.0}) == 2
   elsewhere = _points(tmp_path / 'there')
@@ -70,7 +70,7 @@ def test_an_archived_run_stays_and_the_same_runs_give_the_same_bytes(
     tmp_path):
   points = _points(tmp_path / 'runs')
   _write(points[0], 3)
-  path = str(tmp_path / 'a.tar.gz')
+  path = str(tmp_path / 'a.tar.xz')
   run_archive.save(points, path, {})
   first = open(path, 'rb').read()
   run_archive.save(points, path, {})
@@ -85,7 +85,7 @@ def test_an_archived_run_stays_and_the_same_runs_give_the_same_bytes(
 def test_restore_leaves_an_existing_run_directory_as_it_is(tmp_path):
   points = _points(tmp_path / 'runs')
   _write(points[0], 3)
-  path = str(tmp_path / 'a.tar.gz')
+  path = str(tmp_path / 'a.tar.xz')
   run_archive.save(points, path, {})
   other = _points(tmp_path / 'other')
   _write(other[0], 2)  # unfinished here: it resumes from its checkpoint
@@ -99,8 +99,8 @@ def test_restore_leaves_an_existing_run_directory_as_it_is(tmp_path):
                                     'another_grid__seed=1/metrics.csv'])
 def test_a_member_that_is_not_a_kept_file_of_the_grid_is_refused(
     tmp_path, member):
-  path = str(tmp_path / 'a.tar.gz')
-  with tarfile.open(path, 'w:gz') as tar:
+  path = str(tmp_path / 'a.tar.xz')
+  with tarfile.open(path, 'w:xz') as tar:
     info = tarfile.TarInfo(member)
     info.size = 2
     tar.addfile(info, io.BytesIO(b'{}'))
