@@ -50,12 +50,23 @@ def _read(path: str, names: set[str]
   empty when there is none.
 
   Raises:
-    ValueError: If a member is not a kept file of a run of `names`.
+    ValueError: If the archive is damaged, or a member is not a kept file
+      of a run of `names`.
   """
+  if not os.path.exists(path):
+    return {}, {}
+  try:
+    return _members(path, names)
+  except (tarfile.TarError, EOFError, lzma.LZMAError,
+          json.JSONDecodeError) as e:
+    raise ValueError(f'{path} is damaged ({type(e).__name__}: {e}); restore'
+                     ' it from git') from None
+
+
+def _members(path: str, names: set[str]
+             ) -> tuple[dict[str, dict[str, bytes]], dict[str, float]]:
   runs: dict[str, dict[str, bytes]] = {}
   timings: dict[str, float] = {}
-  if not os.path.exists(path):
-    return runs, timings
   with tarfile.open(path, 'r:xz') as tar:
     for member in tar.getmembers():
       if member.name == TIMINGS_MEMBER and member.isfile():

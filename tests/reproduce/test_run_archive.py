@@ -125,3 +125,18 @@ def test_runs_archive_is_refused_where_it_would_do_nothing(
   assert code == 2 and line.startswith('error: --runs_archive does nothing')
   assert word in line
   assert os.listdir(tmp_path) == []
+
+
+def test_a_damaged_archive_is_refused_and_nothing_is_restored(tmp_path):
+  points = _points(tmp_path / 'runs')
+  for point in points:
+    _write(point, 3)
+  path = str(tmp_path / 'a.tar.xz')
+  run_archive.save(points, path, {})
+  data = open(path, 'rb').read()
+  with open(path, 'wb') as f:
+    f.write(data[:len(data) // 2])  # cut off mid-stream
+  elsewhere = _points(tmp_path / 'elsewhere')
+  with pytest.raises(ValueError, match='is damaged'):
+    run_archive.restore(elsewhere, path)
+  assert not os.path.exists(tmp_path / 'elsewhere')
