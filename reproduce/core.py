@@ -1260,7 +1260,9 @@ def write_results_index(experiments: Sequence[Experiment],
               ' history.' if legacy else '')
            + ' Each verdict is computed by the rules of'
            f' `{verdicts.RULES_DOC}`; `make reproduce` runs the'
-           ' confirmatory pass.', '',
+           ' confirmatory pass and keeps each experiment\'s finished runs'
+           ' beside its report (`local_confirmatory.tar.xz`), from which'
+           ' `--report_only --runs_archive=results` regenerates it.', '',
            'Runs: each report\'s finished runs and their wall times summed'
            f' ({total_seconds / 3600:.1f} h over the reports'
            + (f': {by_paper}' if by_paper else '') +
