@@ -245,6 +245,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     experiments = _select(args.paper, args.experiments)
     _check_protocols_dir(args.protocols_dir)
     if args.runs_archive is not None:
+      if not args.runs_archive.strip():
+        raise ValueError('--runs_archive needs a directory, got an empty'
+                         ' value')
       if args.dry_run or args.plan or args.status:
         raise ValueError('--runs_archive does nothing with --dry_run, --plan'
                          ' or --status (they write no run)')

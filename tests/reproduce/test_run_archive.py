@@ -140,3 +140,12 @@ def test_a_damaged_archive_is_refused_and_nothing_is_restored(tmp_path):
   with pytest.raises(ValueError, match='is damaged'):
     run_archive.restore(elsewhere, path)
   assert not os.path.exists(tmp_path / 'elsewhere')
+
+
+def test_an_empty_runs_archive_is_refused(tmp_path, capsys):
+  code = cli.main(['gel', 'fig2', '--runs_archive=',
+                   f'--root_output_dir={tmp_path / "runs"}'])
+  (line,) = capsys.readouterr().err.strip().splitlines()
+  assert code == 2 and line == ('error: --runs_archive needs a directory,'
+                                ' got an empty value')
+  assert os.listdir(tmp_path) == []
