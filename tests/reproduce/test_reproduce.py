@@ -1508,12 +1508,12 @@ def test_adabest_fig3_reads_each_population_and_balance_per_algorithm(
   assert 'clients=100 unbalanced: feddyn' in result.notes[0]
 
 
-def test_adabest_fig3_effects_read_400_clients_at_the_validation_choice(
+def test_adabest_fig3_effects_read_1000_clients_at_the_validation_choice(
     tmp_path):
   tuned = float(adabest_experiments.SCALING_TUNED_BETA['0'])
   effects = adabest_experiments.scaling_effects('local')
-  [balanced] = [e for e in effects if e.claim.endswith('(400 clients,'
-                                                       ' balanced)')]
+  [balanced] = [e for e in effects if e.claim == (
+      'AdaBest ends above FedAvg (1000 clients, balanced)')]
   assert float(balanced.treatment['adabest_beta']) == tuned
   for validation_prefers, same in ((tuned, True), (0.2, False)):
     root = str(tmp_path / str(same))
@@ -1526,8 +1526,8 @@ def test_adabest_fig3_effects_read_400_clients_at_the_validation_choice(
           validation = 0.9 if beta == validation_prefers else 0.5
         name = f'{name}_{seed}'
         run_directories.write_run(root, name, {
-            'algorithm': 'adabest', 'task': 'digits', 'num_clients': 400,
-            'unbalanced_sigma': 0.0, 'partition_seed': seed, 'seed': seed,
+            'algorithm': 'adabest', 'task': 'synthetic_partitioned',
+            'num_clients': 1000, 'unbalanced_sigma': 0.0, 'partition_seed': seed, 'seed': seed,
             'adabest_beta': beta, 'adabest_mu': 0.0 if beta == 0 else 0.02},
                                   {'round': [1, 2],
                                    'clients_per_round': [10, 10],
