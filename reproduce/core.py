@@ -1062,6 +1062,62 @@ _RUN_TIME = re.compile(r'wall time from the command line summed: (\d+) s over'
 _SCALE = re.compile(r'Scale `(\w+)`: \d+ of \d+ runs finished')
 
 
+_CODE = re.compile(r'Code that made them \(`[^`]+`\): ([^\n]*?)\.(?: Environment|'
+                   r' Rerunning| Besides|$)', re.M)
+_REVISION = re.compile(r'git ([0-9a-f]{7,40})')
+
+
+def read_code_revisions(report_path: str) -> list[str]:
+  """The code revisions (short hashes, in order of first mention) that a
+  report says made its runs (`code_sentence`); [] when it says none."""
+  try:
+    with open(report_path) as f:
+      found = _CODE.search(f.read())
+  except FileNotFoundError:
+    return []
+  if not found:
+    return []
+  return list(dict.fromkeys(r[:7] for r in _REVISION.findall(found.group(1))))
+
+
+def _code_sentence_of_pass(experiments: Sequence[Experiment],
+                           base_dir: str) -> str:
+  """Which code revisions made the confirmatory reports' driver runs, each
+  with its count of reports, and whether that is one revision (the
+  confirmatory pass "at one commit") or not yet; '' when no confirmatory
+  report has driver runs. A revision that is not in this repository's
+  history (a commit of a session that never landed) is said so."""
+  counts: collections.Counter = collections.Counter()
+  reports = 0
+  for e in experiments:
+    report = _report_path(base_dir, e)
+    if _report_cell(base_dir, e, '')[0] == 'not run yet':
+      continue
+    revisions = read_code_revisions(report)
+    if revisions:  # a measured report without driver runs states none
+      reports += 1
+      counts.update(revisions)
+  if not reports:
+    return ''
+  def named(revision: str) -> str:
+    if history.git(
+        REPO_DIR, 'cat-file', '-e', f'{revision}^{{commit}}') is not None:
+      return revision
+    return f'{revision} (not in this history)'
+  listed = '; '.join(
+      f'{named(r)} ({n} report{"" if n == 1 else "s"})'
+      for r, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
+  one = len(counts) == 1
+  return (f' The {reports} confirmatory reports\' runs were made by'
+          f' {len(counts)} revision{"" if one else "s"} of the code'
+          f' (their manifests, as each report states): {listed}'
+          + ('.' if one else
+             '; a report whose runs span revisions is counted under each.'
+             ' Not yet one pass at one commit: the reports made by other'
+             ' revisions are rerun from their frozen protocols to make it'
+             ' one.'))
+
+
 def read_run_time(report_path: str) -> Optional[tuple[int, float]]:
   """(runs, their summed wall time in seconds) a report states, or None (no
   report, or a measured experiment with no driver run)."""
@@ -1262,7 +1318,8 @@ def write_results_index(experiments: Sequence[Experiment],
            f' `{verdicts.RULES_DOC}`; `make reproduce` runs the'
            ' confirmatory pass and keeps each experiment\'s finished runs'
            ' beside its report (`local_confirmatory.tar.xz`), from which'
-           ' `--report_only --runs_archive=results` regenerates it.', '',
+           ' `--report_only --runs_archive=results` regenerates it.'
+           + _code_sentence_of_pass(experiments, base_dir), '',
            'Runs: each report\'s finished runs and their wall times summed'
            f' ({total_seconds / 3600:.1f} h over the reports'
            + (f': {by_paper}' if by_paper else '') +

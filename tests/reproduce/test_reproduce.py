@@ -2510,3 +2510,48 @@ def test_paper_smoke_is_every_paper_grids_first_point_on_stand_in_data(
       assert point.total_rounds == 1
       assert ('use_synthetic_data' in command) == (
           command['task'] in core.STAND_IN_CLIENTS)
+
+
+def test_a_report_s_code_revisions_are_read_from_its_code_sentence(tmp_path):
+  report = tmp_path / 'README.md'
+  report.write_text(
+      'Scale `local`: 9 of 9 runs finished (`/x`). Code that made them'
+      ' (`manifest.json`): git 491c786c6d94 (7 runs); git c7e526d948ec then'
+      ' git 491c786c6d94 (2 runs). Environment: Python 3.11.7 (9 runs).'
+      ' Rerunning the command skips finished runs.\n')
+  assert core.read_code_revisions(str(report)) == ['491c786', 'c7e526d']
+  report.write_text('A measured report: no driver run, no code sentence.\n')
+  assert core.read_code_revisions(str(report)) == []
+  assert core.read_code_revisions(str(tmp_path / 'missing.md')) == []
+
+
+@pytest.mark.parametrize('second', ['aaaaaaa', 'bbbbbbb', 'ccccccc'])
+def test_the_index_says_whether_the_confirmatory_runs_are_of_one_commit(
+    second, tmp_path, monkeypatch):
+  # Three reports: two confirmatory with runs (the first at aaaaaaa, the
+  # second at `second`), one not run yet. ccccccc is not in the history.
+  experiments = [
+      core.Experiment('gel', name, 'S', 'C', lambda scale: None,
+                      lambda frame, out: None)
+      for name in ('one', 'two', 'three')]
+  for e, revision in zip(experiments, ('aaaaaaa', second, None)):
+    if revision is not None:
+      path = tmp_path / e.paper / e.name / 'README.md'
+      path.parent.mkdir(parents=True)
+      path.write_text(f'Code that made them (`manifest.json`): git'
+                      f' {revision}12345 (5 runs).\n')
+  monkeypatch.setattr(core, '_report_cell', lambda base, e, prefix: (
+      'not run yet' if e.name == 'three' else 'PARTLY', '—', ''))
+  monkeypatch.setattr(core.history, 'git', lambda repo, *args: (
+      None if 'ccccccc' in args[-1] else ''))
+  sentence = core._code_sentence_of_pass(experiments, str(tmp_path))
+  assert "The 2 confirmatory reports' runs were made by" in sentence
+  if second == 'aaaaaaa':
+    assert '1 revision of the code' in sentence
+    assert 'aaaaaaa (2 reports).' in sentence
+    assert 'Not yet' not in sentence
+  else:
+    assert '2 revisions of the code' in sentence
+    assert 'Not yet one pass at one commit' in sentence
+    assert ('ccccccc (not in this history)' in sentence) == (
+        second == 'ccccccc')
