@@ -845,6 +845,16 @@ def write_report(experiment: Experiment, scale: str, root: str,
     raise ValueError(f'no {phase.name} run of this experiment has finished;'
                      ' run it first (without --report_only)')
   judged, points, finished, frame = found
+  # A confirmatory verdict is the frozen design's: every run of it. Before
+  # then the report shows the effects so far, under no verdict.
+  incomplete = (phase.name == protocols.CONFIRMATORY
+                and len(finished) < len(points))
+  if incomplete:
+    judged = dataclasses.replace(
+        judged, verdict=verdicts.INCOMPLETE,
+        reason=f'{len(finished)} of the frozen design\'s {len(points)} runs'
+               ' have finished: no verdict until every one has (the effects'
+               ' below are the finished runs\' so far, not a verdict).')
   if measured is not None and not points:
     provenance = (
         f'Scale `{scale}`: no driver run; {measurement}.'
@@ -895,7 +905,8 @@ def write_report(experiment: Experiment, scale: str, root: str,
       '',
       _protocol_line(experiment, scale, phase, seeds),
       '',
-      f'**Package ({phase.name}):** at scale `{scale}`, {package}',
+      f'**Package ({phase.name}{", so far" if incomplete else ""}):** at'
+      f' scale `{scale}`, {package}',
       '',
       f'{VERDICT_PREFIX}{judged.verdict} ({phase.name}). {judged.reason}'
       f' (Rules: `{verdicts.RULES_DOC}`.)',
@@ -909,7 +920,10 @@ def write_report(experiment: Experiment, scale: str, root: str,
       provenance,
       '',
   ]
-  lines += _effects_section(judged, f'Effects ({phase.name})')
+  lines += _effects_section(
+      judged, f'Effects ({phase.name}'
+      + (f', {len(finished)} of {len(points)} runs: not a verdict)'
+         if incomplete else ')'))
   if exploratory is not None:
     lines += _effects_section(exploratory[0], 'Effects (exploratory)')
   if setting.substitutes:
@@ -937,7 +951,9 @@ def write_report(experiment: Experiment, scale: str, root: str,
       'protocol': (None if phase.protocol is None else {
           'sha256': phase.protocol.sha256,
           'version': phase.frozen['version'] if phase.frozen else None}),
-      phase.name: _verdict_record(judged),
+      phase.name: ({'verdict': verdicts.INCOMPLETE,
+                    'finished': len(finished), 'runs': len(points)}
+                   if incomplete else _verdict_record(judged)),
   }
   if exploratory is not None:
     record[protocols.EXPLORATORY] = _verdict_record(exploratory[0])
@@ -1028,7 +1044,8 @@ def _exploratory_line(phase: Phase, exploratory, past, experiment,
     dev = _seed_range(experiment, scale,
                       Phase(protocols.EXPLORATORY, phase.protocol), seeds)
     return (f'**Exploratory:** {exploratory[0].verdict} on development'
-            f' {dev} ({len(exploratory[2])} runs in this root), by the same'
+            f' {dev} ({len(exploratory[2])} of its {len(exploratory[1])}'
+            ' runs in this root), by the same'
             ' rules; see the exploratory effects below.')
   before = [e for e in past if e.verdict != 'none stated']
   if before:
@@ -1048,8 +1065,8 @@ def read_verdict(report_path: str) -> Optional[str]:
       for line in f:
         if line.startswith(VERDICT_PREFIX):
           text = line[len(VERDICT_PREFIX):]
-          return next((v for v in verdicts.VERDICTS if text.startswith(v)),
-                      None)
+          return next((v for v in (*verdicts.VERDICTS, verdicts.INCOMPLETE)
+                       if text.startswith(v)), None)
   except FileNotFoundError:
     pass
   return None
@@ -1289,7 +1306,7 @@ def write_results_index(experiments: Sequence[Experiment],
   legacy = sum(n for v, n in reports[protocols.EXPLORATORY].items()
                if v.endswith('(rules before protocols)'))
   summary = {phase: _counted_verdicts(
-      counts, (*verdicts.VERDICTS, 'not run yet'))
+      counts, (*verdicts.VERDICTS, verdicts.INCOMPLETE, 'not run yet'))
       for phase, counts in reports.items()}
   effects = {phase: _counted_verdicts(
       _effect_counts(base_dir, experiments, phase), verdicts.EFFECT_VERDICTS)

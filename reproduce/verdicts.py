@@ -81,6 +81,10 @@ REVERSED = 'REVERSED'
 NOT_TESTABLE = 'NOT TESTABLE AT THIS SCALE'
 # A report's verdicts; an effect may also be DIRECTION ONLY.
 VERDICTS = (REPRODUCED, PARTLY, NOT_REPRODUCED, REVERSED, NOT_TESTABLE)
+# Not a verdict: a confirmatory report written before every run of its
+# frozen design finished (`reproduce.core.write_report`). Its effects so far
+# are shown, and counted nowhere.
+INCOMPLETE = 'INCOMPLETE'
 EFFECT_VERDICTS = (REPRODUCED, DIRECTION_ONLY, PARTLY, NOT_REPRODUCED,
                    REVERSED, NOT_TESTABLE)
 # Effect verdicts that count as reproducing for a report's verdict.

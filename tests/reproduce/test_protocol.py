@@ -7,6 +7,7 @@ one line before anything runs; a confirmatory report states its protocol
 and reads the exploratory runs apart.
 """
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -275,6 +276,51 @@ def test_a_confirmatory_report_states_its_protocol_and_both_phases(
   assert explored[0].verdict == verdicts.NOT_REPRODUCED
   line = core._protocol_line(experiment, 'local', phase, None)
   assert phase.protocol.sha256[:16] in line and 'version 1' in line
+
+
+def test_a_confirmatory_report_before_its_last_run_has_no_verdict(
+    tmp_path, monkeypatch):
+  # FedAvgCM clearly above FedAvg on every confirmatory seed: REPRODUCED
+  # once every run has finished; one run short, INCOMPLETE, counted nowhere.
+  base = _copy(tmp_path)
+  experiment = reproduce.EXPERIMENTS[FIG2]
+  protocols.freeze(protocols.load(*FIG2, base), experiment)
+  phase = core.phase_for(experiment, protocols.CONFIRMATORY, 'local', base)
+  # Its figures and tables read columns these runs lack: not this test's.
+  experiment = dataclasses.replace(
+      experiment, analyze=lambda frame, out: core.Analysis(pd.DataFrame(
+          columns=[core.ROW, core.QUANTITY, core.VALUE, core.STD,
+                   core.NUM_RUNS]), [], []))
+  root, out = str(tmp_path / 'runs'), str(tmp_path / 'report')
+  monkeypatch.setattr(sweep, 'is_finished', lambda p: os.path.isfile(
+      os.path.join(p.run_dir, 'metrics.csv')))
+  monkeypatch.setattr(core.analysis, 'load_run', lambda d: _load(d))
+  points = core.build_points(experiment, 'local', root, phase=phase)
+  for point in points:
+    up = 'fedavgcm' in point.experiment_name
+    _fake_run(point, 0.8 + (0.05 if up else 0)
+              + 0.001 * (int(point.values['seed']) % 7))
+  last = points[-1]
+  os.rename(last.run_dir, last.run_dir + '.away')
+
+  def written():
+    path = core.write_report(experiment, 'local', root, out, phase=phase)
+    with open(os.path.join(out, core.VERDICT_FILE)) as f:
+      return open(path).read(), json.load(f)[protocols.CONFIRMATORY]
+
+  text, record = written()
+  assert record == {'verdict': verdicts.INCOMPLETE,
+                    'finished': len(points) - 1, 'runs': len(points)}
+  assert (f'{core.VERDICT_PREFIX}{verdicts.INCOMPLETE} (confirmatory).'
+          f' {len(points) - 1} of the frozen design\'s {len(points)} runs'
+          ' have finished') in text
+  assert core.read_verdict(os.path.join(out, 'README.md')) == (
+      verdicts.INCOMPLETE)
+  assert 'not a verdict)' in text
+  os.rename(last.run_dir + '.away', last.run_dir)
+  text, record = written()
+  assert record['verdict'] == verdicts.REPRODUCED
+  assert 'INCOMPLETE' not in text
 
 
 def _load(run_dir: str) -> pd.DataFrame:
