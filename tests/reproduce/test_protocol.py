@@ -197,11 +197,9 @@ def test_seed_blocks_are_drawn_from_the_hash_and_never_reused():
   assert protocols.first_confirmatory_seed('cd' * 32, []) != first
 
 
-def test_confirmatory_points_take_the_frozen_block_only(tmp_path):
-  base = _copy(tmp_path)
-  experiment = reproduce.EXPERIMENTS[FIG2]
-  protocols.freeze(protocols.load(*FIG2, base), experiment)
-  phase = core.phase_for(experiment, protocols.CONFIRMATORY, 'local', base)
+def test_confirmatory_points_take_the_frozen_block_only(tmp_path,
+                                                        monkeypatch):
+  experiment, phase = _frozen_fig2(tmp_path, monkeypatch)
   points = core.build_points(experiment, 'local', '/r', phase=phase)
   seeds = {int(p.values['seed']) for p in points}
   count = phase.protocol.seeds('local')
@@ -249,16 +247,23 @@ def _fake_run(point: sweep.SweepPoint, accuracy: float) -> None:
                             index=False)
 
 
-def test_a_confirmatory_report_states_its_protocol_and_both_phases(
-    tmp_path, monkeypatch):
+def _frozen_fig2(tmp_path, monkeypatch):
+  """GeL's Figure 2 frozen in a copy, its confirmatory phase, and fake runs
+  read as finished where their metrics.csv is."""
   base = _copy(tmp_path)
   experiment = reproduce.EXPERIMENTS[FIG2]
   protocols.freeze(protocols.load(*FIG2, base), experiment)
   phase = core.phase_for(experiment, protocols.CONFIRMATORY, 'local', base)
-  root = str(tmp_path / 'runs')
   monkeypatch.setattr(sweep, 'is_finished', lambda p: os.path.isfile(
       os.path.join(p.run_dir, 'metrics.csv')))
   monkeypatch.setattr(core.analysis, 'load_run', lambda d: _load(d))
+  return experiment, phase
+
+
+def test_a_confirmatory_report_states_its_protocol_and_both_phases(
+    tmp_path, monkeypatch):
+  experiment, phase = _frozen_fig2(tmp_path, monkeypatch)
+  root = str(tmp_path / 'runs')
   for exploratory in (False, True):
     for point in core.build_points(
         experiment, 'local', root,
@@ -282,19 +287,13 @@ def test_a_confirmatory_report_before_its_last_run_has_no_verdict(
     tmp_path, monkeypatch):
   # FedAvgCM clearly above FedAvg on every confirmatory seed: REPRODUCED
   # once every run has finished; one run short, INCOMPLETE, counted nowhere.
-  base = _copy(tmp_path)
-  experiment = reproduce.EXPERIMENTS[FIG2]
-  protocols.freeze(protocols.load(*FIG2, base), experiment)
-  phase = core.phase_for(experiment, protocols.CONFIRMATORY, 'local', base)
+  experiment, phase = _frozen_fig2(tmp_path, monkeypatch)
   # Its figures and tables read columns these runs lack: not this test's.
   experiment = dataclasses.replace(
       experiment, analyze=lambda frame, out: core.Analysis(pd.DataFrame(
           columns=[core.ROW, core.QUANTITY, core.VALUE, core.STD,
                    core.NUM_RUNS]), [], []))
   root, out = str(tmp_path / 'runs'), str(tmp_path / 'report')
-  monkeypatch.setattr(sweep, 'is_finished', lambda p: os.path.isfile(
-      os.path.join(p.run_dir, 'metrics.csv')))
-  monkeypatch.setattr(core.analysis, 'load_run', lambda d: _load(d))
   points = core.build_points(experiment, 'local', root, phase=phase)
   for point in points:
     up = 'fedavgcm' in point.experiment_name
