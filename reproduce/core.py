@@ -769,7 +769,32 @@ def _judged_phase(experiment: Experiment, scale: str, root: str,
       # Measured rows beside the runs' (their run columns empty), which
       # `analyze` and the effects tell apart by their own columns.
       frame = pd.concat([frame, measured], ignore_index=True)
-  return judge(experiment, frame, scale, phase), points, finished, frame
+  judged = judge(experiment, frame, scale, phase)
+  if len(finished) < len(points):
+    # A verdict is the whole design's: before its last run, none.
+    judged = dataclasses.replace(
+        judged, verdict=verdicts.INCOMPLETE,
+        reason=f'{len(finished)} of the design\'s {len(points)} runs have'
+               ' finished: no verdict until every one has (the effects'
+               ' below are the finished runs\' so far, not a verdict).')
+  return judged, points, finished, frame
+
+
+def _effects_title(phase: str, found) -> str:
+  judged, points, finished, _ = found
+  if judged.verdict == verdicts.INCOMPLETE:
+    return (f'Effects ({phase}, {len(finished)} of {len(points)} runs: not a'
+            ' verdict)')
+  return f'Effects ({phase})'
+
+
+def _phase_record(found) -> Optional[dict]:
+  """`verdict.json`'s entry for one phase (`_judged_phase`'s result)."""
+  judged, points, finished, _ = found
+  if judged.verdict == verdicts.INCOMPLETE:
+    return {'verdict': verdicts.INCOMPLETE, 'finished': len(finished),
+            'runs': len(points)}
+  return _verdict_record(judged)
 
 
 def _seed_range(experiment: Experiment, scale: str, phase: Phase,
@@ -845,16 +870,7 @@ def write_report(experiment: Experiment, scale: str, root: str,
     raise ValueError(f'no {phase.name} run of this experiment has finished;'
                      ' run it first (without --report_only)')
   judged, points, finished, frame = found
-  # A confirmatory verdict is the frozen design's: every run of it. Before
-  # then the report shows the effects so far, under no verdict.
-  incomplete = (phase.name == protocols.CONFIRMATORY
-                and len(finished) < len(points))
-  if incomplete:
-    judged = dataclasses.replace(
-        judged, verdict=verdicts.INCOMPLETE,
-        reason=f'{len(finished)} of the frozen design\'s {len(points)} runs'
-               ' have finished: no verdict until every one has (the effects'
-               ' below are the finished runs\' so far, not a verdict).')
+  incomplete = judged.verdict == verdicts.INCOMPLETE
   if measured is not None and not points:
     provenance = (
         f'Scale `{scale}`: no driver run; {measurement}.'
@@ -920,12 +936,10 @@ def write_report(experiment: Experiment, scale: str, root: str,
       provenance,
       '',
   ]
-  lines += _effects_section(
-      judged, f'Effects ({phase.name}'
-      + (f', {len(finished)} of {len(points)} runs: not a verdict)'
-         if incomplete else ')'))
+  lines += _effects_section(judged, _effects_title(phase.name, found))
   if exploratory is not None:
-    lines += _effects_section(exploratory[0], 'Effects (exploratory)')
+    lines += _effects_section(exploratory[0], _effects_title(
+        protocols.EXPLORATORY, exploratory))
   if setting.substitutes:
     lines += ['**What this scale substitutes for the paper\'s setting.** '
               + setting.substitutes, '']
@@ -951,12 +965,10 @@ def write_report(experiment: Experiment, scale: str, root: str,
       'protocol': (None if phase.protocol is None else {
           'sha256': phase.protocol.sha256,
           'version': phase.frozen['version'] if phase.frozen else None}),
-      phase.name: ({'verdict': verdicts.INCOMPLETE,
-                    'finished': len(finished), 'runs': len(points)}
-                   if incomplete else _verdict_record(judged)),
+      phase.name: _phase_record(found),
   }
   if exploratory is not None:
-    record[protocols.EXPLORATORY] = _verdict_record(exploratory[0])
+    record[protocols.EXPLORATORY] = _phase_record(exploratory)
   elif phase.name == protocols.CONFIRMATORY:
     # No development-seed run here: the last committed version's verdict
     # (made before protocols), as the report's Exploratory line says.

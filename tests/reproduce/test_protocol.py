@@ -311,7 +311,7 @@ def test_a_confirmatory_report_before_its_last_run_has_no_verdict(
   assert record == {'verdict': verdicts.INCOMPLETE,
                     'finished': len(points) - 1, 'runs': len(points)}
   assert (f'{core.VERDICT_PREFIX}{verdicts.INCOMPLETE} (confirmatory).'
-          f' {len(points) - 1} of the frozen design\'s {len(points)} runs'
+          f' {len(points) - 1} of the design\'s {len(points)} runs'
           ' have finished') in text
   assert core.read_verdict(os.path.join(out, 'README.md')) == (
       verdicts.INCOMPLETE)
