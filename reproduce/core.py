@@ -273,11 +273,17 @@ def judge(experiment: Experiment, frame: pd.DataFrame, scale: str,
   else:
     primary = [a for a in assessments if a.primary]
     counts = collections.Counter(a.verdict for a in primary)
+    # Secondary effects do not make the verdict, but what they show is
+    # said beside it: a reversal among them is not hidden in a count.
+    secondary = collections.Counter(a.verdict for a in assessments
+                                    if not a.primary)
     reason = ('Primary effects: '
               + ', '.join(f'{n} of {len(primary)} {v}'
                           for v, n in counts.most_common())
-              + (f'; {len(assessments) - len(primary)} secondary' if
-                 len(primary) < len(assessments) else '') + '.')
+              + (f'; {sum(secondary.values())} secondary (not in the'
+                 ' verdict): ' + ', '.join(
+                     f'{secondary[v]} {v}' for v in verdicts.EFFECT_VERDICTS
+                     if secondary[v]) if secondary else '') + '.')
   return Verdict(verdict, reason, assessments)
 
 
@@ -1336,8 +1342,9 @@ def write_results_index(experiments: Sequence[Experiment],
            f' **Exploratory** (development seeds):'
            f' {summary[protocols.EXPLORATORY]}; their primary effects:'
            f' {effects[protocols.EXPLORATORY]}.'
-           + f' Protocols: {frozen} of {len(rows)} frozen, the others'
-           ' drafts under revision (exploratory only).'
+           + f' Protocols: {frozen} of {len(rows)} frozen'
+           + (', the others drafts under revision (exploratory only).'
+              if frozen < len(rows) else '.')
            + (f' {legacy} exploratory verdicts were made before protocols,'
               ' by earlier rules (direction, the paper\'s size in few'
               ' effects, Student-t intervals for 0/1 outcomes, two pairs'

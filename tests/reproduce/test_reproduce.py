@@ -7,6 +7,7 @@ real at the smoke scale.
 """
 
 import collections
+import dataclasses
 import json
 import math
 import os
@@ -2555,3 +2556,32 @@ def test_the_index_says_whether_the_confirmatory_runs_are_of_one_commit(
     assert 'Not yet one pass at one commit' in sentence
     assert ('ccccccc (not in this history)' in sentence) == (
         second == 'ccccccc')
+
+
+def test_a_report_says_what_its_secondary_effects_show(tmp_path):
+  # One primary effect reproduced, a secondary one reversed: the verdict is
+  # the primary's, and the reversal is named beside it.
+  rows = []
+  for seed in range(5):
+    for algorithm, accuracy in (('a', 0.8), ('b', 0.7), ('c', 0.9)):
+      rows.append({'run': f'{algorithm}{seed}', 'algorithm': algorithm,
+                   'seed': seed, 'round': 1,
+                   'test/accuracy': accuracy + 0.001 * seed
+                                    + 0.002 * ((seed * ord(algorithm)) % 5)})
+  frame = pd.DataFrame(rows)
+  final = verdicts.final('test/accuracy', 'final test accuracy')
+  effects = (
+      verdicts.Effect('a above b', final, {'algorithm': 'a'},
+                      {'algorithm': 'b'}, 1, pair_by=('seed',)),
+      dataclasses.replace(
+          verdicts.Effect('a above c', final, {'algorithm': 'a'},
+                          {'algorithm': 'c'}, 1, pair_by=('seed',)),
+          primary=False))
+  experiment = core.Experiment('gel', 'x', 'S', 'C', lambda scale: None,
+                               lambda f, o: None,
+                               effects=lambda scale: effects)
+  judged = core.judge(experiment, frame, 'local')
+  assert judged.verdict == verdicts.REPRODUCED
+  assert judged.reason == (
+      'Primary effects: 1 of 1 DIRECTION ONLY; 1 secondary (not in the'
+      ' verdict): 1 REVERSED.')
