@@ -1115,19 +1115,15 @@ def read_code_revisions(report_path: str) -> list[str]:
   return list(dict.fromkeys(r[:7] for r in _REVISION.findall(found.group(1))))
 
 
-def _code_sentence_of_pass(experiments: Sequence[Experiment],
-                           base_dir: str) -> str:
-  """Which code revisions made the confirmatory reports' driver runs, each
-  with its count of reports, and whether that is one revision (the
-  confirmatory pass "at one commit") or not yet; '' when no confirmatory
-  report has driver runs. A revision that is not in this repository's
+def _code_sentence_of_pass(report_paths: Sequence[str]) -> str:
+  """Which code revisions made the driver runs of the confirmatory reports
+  at `report_paths`, each with its count of reports, and whether that is
+  one revision (the confirmatory pass "at one commit") or not yet; '' when
+  no report has driver runs. A revision that is not in this repository's
   history (a commit of a session that never landed) is said so."""
   counts: collections.Counter = collections.Counter()
   reports = 0
-  for e in experiments:
-    report = _report_path(base_dir, e)
-    if _report_cell(base_dir, e, '')[0] == 'not run yet':
-      continue
+  for report in report_paths:
     revisions = read_code_revisions(report)
     if revisions:  # a measured report without driver runs states none
       reports += 1
@@ -1307,10 +1303,13 @@ def write_results_index(experiments: Sequence[Experiment],
   reports = {protocols.CONFIRMATORY: collections.Counter(),
              protocols.EXPLORATORY: collections.Counter()}
   seconds = collections.Counter()  # paper -> its reports' runs summed
+  made = []  # the reports' paths
   for e in experiments:
     confirmatory, exploratory, link = _report_cell(base_dir, e,
                                                    f'{e.paper}/')
     reports[protocols.CONFIRMATORY][confirmatory] += 1
+    if confirmatory != 'not run yet':
+      made.append(_report_path(base_dir, e))
     reports[protocols.EXPLORATORY][exploratory] += 1
     run_time = read_run_time(_report_path(base_dir, e))
     if run_time is not None:
@@ -1355,7 +1354,7 @@ def write_results_index(experiments: Sequence[Experiment],
            ' confirmatory pass and keeps each experiment\'s finished runs'
            ' beside its report (`local_confirmatory.tar.xz`), from which'
            ' `--report_only --runs_archive=results` regenerates it.'
-           + _code_sentence_of_pass(experiments, base_dir), '',
+           + _code_sentence_of_pass(made), '',
            'Runs: each report\'s finished runs and their wall times summed'
            f' ({total_seconds / 3600:.1f} h over the reports'
            + (f': {by_paper}' if by_paper else '') +

@@ -105,6 +105,24 @@ def restore(points: Sequence[sweep.SweepPoint], path: str
   return restored, {n: timings[n] for n in restored if n in timings}
 
 
+def _remove_stale_partials(path: str) -> None:
+  """Removes `<path>.tmp<pid>` files whose writer no longer runs (a pass
+  killed while it wrote the archive leaves one; the archive itself is
+  whole, as the rename never happened). A live writer's file stays."""
+  directory = os.path.dirname(path) or '.'
+  prefix = os.path.basename(path) + '.tmp'
+  for name in os.listdir(directory):
+    pid = name[len(prefix):]
+    if not (name.startswith(prefix) and pid.isdigit()):
+      continue
+    try:
+      os.kill(int(pid), 0)
+    except ProcessLookupError:
+      os.remove(os.path.join(directory, name))
+    except PermissionError:
+      pass  # another user's live process
+
+
 def save(points: Sequence[sweep.SweepPoint], path: str,
          timings: Mapping[str, float]) -> int:
   """Adds every finished point's kept files (and wall time, where
@@ -125,6 +143,7 @@ def save(points: Sequence[sweep.SweepPoint], path: str,
     if point.experiment_name in timings:
       archived_timings[point.experiment_name] = timings[point.experiment_name]
   os.makedirs(os.path.dirname(path) or '.', exist_ok=True)
+  _remove_stale_partials(path)
   partial = f'{path}.tmp{os.getpid()}'
   # Fixed times and order: the same runs give the same bytes (a commit of
   # an unchanged archive changes nothing).

@@ -2529,23 +2529,21 @@ def test_a_report_s_code_revisions_are_read_from_its_code_sentence(tmp_path):
 @pytest.mark.parametrize('second', ['aaaaaaa', 'bbbbbbb', 'ccccccc'])
 def test_the_index_says_whether_the_confirmatory_runs_are_of_one_commit(
     second, tmp_path, monkeypatch):
-  # Three reports: two confirmatory with runs (the first at aaaaaaa, the
-  # second at `second`), one not run yet. ccccccc is not in the history.
-  experiments = [
-      core.Experiment('gel', name, 'S', 'C', lambda scale: None,
-                      lambda frame, out: None)
-      for name in ('one', 'two', 'three')]
-  for e, revision in zip(experiments, ('aaaaaaa', second, None)):
-    if revision is not None:
-      path = tmp_path / e.paper / e.name / 'README.md'
-      path.parent.mkdir(parents=True)
-      path.write_text(f'Code that made them (`manifest.json`): git'
-                      f' {revision}12345 (5 runs).\n')
-  monkeypatch.setattr(core, '_report_cell', lambda base, e, prefix: (
-      'not run yet' if e.name == 'three' else 'PARTLY', '—', ''))
+  # Two confirmatory reports with runs (the first at aaaaaaa, the second at
+  # `second`) and a measured one without driver runs. ccccccc is not in
+  # the history.
+  paths = []
+  for name, revision in (('one', 'aaaaaaa'), ('two', second),
+                         ('measured', None)):
+    path = tmp_path / name / 'README.md'
+    path.parent.mkdir(parents=True)
+    path.write_text(f'Code that made them (`manifest.json`): git'
+                    f' {revision}12345 (5 runs).\n' if revision else
+                    'A measured report: no driver run, no code sentence.\n')
+    paths.append(str(path))
   monkeypatch.setattr(core.history, 'git', lambda repo, *args: (
       None if 'ccccccc' in args[-1] else ''))
-  sentence = core._code_sentence_of_pass(experiments, str(tmp_path))
+  sentence = core._code_sentence_of_pass(paths)
   assert "The 2 confirmatory reports' runs were made by" in sentence
   if second == 'aaaaaaa':
     assert '1 revision of the code' in sentence

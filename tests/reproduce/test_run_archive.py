@@ -4,6 +4,7 @@ restored on another machine as finished runs."""
 import io
 import json
 import os
+import subprocess
 import tarfile
 
 import pytest
@@ -80,6 +81,22 @@ def test_an_archived_run_stays_and_the_same_runs_give_the_same_bytes(
   _write(points[1], 3)
   assert run_archive.save(points, path, {}) == 2
   assert not [f for f in os.listdir(tmp_path) if '.tmp' in f]
+
+
+def test_a_killed_writer_s_temporary_file_is_removed_a_live_one_s_kept(
+    tmp_path):
+  points = _points(tmp_path / 'runs')
+  _write(points[0], 3)
+  path = str(tmp_path / 'a.tar.xz')
+  child = subprocess.Popen(['sleep', '0'])
+  child.wait()  # its pid is now free: a writer killed mid-write
+  stale, live = f'{path}.tmp{child.pid}', f'{path}.tmp{os.getppid()}'
+  for partial in (stale, live):
+    with open(partial, 'wb') as f:
+      f.write(b'half an archive')
+  assert run_archive.save(points, path, {}) == 1
+  assert not os.path.exists(stale)
+  assert open(live, 'rb').read() == b'half an archive'
 
 
 def test_restore_leaves_an_existing_run_directory_as_it_is(tmp_path):
