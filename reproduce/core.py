@@ -1099,12 +1099,23 @@ _SCALE = re.compile(r'Scale `(\w+)`: \d+ of \d+ runs finished')
 
 _CODE = re.compile(r'Code that made them \(`[^`]+`\): ([^\n]*?)\.(?: Environment|'
                    r' Rerunning| Besides|$)', re.M)
-_REVISION = re.compile(r'git ([0-9a-f]{7,40})')
+_REVISION = re.compile(r'git ([0-9a-f]{7,40})(\+modified)?')
+
+# The code a driver run executes, as git pathspecs: its packages, the
+# driver, its install and its lock (Bazel's BUILD files run nothing). Two
+# revisions that agree on these make the same run of the same flags (a
+# run's flags are its own record, checked against its grid's:
+# `sweep.is_finished`); a report's text, a grid's code and the tests are
+# not among them, nor is this definition (a change of it changes no run).
+RUN_CODE = ('adabest_tff', 'experiment_driver', 'fl_common', 'fl_engine',
+            'gel_tff', 'large_cohort', 'tasks', 'run_experiment.py',
+            'setup.py', 'requirements', ':(exclude,glob)**/BUILD')
 
 
 def read_code_revisions(report_path: str) -> list[str]:
   """The code revisions (short hashes, in order of first mention) that a
-  report says made its runs (`code_sentence`); [] when it says none."""
+  report says made its runs (`code_sentence`), a run of a work tree with
+  uncommitted changes as `<hash>+modified`; [] when it says none."""
   try:
     with open(report_path) as f:
       found = _CODE.search(f.read())
@@ -1112,41 +1123,76 @@ def read_code_revisions(report_path: str) -> list[str]:
     return []
   if not found:
     return []
-  return list(dict.fromkeys(r[:7] for r in _REVISION.findall(found.group(1))))
+  return list(dict.fromkeys(
+      revision[:7] + modified
+      for revision, modified in _REVISION.findall(found.group(1))))
+
+
+def _has_this_run_code(revision: str) -> Optional[bool]:
+  """Whether `revision`'s run code (`RUN_CODE`) is this
+  checkout's (HEAD's); None when that cannot be told: a revision not in
+  this history, or a run of uncommitted changes."""
+  if revision.endswith('+modified') or history.git(
+      REPO_DIR, 'cat-file', '-e', f'{revision}^{{commit}}') is None:
+    return None
+  changed = history.git(REPO_DIR, 'diff', '--name-only', revision, 'HEAD',
+                        '--', *RUN_CODE)
+  return None if changed is None else not changed.strip()
 
 
 def _code_sentence_of_pass(report_paths: Sequence[str]) -> str:
   """Which code revisions made the driver runs of the confirmatory reports
-  at `report_paths`, each with its count of reports, and whether that is
-  one revision (the confirmatory pass "at one commit") or not yet; '' when
-  no report has driver runs. A revision that is not in this repository's
-  history (a commit of a session that never landed) is said so."""
+  at `report_paths`, each with its count of reports; whether that is one
+  revision (the confirmatory pass "at one commit") or not yet; and, when
+  not, which revisions run this commit's run code (`RUN_CODE`)
+  and how many reports have a run of other code (those to rerun). ''
+  when no report has driver runs. A revision that is not in this
+  repository's history (a commit of a session that never landed) is said
+  so."""
   counts: collections.Counter = collections.Counter()
-  reports = 0
+  of_revision = {}  # revision -> its reports
   for report in report_paths:
     revisions = read_code_revisions(report)
-    if revisions:  # a measured report without driver runs states none
-      reports += 1
-      counts.update(revisions)
-  if not reports:
+    counts.update(revisions)
+    for revision in revisions:
+      of_revision.setdefault(revision, []).append(report)
+  reports = len({r for made in of_revision.values() for r in made})
+  if not reports:  # a measured report without driver runs states none
     return ''
+  this_code = {r: _has_this_run_code(r) for r in counts}
   def named(revision: str) -> str:
-    if history.git(
-        REPO_DIR, 'cat-file', '-e', f'{revision}^{{commit}}') is not None:
-      return revision
-    return f'{revision} (not in this history)'
+    if revision.endswith('+modified'):
+      return f'{revision} (uncommitted changes)'
+    if this_code[revision] is None:
+      return f'{revision} (not in this history)'
+    return revision
+  def reports_of(n: int) -> str:
+    return f'{n} report{"" if n == 1 else "s"}'
   listed = '; '.join(
-      f'{named(r)} ({n} report{"" if n == 1 else "s"})'
+      f'{named(r)} ({reports_of(n)})'
       for r, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
   one = len(counts) == 1
-  return (f' The {reports} confirmatory reports\' runs were made by'
-          f' {len(counts)} revision{"" if one else "s"} of the code'
-          f' (their manifests, as each report states): {listed}'
-          + ('.' if one else
-             '; a report whose runs span revisions is counted under each.'
-             ' Not yet one pass at one commit: the reports made by other'
-             ' revisions are rerun from their frozen protocols to make it'
-             ' one.'))
+  sentence = (f' The {reports} confirmatory reports\' runs were made by'
+              f' {len(counts)} revision{"" if one else "s"} of the code'
+              f' (their manifests, as each report states): {listed}')
+  if one:
+    return sentence + '.'
+  same = sorted(r for r, same in this_code.items() if same)
+  other = {report for r, same in this_code.items() if not same
+           for report in of_revision[r]}
+  code = ('this commit\'s run code (the files a run executes: `RUN_CODE`'
+          ' in `reproduce/core.py`)')
+  sentence += ('; a report whose runs span revisions is counted under each.'
+               ' Not yet one pass at one commit: '
+               + (f'{", ".join(same)} ha{"s" if len(same) == 1 else "ve"}'
+                  f' {code}' if same else f'none of them has {code}'))
+  if other:
+    return sentence + (f'; the {reports_of(len(other))} with runs of other'
+                       ' or unknown code are rerun from their frozen'
+                       ' protocols to make it one.')
+  return sentence + ('; the runs are of one code, and rerunning the reports'
+                     ' made at other commits would make them of one'
+                     ' commit.')
 
 
 def read_run_time(report_path: str) -> Optional[tuple[int, float]]:

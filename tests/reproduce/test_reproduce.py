@@ -11,6 +11,7 @@ import dataclasses
 import json
 import math
 import os
+import subprocess
 from unittest import mock
 
 import numpy as np
@@ -2526,34 +2527,73 @@ def test_a_report_s_code_revisions_are_read_from_its_code_sentence(tmp_path):
   assert core.read_code_revisions(str(tmp_path / 'missing.md')) == []
 
 
-@pytest.mark.parametrize('second', ['aaaaaaa', 'bbbbbbb', 'ccccccc'])
+def _commit(repo, files: dict, message: str) -> str:
+  for name, text in files.items():
+    path = repo / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+  git = ['git', '-C', str(repo), '-c', 'user.name=t', '-c', 'user.email=t@t']
+  subprocess.run([*git, 'add', '-A'], check=True, capture_output=True)
+  subprocess.run([*git, 'commit', '-qm', message], check=True,
+                 capture_output=True)
+  return subprocess.run([*git, 'rev-parse', 'HEAD'], check=True, text=True,
+                        capture_output=True).stdout.strip()
+
+
+@pytest.mark.parametrize('second', ['first', 'docs', 'code', 'unknown',
+                                    'modified'])
 def test_the_index_says_whether_the_confirmatory_runs_are_of_one_commit(
     second, tmp_path, monkeypatch):
-  # Two confirmatory reports with runs (the first at aaaaaaa, the second at
-  # `second`) and a measured one without driver runs. ccccccc is not in
-  # the history.
+  # A repository whose commits change a report's text (docs), then the run
+  # code (code); two confirmatory reports with runs, the first made at the
+  # first commit and the second at `second`, and a measured report without
+  # driver runs. HEAD is the last commit that made a report.
+  repo = tmp_path / 'repo'
+  repo.mkdir()
+  subprocess.run(['git', 'init', '-q', str(repo)], check=True)
+  first = _commit(repo, {'fl_common/math.py': 'x = 1\n',
+                         'fl_common/BUILD': '# 1\n', 'docs/a.md': '1\n'},
+                  'first')
+  docs = _commit(repo, {'docs/a.md': '2\n', 'fl_common/BUILD': '# 2\n'},
+                 'docs and BUILD only')
+  code = _commit(repo, {'fl_common/math.py': 'x = 2\n'}, 'run code')
+  made_at = {'first': first, 'docs': docs, 'code': code,
+             'unknown': 'c' * 40, 'modified': f'{docs[:12]}+modified'}
+  head = {'first': first, 'docs': docs}.get(second, code)
+  subprocess.run(['git', '-C', str(repo), 'checkout', '-q', head],
+                 check=True)
+  monkeypatch.setattr(core, 'REPO_DIR', str(repo))
   paths = []
-  for name, revision in (('one', 'aaaaaaa'), ('two', second),
+  for name, revision in (('one', first[:12]), ('two', made_at[second][:21]),
                          ('measured', None)):
     path = tmp_path / name / 'README.md'
     path.parent.mkdir(parents=True)
     path.write_text(f'Code that made them (`manifest.json`): git'
-                    f' {revision}12345 (5 runs).\n' if revision else
+                    f' {revision} (5 runs).\n' if revision else
                     'A measured report: no driver run, no code sentence.\n')
     paths.append(str(path))
-  monkeypatch.setattr(core.history, 'git', lambda repo, *args: (
-      None if 'ccccccc' in args[-1] else ''))
   sentence = core._code_sentence_of_pass(paths)
   assert "The 2 confirmatory reports' runs were made by" in sentence
-  if second == 'aaaaaaa':
+  if second == 'first':
     assert '1 revision of the code' in sentence
-    assert 'aaaaaaa (2 reports).' in sentence
+    assert f'{first[:7]} (2 reports).' in sentence
     assert 'Not yet' not in sentence
-  else:
-    assert '2 revisions of the code' in sentence
-    assert 'Not yet one pass at one commit' in sentence
-    assert ('ccccccc (not in this history)' in sentence) == (
-        second == 'ccccccc')
+    return
+  assert '2 revisions of the code' in sentence
+  assert 'Not yet one pass at one commit' in sentence
+  if second == 'docs':  # another commit, the same run code
+    both = ', '.join(sorted([first[:7], docs[:7]]))
+    assert f'{both} have this commit\'s run code' in sentence
+    assert 'the runs are of one code' in sentence
+  elif second == 'code':  # the first report's runs are of other code
+    assert f'{code[:7]} has this commit\'s run code' in sentence
+    assert 'the 1 report with runs of other or unknown code are rerun' in (
+        sentence)
+  else:  # neither can be compared with HEAD's run code
+    named = {'unknown': 'ccccccc (not in this history)',
+             'modified': f'{docs[:7]}+modified (uncommitted changes)'}
+    assert named[second] in sentence
+    assert 'the 2 reports with runs of other or unknown code' in sentence
 
 
 def test_a_report_says_what_its_secondary_effects_show(tmp_path):
@@ -2583,3 +2623,44 @@ def test_a_report_says_what_its_secondary_effects_show(tmp_path):
   assert judged.reason == (
       'Primary effects: 1 of 1 DIRECTION ONLY; 1 secondary (not in the'
       ' verdict): 1 REVERSED.')
+
+
+def test_run_code_holds_every_module_a_driver_run_imports():
+  # The driver's imports of this repository's modules, followed from
+  # `run_experiment.py` (statically): all of them are in `RUN_CODE`, so a
+  # revision whose `RUN_CODE` equals HEAD's makes the same runs.
+  import ast  # pylint: disable=g-import-not-at-top
+  repo = core.REPO_DIR
+  top_level = {name for name in os.listdir(repo)
+               if os.path.isdir(os.path.join(repo, name, ''))
+               or name.endswith('.py')}
+
+  def path_of(module):
+    base = os.path.join(repo, *module.split('.'))
+    for path in (base + '.py', os.path.join(base, '__init__.py')):
+      if os.path.isfile(path):
+        return path
+    return None
+
+  seen, todo = set(), ['run_experiment']
+  while todo:
+    module = todo.pop()
+    path = path_of(module)
+    if module in seen or path is None:
+      continue
+    seen.add(module)
+    for node in ast.walk(ast.parse(open(path).read())):
+      names = []
+      if isinstance(node, ast.Import):
+        names = [a.name for a in node.names]
+      elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+        names = [node.module] + [f'{node.module}.{a.name}'
+                                 for a in node.names]
+      todo += [n for n in names if n.split('.')[0] in top_level
+               or f'{n.split(".")[0]}.py' in top_level]
+  assert len(seen) > 30  # the driver, the engine, the math, the papers
+  covered = {spec for spec in core.RUN_CODE if not spec.startswith(':')}
+  outside = sorted(m for m in seen
+                   if m.split('.')[0] not in covered
+                   and f'{m.split(".")[0]}.py' not in covered)
+  assert outside == []
