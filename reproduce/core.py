@@ -976,12 +976,14 @@ def write_report(experiment: Experiment, scale: str, root: str,
   if exploratory is not None:
     record[protocols.EXPLORATORY] = _phase_record(exploratory)
   elif phase.name == protocols.CONFIRMATORY:
-    # No development-seed run here: the last committed version's verdict
-    # (made before protocols), as the report's Exploratory line says.
-    before = [e for e in past if e.verdict != 'none stated']
+    # No development-seed run here: the last committed exploratory
+    # version's verdict, as the report's Exploratory line says.
+    before = _exploratory_versions(past)
     if before:
       record[protocols.EXPLORATORY] = {
-          'verdict': f'{before[-1].verdict} (rules before protocols)',
+          'verdict': before[-1].verdict + (
+              ' (rules before protocols)'
+              if before[-1].phase == history.BEFORE_PROTOCOLS else ''),
           'commit': before[-1].commit}
   release_managers.write_atomically(
       os.path.join(output_dir, VERDICT_FILE),
@@ -1065,14 +1067,23 @@ def _exploratory_line(phase: Phase, exploratory, past, experiment,
             f' {dev} ({len(exploratory[2])} of its {len(exploratory[1])}'
             ' runs in this root), by the same'
             ' rules; see the exploratory effects below.')
-  before = [e for e in past if e.verdict != 'none stated']
+  before = _exploratory_versions(past)
   if before:
     last = before[-1]
     return (f'**Exploratory:** no development-seed run in this root; the'
-            f' last committed version before this one said {last.verdict}'
+            f' last committed exploratory version said {last.verdict}'
             f' (`{last.commit}`, {last.date}, under the rules of its day;'
             ' see History).')
   return '**Exploratory:** none recorded.'
+
+
+def _exploratory_versions(past: Sequence[history.Entry]
+                          ) -> list[history.Entry]:
+  """The committed versions (oldest first) that stated an exploratory
+  verdict: made before protocols, or on development seeds; not an earlier
+  confirmatory version (a rerun's predecessor)."""
+  return [e for e in past if e.verdict != 'none stated'
+          and e.phase != protocols.CONFIRMATORY]
 
 
 def read_verdict(report_path: str) -> Optional[str]:

@@ -19,6 +19,10 @@ from collections.abc import Sequence
 from typing import Optional
 
 _VERDICT = re.compile(r'^\*\*Verdict[^*]*:\*\* ([A-Z][A-Z ]+?)[.(]', re.M)
+# A report of a phase says it after its verdict: `REPRODUCED (confirmatory).`
+_PHASE = re.compile(r'^\*\*Verdict[^*]*:\*\* [A-Z][A-Z ]+? \((\w+)\)', re.M)
+# The phase of a report made before protocols (its verdict names none).
+BEFORE_PROTOCOLS = 'before protocols'
 _MAX_CHANGES = 6
 
 
@@ -30,6 +34,9 @@ class Entry:
   verdict: str
   effects: tuple[tuple[str, str, str], ...]  # (claim, value [interval], verdict)
   changes: tuple[str, ...] = ()  # commits since the previous entry
+  # 'confirmatory' or 'exploratory' as the version says, else
+  # BEFORE_PROTOCOLS.
+  phase: str = BEFORE_PROTOCOLS
 
 
 def git(repo: str, *args: str) -> Optional[str]:
@@ -41,6 +48,13 @@ def git(repo: str, *args: str) -> Optional[str]:
   except FileNotFoundError:
     return None
   return done.stdout if done.returncode == 0 else None
+
+
+def report_phase(text: str) -> str:
+  """The phase a committed report's verdict line names ('confirmatory',
+  'exploratory'), or BEFORE_PROTOCOLS when it names none."""
+  found = _PHASE.search(text)
+  return found.group(1) if found else BEFORE_PROTOCOLS
 
 
 def parse_report(text: str) -> tuple[str, tuple[tuple[str, str, str], ...]]:
@@ -105,7 +119,8 @@ def entries(repo: str, report: str, paths: Sequence[str],
     verdict, effects = parse_report(text)
     changes = (changes_between(repo, previous, commit, paths, name)
                if previous else ())
-    found.append(Entry(commit[:7], date, subject, verdict, effects, changes))
+    found.append(Entry(commit[:7], date, subject, verdict, effects, changes,
+                       report_phase(text)))
     previous = commit
   return found
 
@@ -124,7 +139,9 @@ def markdown(found: Sequence[Entry]) -> list[str]:
            ' protocol was frozen are exploratory: development seeds, setups'
            ' that changed as results came in.', '']
   for entry in reversed(found):
-    lines.append(f'- **{entry.date} `{entry.commit}`: {entry.verdict}.**'
+    phase = ('' if entry.phase == BEFORE_PROTOCOLS
+             or entry.verdict == 'none stated' else f' ({entry.phase})')
+    lines.append(f'- **{entry.date} `{entry.commit}`: {entry.verdict}{phase}.**'
                  f' {_cut(entry.subject, 160)}')
     for claim, value, verdict in entry.effects:
       lines.append(f'  - {_cut(claim, 90)}: {value} → {verdict}')

@@ -415,3 +415,30 @@ def test_a_primary_0_1_effect_that_can_never_reproduce_is_not_frozen(
                      ' exact test needs 7 discordant pairs'):
     protocols.freeze(protocols.load('large_cohort', 'fig_lr_scaling', base),
                      reproduce.EXPERIMENTS['large_cohort', 'fig_lr_scaling'])
+
+
+def test_a_rerun_s_exploratory_line_skips_the_earlier_confirmatory_version():
+  # A confirmatory report rerun at another commit: its predecessor is
+  # confirmatory, and the exploratory verdict stays the one made before
+  # protocols.
+  from reproduce import history  # pylint: disable=import-outside-toplevel
+  line = f'{core.VERDICT_PREFIX}REPRODUCED'
+  assert history.report_phase(f'{line} (confirmatory). x\n') == (
+      protocols.CONFIRMATORY)
+  assert history.report_phase(f'{line} (exploratory). x\n') == (
+      protocols.EXPLORATORY)
+  assert history.report_phase(f'{line}. 3 of 3 effects\n') == (
+      history.BEFORE_PROTOCOLS)
+  past = [history.Entry('aaaaaaa', '2026-11-30', 's', 'PARTLY', ()),
+          history.Entry('bbbbbbb', '2026-12-06', 's', 'REPRODUCED', (),
+                        phase=protocols.CONFIRMATORY)]
+  text = core._exploratory_line(core.Phase(protocols.CONFIRMATORY, None),
+                                None, past, None, 'local', None)
+  assert 'said PARTLY (`aaaaaaa`, 2026-11-30' in text
+  assert 'bbbbbbb' not in text
+  assert core._exploratory_line(
+      core.Phase(protocols.CONFIRMATORY, None), None, past[1:], None,
+      'local', None) == '**Exploratory:** none recorded.'
+  assert '`bbbbbbb`: REPRODUCED (confirmatory).**' in '\n'.join(
+      history.markdown(past))
+  assert '`aaaaaaa`: PARTLY.**' in '\n'.join(history.markdown(past))
