@@ -1198,9 +1198,12 @@ def _code_sentence_of_pass(report_paths: Sequence[str]) -> str:
                + (f'{", ".join(same)} ha{"s" if len(same) == 1 else "ve"}'
                   f' {code}' if same else f'none of them has {code}'))
   if other:
+    named_reports = ', '.join(sorted(
+        ' '.join(os.path.normpath(path).split(os.sep)[-3:-1])
+        for path in other))
     return sentence + (f'; the {reports_of(len(other))} with runs of other'
-                       ' or unknown code are rerun from their frozen'
-                       ' protocols to make it one.')
+                       f' or unknown code ({named_reports}) are rerun from'
+                       ' their frozen protocols to make it one.')
   return sentence + ('; the runs are of one code, and rerunning the reports'
                      ' made at other commits would make them of one'
                      ' commit.')

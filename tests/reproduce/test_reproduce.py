@@ -2587,13 +2587,14 @@ def test_the_index_says_whether_the_confirmatory_runs_are_of_one_commit(
     assert 'the runs are of one code' in sentence
   elif second == 'code':  # the first report's runs are of other code
     assert f'{code[:7]} has this commit\'s run code' in sentence
-    assert 'the 1 report with runs of other or unknown code are rerun' in (
-        sentence)
+    assert ("the 1 report with runs of other or unknown code"
+            f" ({tmp_path.name} one) are rerun") in sentence
   else:  # neither can be compared with HEAD's run code
     named = {'unknown': 'ccccccc (not in this history)',
              'modified': f'{docs[:7]}+modified (uncommitted changes)'}
     assert named[second] in sentence
-    assert 'the 2 reports with runs of other or unknown code' in sentence
+    assert ('the 2 reports with runs of other or unknown code'
+            f' ({tmp_path.name} one, {tmp_path.name} two)') in sentence
 
 
 def test_a_report_says_what_its_secondary_effects_show(tmp_path):
