@@ -25,7 +25,9 @@ the run directories and `squeue`.
 
 `--runs_archive=DIR` keeps each experiment's finished runs in one file
 (`reproduce.run_archive`): a grid cut off on one machine resumes on another,
-and a report regenerates from the committed runs alone.
+and a report regenerates from the committed runs alone. With
+`--rerun_other_code`, archived runs made by other run code are made again
+(a report brought to this commit's code, into an empty run directory).
 
 Confirmatory reports go to `results/<paper>/<experiment>/` at the local
 scale (the committed evidence); other reports under
@@ -126,6 +128,14 @@ def _parser() -> argparse.ArgumentParser:
                       ' is added (reproduce.run_archive). With'
                       ' --report_only: report from it, and add the runs on'
                       ' disk.')
+  parser.add_argument('--rerun_other_code', action='store_true',
+                      help='With --runs_archive: restore no archived run of'
+                      ' the phase that runs whose code differs from this'
+                      ' checkout\'s run code (RUN_CODE in reproduce/core.py);'
+                      ' the grid makes those runs again, and each replaces'
+                      ' its old run in the archive as it finishes. Needs a'
+                      ' --root_output_dir without finished runs of other'
+                      ' code.')
   parser.add_argument('--dry_run', action='store_true',
                       help='Print each run\'s command and status; run and'
                       ' write nothing.')
@@ -244,6 +254,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
       raise ValueError('--report_only and --dry_run exclude each other')
     experiments = _select(args.paper, args.experiments)
     _check_protocols_dir(args.protocols_dir)
+    if args.rerun_other_code and (args.runs_archive is None
+                                  or args.report_only):
+      raise ValueError('--rerun_other_code does nothing without'
+                       ' --runs_archive or with --report_only (it chooses'
+                       ' which archived runs are made again)')
     if args.runs_archive is not None:
       if not args.runs_archive.strip():
         raise ValueError('--runs_archive needs a directory, got an empty'
@@ -334,7 +349,8 @@ def _run_and_report(args, experiments, phases, prestarter) -> int:
     try:
       kept = run_archive.restore_read(
           args.runs_archive, e, args.scale, args.root_output_dir, args.seeds,
-          phase) if args.runs_archive is not None else []
+          phase, rerun_other_code=args.rerun_other_code
+      ) if args.runs_archive is not None else []
     except (ValueError, OSError, tarfile.TarError) as error:
       print(f'error: {e.paper} {e.name}: {error}', file=sys.stderr)
       failed = True

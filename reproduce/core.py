@@ -38,6 +38,7 @@ once.
 
 import collections
 import dataclasses
+import functools
 import io
 import json
 import math
@@ -1143,12 +1144,31 @@ def _has_this_run_code(revision: str) -> Optional[bool]:
   """Whether `revision`'s run code (`RUN_CODE`) is this
   checkout's (HEAD's); None when that cannot be told: a revision not in
   this history, or a run of uncommitted changes."""
-  if revision.endswith('+modified') or history.git(
-      REPO_DIR, 'cat-file', '-e', f'{revision}^{{commit}}') is None:
+  if revision.endswith('+modified'):
     return None
-  changed = history.git(REPO_DIR, 'diff', '--name-only', revision, 'HEAD',
+  head = history.git(REPO_DIR, 'rev-parse', 'HEAD')
+  return _same_run_code(REPO_DIR, revision, (head or '').strip())
+
+
+@functools.lru_cache(maxsize=256)
+def _same_run_code(repo: str, revision: str, head: str) -> Optional[bool]:
+  """`_has_this_run_code` at a known HEAD (cached: an archive's runs share
+  a few revisions)."""
+  if not head or history.git(
+      repo, 'cat-file', '-e', f'{revision}^{{commit}}') is None:
+    return None
+  changed = history.git(repo, 'diff', '--name-only', revision, head,
                         '--', *RUN_CODE)
   return None if changed is None else not changed.strip()
+
+
+def is_this_run_code(recorded: str) -> bool:
+  """Whether a run's recorded revision (`run_layout.code_revision`: `git
+  <commit>`, `git <commit>+modified`, an installed version, `unknown`) is
+  a commit of this history with this checkout's run code (`RUN_CODE`)."""
+  found = re.fullmatch(r'git ([0-9a-f]{7,40})(\+modified)?', recorded)
+  return bool(found) and _has_this_run_code(
+      found.group(1) + (found.group(2) or '')) is True
 
 
 def _code_sentence_of_pass(report_paths: Sequence[str]) -> str:

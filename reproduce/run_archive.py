@@ -27,6 +27,7 @@ import lzma
 import os
 import tarfile
 from collections.abc import Mapping, Sequence
+from typing import Optional
 
 from fl_common import run_layout
 from reproduce import core
@@ -82,18 +83,24 @@ def _members(path: str, names: set[str]
   return runs, timings
 
 
-def restore(points: Sequence[sweep.SweepPoint], path: str
-            ) -> tuple[list[str], dict[str, float]]:
+def restore(points: Sequence[sweep.SweepPoint], path: str,
+            other_code: bool = True) -> tuple[list[str], dict[str, float]]:
   """Writes each archived run whose run directory does not exist; returns
   the names restored and their wall times. A run directory that exists is
   left as it is (a finished run is the same run; an unfinished one resumes
-  from its own checkpoint)."""
+  from its own checkpoint). Without `other_code`, a run made (in any of its
+  rounds) by code other than this checkout's run code
+  (`core.is_this_run_code`) is not restored: its point runs again, and
+  replaces it in the archive when it finishes."""
   by_name = {p.experiment_name: p for p in points}
   runs, timings = _read(path, set(by_name))
   restored = []
   for name, files in sorted(runs.items()):
     run_dir = by_name[name].run_dir
     if os.path.exists(run_dir):
+      continue
+    if not other_code and not _of_this_run_code(
+        files.get(run_layout.MANIFEST_FILE)):
       continue
     partial = f'{run_dir}.restoring{os.getpid()}'
     os.makedirs(partial)
@@ -103,6 +110,17 @@ def restore(points: Sequence[sweep.SweepPoint], path: str
     os.replace(partial, run_dir)
     restored.append(name)
   return restored, {n: timings[n] for n in restored if n in timings}
+
+
+def _of_this_run_code(manifest: Optional[bytes]) -> bool:
+  """Whether every round of a run (its `manifest.json`'s code records) was
+  made by this checkout's run code; False for a run that records none."""
+  try:
+    code = json.loads(manifest or b'{}').get(run_layout.MANIFEST_CODE_KEY)
+  except (ValueError, AttributeError):
+    return False
+  revisions = [c.get('revision') for c in code or () if isinstance(c, dict)]
+  return bool(revisions) and all(map(core.is_this_run_code, revisions))
 
 
 def _remove_stale_partials(path: str) -> None:
@@ -168,18 +186,40 @@ def _print(line: str) -> None:
 
 
 def restore_read(archive_dir: str, experiment, scale: str, root: str,
-                 seeds, phase, print_fn=None
+                 seeds, phase, print_fn=None, rerun_other_code: bool = False
                  ) -> list[tuple[list[sweep.SweepPoint], str]]:
   """(points, archive path) of each phase whose runs the experiment's
   report reads (`phase` first, the one that runs; a confirmatory report
   also reads the root's development-seed runs), after restoring the
   archived runs missing from the run directories and their wall times.
-  [] for a measured experiment without runs.
+  [] for a measured experiment without runs. With `rerun_other_code`,
+  the running phase's archived runs of other run code are not restored
+  (`restore`), so that the grid makes them again at this code.
 
   Raises:
-    ValueError, OSError, tarfile.TarError: If an archive cannot be read.
+    ValueError: If an archive cannot be read, or, with `rerun_other_code`,
+      if a finished run in the root is of other run code (it would be
+      skipped, not made again).
+    OSError, tarfile.TarError: If an archive cannot be read.
   """
   print_fn = print_fn or _print
+  if rerun_other_code:
+    points = core.build_points(experiment, scale, root, seeds, phase=phase)
+    other = []
+    for point in filter(sweep.is_finished, points):
+      try:
+        with open(os.path.join(point.run_dir, run_layout.MANIFEST_FILE),
+                  'rb') as f:
+          manifest = f.read()
+      except FileNotFoundError:
+        manifest = None
+      if not _of_this_run_code(manifest):
+        other.append(point.experiment_name)
+    if other:
+      raise ValueError(
+          f'--rerun_other_code: {root} holds {len(other)} finished runs of'
+          f' other run code (e.g. {other[0]}), which would be skipped, not'
+          ' made again; give an empty --root_output_dir')
   read = [phase]
   if phase.name == protocols.CONFIRMATORY:
     read.append(core.Phase(protocols.EXPLORATORY, phase.protocol))
@@ -190,7 +230,8 @@ def restore_read(archive_dir: str, experiment, scale: str, root: str,
       continue
     path = archive_path(archive_dir, experiment.paper, experiment.name,
                         scale, each.name)
-    restored, timings = restore(points, path)
+    restored, timings = restore(
+        points, path, other_code=not (rerun_other_code and each is phase))
     core.add_timings(experiment, scale, root, timings)
     if os.path.exists(path):
       print_fn(f'runs_archive: {path}: {len(restored)} runs restored')

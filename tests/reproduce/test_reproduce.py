@@ -2665,3 +2665,17 @@ def test_run_code_holds_every_module_a_driver_run_imports():
                    if m.split('.')[0] not in covered
                    and f'{m.split(".")[0]}.py' not in covered)
   assert outside == []
+
+
+def test_a_recorded_revision_is_this_run_code_only_as_a_commit_of_it(
+    monkeypatch):
+  asked = []
+  monkeypatch.setattr(core, '_has_this_run_code',
+                      lambda revision: asked.append(revision) or (
+                          revision == 'abc1234def56'))
+  assert core.is_this_run_code('git abc1234def56')
+  assert not core.is_this_run_code('git abc1234def56+modified')
+  assert not core.is_this_run_code('git 999999999999')
+  assert not core.is_this_run_code('fl-papers-tff 0.1.0')
+  assert not core.is_this_run_code('unknown')
+  assert asked == ['abc1234def56', 'abc1234def56+modified', '999999999999']

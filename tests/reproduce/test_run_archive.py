@@ -6,11 +6,14 @@ import json
 import os
 import subprocess
 import tarfile
+import types
 
 import pytest
 
 from fl_common import run_layout
 from reproduce import __main__ as cli
+from reproduce import core
+from reproduce import protocol as protocols
 from reproduce import run_archive
 from reproduce import sweep
 
@@ -20,7 +23,7 @@ def _points(root, rounds=3):
                             str(root), rounds, name_prefix='grid')
 
 
-def _write(point, rounds, manifest=True):
+def _write(point, rounds, manifest=True, revision=None):
   os.makedirs(point.run_dir)
   with open(os.path.join(point.run_dir, run_layout.HPARAMS_FILE), 'w') as f:
     json.dump(dict(point.values), f)
@@ -31,7 +34,9 @@ def _write(point, rounds, manifest=True):
   if manifest:
     with open(os.path.join(point.run_dir, run_layout.MANIFEST_FILE),
               'w') as f:
-      json.dump({'git': 'abc'}, f)
+      json.dump({'git': 'abc'} if revision is None else {
+          run_layout.MANIFEST_CODE_KEY: [{'revision': revision,
+                                          'from_round': 0}]}, f)
   # What the archive leaves out.
   os.makedirs(os.path.join(point.run_dir, 'checkpoints'))
 
@@ -165,4 +170,66 @@ def test_an_empty_runs_archive_is_refused(tmp_path, capsys):
   (line,) = capsys.readouterr().err.strip().splitlines()
   assert code == 2 and line == ('error: --runs_archive needs a directory,'
                                 ' got an empty value')
+  assert os.listdir(tmp_path) == []
+
+
+def _this_code_is_aaaaaaa(monkeypatch):
+  monkeypatch.setattr(core, 'is_this_run_code',
+                      lambda revision: revision == 'git aaaaaaa')
+
+
+def test_a_rerun_restores_only_runs_of_this_run_code_and_replaces_the_rest(
+    tmp_path, monkeypatch):
+  _this_code_is_aaaaaaa(monkeypatch)
+  points = _points(tmp_path / 'old')
+  _write(points[0], 3, revision='git aaaaaaa')
+  _write(points[1], 3, revision='git bbbbbbb')
+  _write(points[2], 3)  # its manifest records no code
+  path = str(tmp_path / 'a.tar.xz')
+  assert run_archive.save(points, path, {}) == 3
+  here = _points(tmp_path / 'here')
+  assert run_archive.restore(here, path, other_code=False)[0] == [
+      here[0].experiment_name]
+  assert [sweep.is_finished(p) for p in here] == [True, False, False]
+  # Rerun at this code: the new runs replace the old ones in the archive.
+  _write(here[1], 3, revision='git aaaaaaa')
+  _write(here[2], 3, revision='git aaaaaaa')
+  assert run_archive.save(here, path, {}) == 3
+  again = _points(tmp_path / 'again')
+  assert len(run_archive.restore(again, path, other_code=False)[0]) == 3
+  # Without the choice every archived run is restored, as before.
+  assert len(run_archive.restore(_points(tmp_path / 'all'), path)[0]) == 3
+
+
+def test_a_rerun_refuses_a_root_with_finished_runs_of_other_code(
+    tmp_path, monkeypatch):
+  _this_code_is_aaaaaaa(monkeypatch)
+  points = _points(tmp_path / 'runs')
+  monkeypatch.setattr(core, 'build_points', lambda *args, **kwargs: points)
+  experiment = types.SimpleNamespace(paper='gel', name='fig2')
+  phase = core.Phase(protocols.EXPLORATORY, None)
+
+  def restore_read():
+    return run_archive.restore_read(
+        str(tmp_path / 'archive'), experiment, 'local', str(tmp_path / 'runs'),
+        None, phase, print_fn=lambda line: None, rerun_other_code=True)
+
+  _write(points[0], 3, revision='git aaaaaaa')
+  _write(points[1], 2, revision='git bbbbbbb')  # unfinished: it resumes
+  assert [p for p, _ in restore_read()] == [points]
+  _write(points[2], 3, revision='git bbbbbbb')
+  with pytest.raises(ValueError, match='holds 1 finished runs of other run'
+                     f' code \\(e.g. {points[2].experiment_name}\\)'):
+    restore_read()
+
+
+@pytest.mark.parametrize('extra', [[], ['--report_only']])
+def test_rerun_other_code_is_refused_where_it_would_do_nothing(
+    tmp_path, capsys, extra):
+  archive = [f'--runs_archive={tmp_path / "a"}'] if extra else []
+  code = cli.main(['gel', 'fig2', '--rerun_other_code', *archive, *extra,
+                   f'--root_output_dir={tmp_path / "runs"}'])
+  (line,) = capsys.readouterr().err.strip().splitlines()
+  assert code == 2 and line.startswith(
+      'error: --rerun_other_code does nothing')
   assert os.listdir(tmp_path) == []
