@@ -123,6 +123,26 @@ def _of_this_run_code(manifest: Optional[bytes]) -> bool:
   return bool(revisions) and all(map(core.is_this_run_code, revisions))
 
 
+def _refuse_finished_runs_of_other_code(points, root: str) -> None:
+  """Raises ValueError if a finished run in the root is of other run code
+  (a rerun would skip it rather than make it again)."""
+  other = []
+  for point in filter(sweep.is_finished, points):
+    try:
+      with open(os.path.join(point.run_dir, run_layout.MANIFEST_FILE),
+                'rb') as f:
+        manifest = f.read()
+    except FileNotFoundError:
+      manifest = None
+    if not _of_this_run_code(manifest):
+      other.append(point.experiment_name)
+  if other:
+    raise ValueError(
+        f'--rerun_other_code: {root} holds {len(other)} finished runs of'
+        f' other run code (e.g. {other[0]}), which would be skipped, not'
+        ' made again; give an empty --root_output_dir')
+
+
 def _remove_stale_partials(path: str) -> None:
   """Removes `<path>.tmp<pid>` files whose writer no longer runs (a pass
   killed while it wrote the archive leaves one; the archive itself is
@@ -203,23 +223,6 @@ def restore_read(archive_dir: str, experiment, scale: str, root: str,
     OSError, tarfile.TarError: If an archive cannot be read.
   """
   print_fn = print_fn or _print
-  if rerun_other_code:
-    points = core.build_points(experiment, scale, root, seeds, phase=phase)
-    other = []
-    for point in filter(sweep.is_finished, points):
-      try:
-        with open(os.path.join(point.run_dir, run_layout.MANIFEST_FILE),
-                  'rb') as f:
-          manifest = f.read()
-      except FileNotFoundError:
-        manifest = None
-      if not _of_this_run_code(manifest):
-        other.append(point.experiment_name)
-    if other:
-      raise ValueError(
-          f'--rerun_other_code: {root} holds {len(other)} finished runs of'
-          f' other run code (e.g. {other[0]}), which would be skipped, not'
-          ' made again; give an empty --root_output_dir')
   read = [phase]
   if phase.name == protocols.CONFIRMATORY:
     read.append(core.Phase(protocols.EXPLORATORY, phase.protocol))
@@ -228,10 +231,12 @@ def restore_read(archive_dir: str, experiment, scale: str, root: str,
     points = core.build_points(experiment, scale, root, seeds, phase=each)
     if not points:
       continue
+    rerun = rerun_other_code and each is phase
+    if rerun:
+      _refuse_finished_runs_of_other_code(points, root)
     path = archive_path(archive_dir, experiment.paper, experiment.name,
                         scale, each.name)
-    restored, timings = restore(
-        points, path, other_code=not (rerun_other_code and each is phase))
+    restored, timings = restore(points, path, other_code=not rerun)
     core.add_timings(experiment, scale, root, timings)
     if os.path.exists(path):
       print_fn(f'runs_archive: {path}: {len(restored)} runs restored')
