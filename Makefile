@@ -8,7 +8,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 DEMO_DIR ?= /tmp/fl_papers_demo
 
-.PHONY: install demo test bench bench-small bench-large bench-gpu bazel-test reproduce reproduce-smoke paper-smoke clean
+.PHONY: install demo test test-settings bench bench-small bench-large bench-gpu bazel-test reproduce reproduce-smoke paper-smoke clean
 
 # requirements/install.sh: the lock file with --no-deps, the fixes of
 # requirements/fix_dependencies.py, this package; returns at once when VENV
@@ -24,12 +24,33 @@ demo: install
 # Test modules run on TEST_JOBS processes (pytest-xdist, a module's tests
 # together: each module starts its own TFF worker, ~1.5 GB per process), in
 # the order tests/conftest.py gives them (longest first). PYTEST_FLAGS adds
-# pytest flags (CI: `--ignore` for the modules it ran under Bazel already).
+# pytest flags. TEST_RUNNER=bazel runs the same modules as Bazel targets
+# instead (`make bazel-test`, one target per module, a line per target): what
+# CI runs, so that every target is seen to pass and no module runs twice.
+TEST_RUNNER ?= pytest
 TEST_JOBS ?= 2
 PYTEST_FLAGS ?=
-test: install
+test: test-settings install
+ifeq ($(TEST_RUNNER),bazel)
+	@$(MAKE) --no-print-directory bazel-test
+else
 	$(PY) -m pytest -q -n $(TEST_JOBS) --dist loadfile --no-loadscope-reorder \
 	  --durations=60 $(PYTEST_FLAGS) tests
+endif
+
+# Before the install: a runner that does not exist, or flags for the runner
+# not chosen (they would do nothing), is one error line.
+test-settings:
+	@case '$(TEST_RUNNER)' in \
+	  pytest) [ -z '$(BAZEL_TEST_FLAGS)' ] || { echo 'error: BAZEL_TEST_FLAGS' \
+	    'does nothing with TEST_RUNNER=pytest (PYTEST_FLAGS is pytest'"'"'s)' >&2; \
+	    exit 2; } ;; \
+	  bazel) [ -z '$(PYTEST_FLAGS)' ] || { echo 'error: PYTEST_FLAGS does' \
+	    'nothing with TEST_RUNNER=bazel (BAZEL_TEST_FLAGS is bazel'"'"'s)' >&2; \
+	    exit 2; } ;; \
+	  *) echo "error: TEST_RUNNER must be pytest or bazel, got" \
+	    "'$(TEST_RUNNER)'" >&2; exit 2 ;; \
+	esac
 
 # Writes the latest figures to results/bench/ (README.md is the report).
 BENCH_DIR := results/bench

@@ -124,39 +124,43 @@ def test_notebook_example_runs():
     assert re.search(rf'^{name} loss \d', result.stdout, re.M), result.stdout
 
 
-def test_ci_runs_the_bazel_sample_under_bazel_only(tmp_path):
-  """`.ci/run` leaves out of `make test` the modules it ran under Bazel:
-  exactly those tagged "ci" in tests/BUILD, each an existing module; a name
-  that is not a module is one error line."""
-  script = os.path.join(_REPO, '.ci', 'bazel_sample.py')
-  build = os.path.join(_REPO, 'tests', 'BUILD')
-  if not (os.path.exists(script) and os.path.exists(build)):
-    pytest.skip('.ci and BUILD files are not in the runfiles under'
-                ' `bazel test`; `make test` checks them')
-  result = subprocess.run([sys.executable, script], capture_output=True,
-                          text=True, timeout=60, stdin=subprocess.DEVNULL)
-  assert result.returncode == 0, result.stderr
-  ignored = [flag.split('=', 1)[1] for flag in result.stdout.split()]
-  with open(build) as f:
-    sample = re.search(r'^_CI_SAMPLE = \[(.*?)\]', f.read(), re.S | re.M)
-  assert ignored == [f'tests/{name}.py'
-                     for name in re.findall(r'"([^"]+)"', sample.group(1))]
-  assert ignored and all(os.path.isfile(os.path.join(_REPO, path))
-                         for path in ignored)
+def test_make_test_runs_the_suite_under_pytest_or_bazel_and_ci_under_bazel(
+    tmp_path):
+  """`make test` runs pytest over tests/; TEST_RUNNER=bazel every module as a
+  Bazel target instead, which is what CI runs (so that each target is seen
+  to pass and no module runs twice). A runner that does not exist, or flags
+  meant for the other runner, is one error line before the install."""
+  def make(*args):
+    return subprocess.run(['make', '--no-print-directory', '-C', _REPO, *args],
+                          capture_output=True, text=True, timeout=120,
+                          stdin=subprocess.DEVNULL)
+
+  pytest_run = make('-n', 'test')
+  assert pytest_run.returncode == 0, pytest_run.stderr
+  assert re.search(r'^\S+ -m pytest .*', pytest_run.stdout, re.M)
+  assert not re.search(r'^bazel test', pytest_run.stdout, re.M)
+  bazel_run = make('-n', 'test', 'TEST_RUNNER=bazel')
+  assert bazel_run.returncode == 0, bazel_run.stderr
+  assert re.search(r'^bazel test .*//\.\.\.$', bazel_run.stdout, re.M)
+  assert '-m pytest' not in bazel_run.stdout
+  venv = str(tmp_path / 'venv')
+  for settings, error in (
+      (['TEST_RUNNER=nose'],
+       "error: TEST_RUNNER must be pytest or bazel, got 'nose'"),
+      (['TEST_RUNNER=bazel', 'PYTEST_FLAGS=-x'],
+       'error: PYTEST_FLAGS does nothing with TEST_RUNNER=bazel'
+       " (BAZEL_TEST_FLAGS is bazel's)"),
+      (['BAZEL_TEST_FLAGS=--keep_going'],
+       'error: BAZEL_TEST_FLAGS does nothing with TEST_RUNNER=pytest'
+       " (PYTEST_FLAGS is pytest's)")):
+    refused = make('test', f'VENV={venv}', *settings)
+    assert refused.returncode == 2, refused
+    assert refused.stderr.splitlines()[0] == error
+    assert not os.path.exists(venv)  # refused before the install
   with open(os.path.join(_REPO, '.ci', 'run')) as f:
-    assert 'make test PYTEST_FLAGS="$sample_flags"' in f.read()
-  # A copy whose sample names a module that does not exist.
-  os.makedirs(tmp_path / '.ci')
-  os.makedirs(tmp_path / 'tests')
-  (tmp_path / '.ci' / 'bazel_sample.py').write_text(open(script).read())
-  (tmp_path / 'tests' / 'BUILD').write_text('_CI_SAMPLE = ["test_gone"]\n')
-  result = subprocess.run(
-      [sys.executable, str(tmp_path / '.ci' / 'bazel_sample.py')],
-      capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
-  assert result.returncode == 1 and result.stdout == ''
-  assert result.stderr.splitlines() == [
-      'error: _CI_SAMPLE in tests/BUILD names no module or modules that do'
-      ' not exist: tests/test_gone.py']
+    ci = f.read()
+  assert re.search(r'^make test TEST_RUNNER=bazel ', ci, re.M)
+  assert 'tag_filters' not in ci and 'PYTEST_FLAGS' not in ci
 
 
 def _reproduce_args(command):
