@@ -1207,6 +1207,17 @@ def _code_sentence_of_pass(report_paths: Sequence[str]) -> str:
               f' {len(counts)} revision{"" if one else "s"} of the code'
               f' (their manifests, as each report states): {listed}')
   if one:
+    (revision,) = counts
+    if this_code[revision] is False:  # one pass, but not of HEAD's code
+      changed = history.git(REPO_DIR, 'diff', '--name-only', revision,
+                            'HEAD', '--', *RUN_CODE).split()
+      return sentence + (
+          f'. One pass at one commit, whose run code is not this'
+          f' commit\'s: {len(changed)} file{"" if len(changed) == 1 else "s"}'
+          f' of `RUN_CODE` changed since (`git diff {revision} HEAD --'
+          ' RUN_CODE`), so a run made at this commit need not give these'
+          ' numbers; rerunning the reports here (`--rerun_other_code`)'
+          ' would make them of this commit.')
     return sentence + '.'
   same = sorted(r for r, same in this_code.items() if same)
   other = {report for r, same in this_code.items() if not same

@@ -2540,8 +2540,8 @@ def _commit(repo, files: dict, message: str) -> str:
                         capture_output=True).stdout.strip()
 
 
-@pytest.mark.parametrize('second', ['first', 'docs', 'code', 'unknown',
-                                    'modified'])
+@pytest.mark.parametrize('second', ['first', 'first_then_code', 'docs',
+                                    'code', 'unknown', 'modified'])
 def test_the_index_says_whether_the_confirmatory_runs_are_of_one_commit(
     second, tmp_path, monkeypatch):
   # A repository whose commits change a report's text (docs), then the run
@@ -2557,8 +2557,9 @@ def test_the_index_says_whether_the_confirmatory_runs_are_of_one_commit(
   docs = _commit(repo, {'docs/a.md': '2\n', 'fl_common/BUILD': '# 2\n'},
                  'docs and BUILD only')
   code = _commit(repo, {'fl_common/math.py': 'x = 2\n'}, 'run code')
-  made_at = {'first': first, 'docs': docs, 'code': code,
-             'unknown': 'c' * 40, 'modified': f'{docs[:12]}+modified'}
+  made_at = {'first': first, 'first_then_code': first, 'docs': docs,
+             'code': code, 'unknown': 'c' * 40,
+             'modified': f'{docs[:12]}+modified'}
   head = {'first': first, 'docs': docs}.get(second, code)
   subprocess.run(['git', '-C', str(repo), 'checkout', '-q', head],
                  check=True)
@@ -2576,8 +2577,15 @@ def test_the_index_says_whether_the_confirmatory_runs_are_of_one_commit(
   assert "The 2 confirmatory reports' runs were made by" in sentence
   if second == 'first':
     assert '1 revision of the code' in sentence
-    assert f'{first[:7]} (2 reports).' in sentence
+    assert sentence.endswith(f'{first[:7]} (2 reports).')
     assert 'Not yet' not in sentence
+    return
+  if second == 'first_then_code':  # one pass, and HEAD changed run code
+    assert '1 revision of the code' in sentence
+    assert 'Not yet' not in sentence
+    assert (f'{first[:7]} (2 reports). One pass at one commit, whose run'
+            " code is not this commit's: 1 file of `RUN_CODE` changed since"
+            f' (`git diff {first[:7]} HEAD -- RUN_CODE`)') in sentence
     return
   assert '2 revisions of the code' in sentence
   assert 'Not yet one pass at one commit' in sentence
