@@ -1209,8 +1209,8 @@ def _code_sentence_of_pass(report_paths: Sequence[str]) -> str:
   if one:
     (revision,) = counts
     if this_code[revision] is False:  # one pass, but not of HEAD's code
-      changed = history.git(REPO_DIR, 'diff', '--name-only', revision,
-                            'HEAD', '--', *RUN_CODE).split()
+      changed = (history.git(REPO_DIR, 'diff', '--name-only', revision,
+                             'HEAD', '--', *RUN_CODE) or '').split()
       return sentence + (
           f'. One pass at one commit, whose run code is not this'
           f' commit\'s: {len(changed)} file{"" if len(changed) == 1 else "s"}'
