@@ -1144,22 +1144,30 @@ def _has_this_run_code(revision: str) -> Optional[bool]:
   """Whether `revision`'s run code (`RUN_CODE`) is this
   checkout's (HEAD's); None when that cannot be told: a revision not in
   this history, or a run of uncommitted changes."""
+  changed = _run_code_changed_since(revision)
+  return None if changed is None else not changed
+
+
+def _run_code_changed_since(revision: str) -> Optional[tuple[str, ...]]:
+  """The files of `RUN_CODE` that differ between `revision` and this
+  checkout's HEAD; None when that cannot be told (as `_has_this_run_code`)."""
   if revision.endswith('+modified'):
     return None
   head = history.git(REPO_DIR, 'rev-parse', 'HEAD')
-  return _same_run_code(REPO_DIR, revision, (head or '').strip())
+  return _changed_run_code(REPO_DIR, revision, (head or '').strip())
 
 
 @functools.lru_cache(maxsize=256)
-def _same_run_code(repo: str, revision: str, head: str) -> Optional[bool]:
-  """`_has_this_run_code` at a known HEAD (cached: an archive's runs share
-  a few revisions)."""
+def _changed_run_code(repo: str, revision: str,
+                      head: str) -> Optional[tuple[str, ...]]:
+  """`_run_code_changed_since` at a known HEAD (cached: an archive's runs
+  share a few revisions)."""
   if not head or history.git(
       repo, 'cat-file', '-e', f'{revision}^{{commit}}') is None:
     return None
   changed = history.git(repo, 'diff', '--name-only', revision, head,
                         '--', *RUN_CODE)
-  return None if changed is None else not changed.strip()
+  return None if changed is None else tuple(changed.split())
 
 
 def is_this_run_code(recorded: str) -> bool:
@@ -1209,8 +1217,7 @@ def _code_sentence_of_pass(report_paths: Sequence[str]) -> str:
   if one:
     (revision,) = counts
     if this_code[revision] is False:  # one pass, but not of HEAD's code
-      changed = (history.git(REPO_DIR, 'diff', '--name-only', revision,
-                             'HEAD', '--', *RUN_CODE) or '').split()
+      changed = _run_code_changed_since(revision)
       return sentence + (
           f'. One pass at one commit, whose run code is not this'
           f' commit\'s: {len(changed)} file{"" if len(changed) == 1 else "s"}'
