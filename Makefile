@@ -130,9 +130,10 @@ reproduce-smoke: install
 	  rm -rf $$root $$root.log; exit $$status
 
 # The paper scale, kept from rotting (CI): per experiment, the first point of
-# every paper-scale grid (each command once), one round on the tasks'
-# stand-in data, no report (`--scale=paper_smoke`, docs/cluster.md); the
-# large-cohort paper's through --launcher=slurm on a one-node cluster
+# every paper-scale grid (each shape of command once: first points that
+# differ only in numbers run one), one round on the tasks' stand-in data,
+# no report (`--scale=paper_smoke`, docs/cluster.md); the large-cohort
+# paper's through --launcher=slurm on a one-node cluster
 # (tools/local_slurm.sh; root needed), the others here. SLURM's jobs are
 # fresh processes, each importing TensorFlow, so the paper with the fewest
 # points goes there.
