@@ -356,8 +356,9 @@ def paper_smoke_shape(flags: Mapping[str, object]) -> tuple:
   """What a paper-smoke command checks of a run's flags: which flags it
   sets and every value that is not a number (task, algorithm, optimizer,
   model). Two first points that differ only in numbers (a cohort, a
-  Dirichlet alpha, a beta, a budget) run the same code on the same data
-  for one round: checking one checks the other."""
+  Dirichlet alpha, a beta, a budget) take the same flags, task, algorithm
+  and model on the same stand-in data for one round; what a number alone
+  changes is the tests' and `--scale=smoke`'s to check."""
   def shape(value):
     try:
       float(str(value))
