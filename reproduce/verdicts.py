@@ -698,10 +698,17 @@ def _paper(effect: Effect) -> str:
           + (' (relative)' if effect.relative else ''))
 
 
+def primary_first(assessments: Sequence[Assessment]) -> list[Assessment]:
+  """The order a report lists its effects in: the primary effects, which
+  its verdict is made of, then the secondary ones; each in the protocol's
+  order."""
+  return sorted(assessments, key=lambda a: not a.primary)
+
+
 def effects_table(assessments: Sequence[Assessment]) -> pd.DataFrame:
-  """One row per effect, as the reports print it."""
+  """One row per effect, as the reports print it (`primary_first`)."""
   rows = []
-  for a in assessments:
+  for a in primary_first(assessments):
     if isinstance(a.effect, Exact):
       rows.append({'effect (paper)': a.effect.claim,
                    'primary': 'yes' if a.primary else 'no',
@@ -727,18 +734,25 @@ def effects_table(assessments: Sequence[Assessment]) -> pd.DataFrame:
 
 
 def package_sentence(assessments: Sequence[Assessment]) -> str:
-  """What was measured, one clause per effect."""
-  clauses = []
-  for a in assessments:
+  """What was measured, one clause per effect: the primary effects (the
+  verdict's) first, then the secondary ones, said to be so."""
+  def clause(a: Assessment) -> str:
     if isinstance(a.effect, Exact) or a.pairs < MIN_PAIRS:
-      clauses.append(f'{a.effect.claim}: {a.reason}')
-    else:
-      clauses.append(
-          f'{a.effect.claim}: {a.effect.quantity.name} differs by'
-          f' {_format(a.mean)} ([{_format(a.low)}, {_format(a.high)}],'
-          f' {a.method}, {a.pairs} paired {a.effect.pair_unit()}) ->'
-          f' {a.verdict}')
-  return '; '.join(clauses) + '.' if clauses else ''
+      return f'{a.effect.claim}: {a.reason}'
+    return (f'{a.effect.claim}: {a.effect.quantity.name} differs by'
+            f' {_format(a.mean)} ([{_format(a.low)}, {_format(a.high)}],'
+            f' {a.method}, {a.pairs} paired {a.effect.pair_unit()}) ->'
+            f' {a.verdict}')
+  primary = [clause(a) for a in assessments if a.primary]
+  secondary = [clause(a) for a in assessments if not a.primary]
+  sentences = []
+  if primary:
+    sentences.append('; '.join(primary) + '.')
+  if secondary:
+    sentences.append(('Secondary (not in the verdict): ' if primary else
+                      'Secondary only (no primary effect): ')
+                     + '; '.join(secondary) + '.')
+  return ' '.join(sentences)
 
 
 def counts(assessments: Sequence[Assessment]) -> dict[str, int]:

@@ -261,6 +261,30 @@ def test_holm_corrects_the_primary_effects_together():
   assert results[2].p_adjusted == pytest.approx(alone)
 
 
+def test_a_report_lists_its_primary_effects_before_its_secondary_ones():
+  # Declared secondary first (as adabest table2's protocol does): the
+  # reader meets the effects the verdict is made of first, and is told
+  # which clauses are not in it.
+  values = {('b', s): 0.5 + 0.01 * s for s in range(5)}
+  values.update({('t1', s): 0.6 + 0.01 * s for s in range(5)})
+  values.update({('t2', s): 0.4 + 0.01 * s for s in range(5)})
+  effects = [verdicts.Effect('t2 beats b', _FINAL, {'arm': 't2'},
+                             {'arm': 'b'}, 1, primary=False),
+             verdicts.Effect('t1 beats b', _FINAL, {'arm': 't1'},
+                             {'arm': 'b'}, 1)]
+  results = verdicts.assess_all(_runs(values), effects)
+  assert [r.effect.claim for r in results] == ['t2 beats b', 't1 beats b']
+  table = verdicts.effects_table(results)
+  assert table['effect (paper)'].tolist() == ['t1 beats b', 't2 beats b']
+  assert table['primary'].tolist() == ['yes', 'no']
+  sentence = verdicts.package_sentence(results)
+  assert sentence.startswith('t1 beats b: ')
+  primary, secondary = sentence.split(' Secondary (not in the verdict): ')
+  assert 't2' not in primary and secondary.startswith('t2 beats b: ')
+  assert verdicts.package_sentence(results[:1]).startswith(
+      'Secondary only (no primary effect): t2 beats b: ')
+
+
 def test_unpaired_seeds_are_left_out():
   frame = _runs({('t', 0): 0.9, ('t', 1): 0.9, ('t', 2): 0.9,
                  ('b', 1): 0.5, ('b', 2): 0.5, ('b', 3): 0.5})
