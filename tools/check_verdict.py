@@ -11,8 +11,8 @@ archive (`results/<paper>/<experiment>/local_confirmatory.tar.xz`: each
 run's `hparams.json` and `metrics.csv`), and recomputes each effect with
 pandas, SciPy and statsmodels as `docs/verdicts.md` states the rules:
 paired differences (relative ones divided by the baseline), a paired t
-test with its 95 % interval (an exact sign test when every difference is
-equal), TOST with its 90 % interval for an equivalence, Holm's correction
+test with its 95 % interval, TOST with its 90 % interval for an
+equivalence (differences that are all equal: a sign test), Holm's correction
 over the primary effects with at least 5 pairs. It prints one line per
 effect, to set beside the report's effects table.
 
@@ -151,11 +151,16 @@ def _test(effect, treated, base) -> dict:
   if n < 2:
     return {'pairs': n, 'mean': mean, 'low': math.nan, 'high': math.nan,
             'p': math.nan}
-  if effect.get('test') == 'equivalence':
+  equal = bool(np.all(diffs == diffs[0]))
+  if effect.get('test') == 'equivalence' and equal:
+    # No spread for TOST: a sign test, every difference inside the margin.
+    p = 0.5 ** n if abs(mean) < effect['margin'] else 1.0
+    low = high = mean
+  elif effect.get('test') == 'equivalence':
     described = weightstats.DescrStatsW(diffs)
     p = described.ttost_mean(-effect['margin'], effect['margin'])[0]
     low, high = described.tconfint_mean(alpha=0.1)
-  elif np.all(diffs == diffs[0]):
+  elif equal:
     nonzero = int(np.count_nonzero(diffs))
     p = stats.binomtest(nonzero, nonzero).pvalue if nonzero else 1.0
     low = high = mean

@@ -168,3 +168,16 @@ def test_the_command_prints_a_line_an_effect_and_refuses_an_unknown_one(
   assert check_verdict.main(['gel', 'fig99']) == 2
   err = capsys.readouterr().err.splitlines()
   assert len(err) == 1 and err[0].startswith('error: ') and 'fig99' in err[0]
+
+
+def test_differences_without_spread_are_decided_by_a_sign_test():
+  # Five pairs, every difference +1: no t test; both sign tests exact.
+  treated, base = check_verdict.np.full(5, 3.0), check_verdict.np.full(5, 2.0)
+  difference = check_verdict._test({'test': 'difference'}, treated, base)
+  assert difference['p'] == 2 / 2 ** 5 and difference['low'] == 1.0
+  inside = check_verdict._test({'test': 'equivalence', 'margin': 2},
+                               treated, base)
+  assert inside['p'] == 0.5 ** 5
+  outside = check_verdict._test({'test': 'equivalence', 'margin': 0.5},
+                                treated, base)
+  assert outside['p'] == 1.0
