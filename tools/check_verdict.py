@@ -16,13 +16,16 @@ equivalence (differences that are all equal: a sign test), Holm's correction
 over the primary effects with at least 5 pairs. It prints one line per
 effect, to set beside the report's effects table.
 
-It knows the quantities most effects use, all read off a run's test
-accuracy: its final value, its peak minus its final value, its mean over
-the evaluations, and the rounds to the target (the first round whose test
-accuracy reaches the run's `target_accuracy`, or a stated level such as
-"rounds to 70% test accuracy"; the last round + 1 if none does). An
-effect of another quantity, or of a 0/1 outcome, is listed as not checked,
-and then neither is Holm's correction over the primary effects. It imports
+It knows the quantities most effects use, read off a run's metrics.csv:
+its final test accuracy, peak minus final, mean over the evaluations; the
+rounds to the target (the first round whose test accuracy reaches the
+run's `target_accuracy`, or a stated level such as "rounds to 70% test
+accuracy"; the last round + 1 if none does), the cumulative gradient
+computations there (none: the pair is left out) or the examples trained to
+a level (none: the last count); train accuracy over the last rounds minus
+the final test accuracy; the mean update norm from a round on. An effect
+of another quantity, or of a 0/1 outcome, is listed as not checked, and
+then neither is Holm's correction over the primary effects. It imports
 nothing of this package.
 """
 
@@ -100,20 +103,54 @@ def _rounds_to(metrics: pd.DataFrame, level: float) -> float:
                else metrics['round'].max() + 1)
 
 
+def _at_first(metrics: pd.DataFrame, column: str, level: float,
+              censored: bool) -> float:
+  """`column` (carried forward) at the first row whose test accuracy
+  reaches `level`; if none does, its last value when `censored` (it needs
+  more), else NaN (the pair is left out)."""
+  rows = metrics[[ACCURACY, column]].ffill()
+  reached = rows[rows[ACCURACY] >= level][column]
+  if len(reached):
+    return float(reached.iloc[0])
+  values = rows[column].dropna()
+  return float(values.iloc[-1]) if censored and len(values) else math.nan
+
+
 _ROUNDS_TO_LEVEL = re.compile(r'rounds to (\d+)% test accuracy')
+_EXAMPLES_TO_LEVEL = re.compile(r'examples trained to (\d+)% test accuracy')
+_TRAIN_GAP = re.compile(r'train accuracy \(last (\d+) rounds\) minus final'
+                        r' test accuracy')
+_NORM_FROM = re.compile(r'mean ‖Δ‖ from round (\d+)')
 
 
 def quantity(name: str, hparams: dict, metrics: pd.DataFrame) -> float:
   """The run's value of the quantity the protocol names (KeyError: one
   this script does not know)."""
+  norm = _NORM_FROM.fullmatch(name)
+  if norm:
+    values = metrics[metrics['round'] >= int(norm.group(1))]['update_norm']
+    return float(values.dropna().mean())
   if ACCURACY not in metrics:
     return math.nan
   accuracy = metrics[ACCURACY].dropna()
   if name == 'rounds to the target':
     return _rounds_to(metrics, float(hparams['target_accuracy']))
+  if name == 'gradient computations to the target':
+    return _at_first(metrics, 'cumulative_gradient_computations',
+                     float(hparams['target_accuracy']), censored=False)
   level = _ROUNDS_TO_LEVEL.fullmatch(name)
   if level:
     return _rounds_to(metrics, int(level.group(1)) / 100)
+  level = _EXAMPLES_TO_LEVEL.fullmatch(name)
+  if level:
+    return _at_first(metrics, 'cumulative_examples_processed',
+                     int(level.group(1)) / 100, censored=True)
+  gap = _TRAIN_GAP.fullmatch(name)
+  if gap:
+    last = metrics[metrics['round'] > metrics['round'].max()
+                   - int(gap.group(1))]['train/accuracy'].dropna()
+    return (float(last.mean() - accuracy.iloc[-1])
+            if len(last) and len(accuracy) else math.nan)
   if name not in ('final test accuracy', 'peak minus final test accuracy',
                   'mean test accuracy over evaluations'):
     raise KeyError(name)
