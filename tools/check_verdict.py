@@ -13,7 +13,9 @@ pandas, SciPy and statsmodels as `docs/verdicts.md` states the rules:
 paired differences (relative ones divided by the baseline), a paired t
 test with its 95 % interval, TOST with its 90 % interval for an
 equivalence (differences that are all equal: a sign test), Holm's correction
-over the primary effects with at least 5 pairs. It prints one line per
+over the primary effects with at least 5 pairs; for a 0/1 outcome the exact
+McNemar test with the exact interval of the discordant pairs' split
+(Newcombe's without a discordant pair). It prints one line per
 effect, to set beside the report's effects table.
 
 It knows the quantities most effects use, read off a run's metrics.csv:
@@ -23,10 +25,11 @@ run's `target_accuracy`, or a stated level such as "rounds to 70% test
 accuracy"; the last round + 1 if none does), the cumulative gradient
 computations there (none: the pair is left out) or the examples trained to
 a level (none: the last count); train accuracy over the last rounds minus
-the final test accuracy; the mean update norm from a round on. An effect
-of another quantity, or of a 0/1 outcome, is listed as not checked, and
-then neither is Holm's correction over the primary effects. It imports
-nothing of this package.
+the final test accuracy; the mean update norm from a round on; whether
+the server model failed (its cohort's or validation clients' accuracy
+halved from one round to the next). An effect of another quantity is
+listed as not checked, and then neither is Holm's correction over the
+primary effects. It imports nothing of this package.
 """
 
 import argparse
@@ -42,7 +45,9 @@ import tomllib
 import numpy as np
 import pandas as pd
 from scipy import stats
+from statsmodels.stats import contingency_tables
 from statsmodels.stats import multitest
+from statsmodels.stats import proportion
 from statsmodels.stats import weightstats
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -123,9 +128,28 @@ _TRAIN_GAP = re.compile(r'train accuracy \(last (\d+) rounds\) minus final'
 _NORM_FROM = re.compile(r'mean ‖Δ‖ from round (\d+)')
 
 
+# 0/1: the server model's accuracy on a set of clients fell by half or
+# more from one round to the next (the paper's Section 3.1 failure).
+_FAILED_ON = {'the server model failed (0/1)': 'cohort/accuracy',
+              'the server model failed on the validation clients (0/1)':
+                  'validation/accuracy'}
+
+
+def _failed(metrics: pd.DataFrame, column: str) -> float:
+  if column not in metrics:
+    return math.nan
+  rows = metrics[['round', column]].dropna()
+  rounds, accuracy = rows['round'].tolist(), rows[column].tolist()
+  return float(any(
+      rounds[i] == rounds[i - 1] + 1 and accuracy[i - 1] > 0
+      and accuracy[i] <= accuracy[i - 1] / 2 for i in range(1, len(rows))))
+
+
 def quantity(name: str, hparams: dict, metrics: pd.DataFrame) -> float:
   """The run's value of the quantity the protocol names (KeyError: one
   this script does not know)."""
+  if name in _FAILED_ON:
+    return _failed(metrics, _FAILED_ON[name])
   norm = _NORM_FROM.fullmatch(name)
   if norm:
     values = metrics[metrics['round'] >= int(norm.group(1))]['update_norm']
@@ -180,7 +204,47 @@ def _pairs(runs, effect) -> tuple[np.ndarray, np.ndarray]:
           np.array([sides[1][k] for k in keys]))
 
 
+def _newcombe(a: int, b: int, c: int, d: int) -> tuple[float, float]:
+  """Newcombe's (1998) method 10 for a paired difference of proportions,
+  (a + b) / n - (a + c) / n: each proportion's Wilson interval, combined
+  with the pairs' phi correlation."""
+  n = a + b + c + d
+  p1, p2 = (a + b) / n, (a + c) / n
+  l1, u1 = proportion.proportion_confint(a + b, n, 0.05, method='wilson')
+  l2, u2 = proportion.proportion_confint(a + c, n, 0.05, method='wilson')
+  product = (a + b) * (c + d) * (a + c) * (b + d)
+  phi = (a * d - b * c) / math.sqrt(product) if product else 0.0
+  delta = math.sqrt(max(0.0, (p1 - l1) ** 2 - 2 * phi * (p1 - l1) * (u2 - p2)
+                        + (u2 - p2) ** 2))
+  epsilon = math.sqrt(max(0.0, (u1 - p1) ** 2 - 2 * phi * (u1 - p1)
+                          * (p2 - l2) + (p2 - l2) ** 2))
+  return max(-1.0, p1 - p2 - delta), min(1.0, p1 - p2 + epsilon)
+
+
+def _binary_test(treated, base) -> dict:
+  """Exact McNemar (p = 1 without a discordant pair) with its exact
+  interval: Clopper-Pearson of the discordant pairs' split, mapped to the
+  difference; Newcombe's without a discordant pair."""
+  t, b = treated.astype(bool), base.astype(bool)
+  both, only_t = int(np.sum(t & b)), int(np.sum(t & ~b))
+  only_b, neither = int(np.sum(~t & b)), int(np.sum(~t & ~b))
+  discordant, n = only_t + only_b, len(t)
+  if discordant:
+    p = contingency_tables.mcnemar([[both, only_t], [only_b, neither]],
+                                   exact=True).pvalue
+    low, high = proportion.proportion_confint(only_t, discordant, 0.05,
+                                              method='beta')
+    low, high = [discordant / n * (2 * x - 1) for x in (low, high)]
+  else:
+    p = 1.0
+    low, high = _newcombe(both, only_t, only_b, neither)
+  return {'pairs': n, 'mean': (only_t - only_b) / n, 'low': float(low),
+          'high': float(high), 'p': float(p)}
+
+
 def _test(effect, treated, base) -> dict:
+  if effect.get('outcome') == 'binary' and len(treated):
+    return _binary_test(treated, base)
   diffs = treated - base
   if effect.get('relative'):
     diffs = diffs / np.abs(base)
@@ -222,13 +286,10 @@ def check(paper: str, experiment: str, archive: str = None,
   rows = []
   for effect in effects:
     row = {'claim': effect['claim'], 'primary': effect.get('primary', True)}
-    if effect.get('outcome') == 'binary':
-      row['not_checked'] = 'a 0/1 outcome'
-    else:
-      try:
-        row.update(_test(effect, *_pairs(runs, effect)))
-      except KeyError:
-        row['not_checked'] = f'quantity {effect["quantity"]!r}'
+    try:
+      row.update(_test(effect, *_pairs(runs, effect)))
+    except KeyError:
+      row['not_checked'] = f'quantity {effect["quantity"]!r}'
     rows.append(row)
   corrected = [r for r in rows if r['primary'] and
                r.get('pairs', MIN_PAIRS) >= MIN_PAIRS]

@@ -180,3 +180,39 @@ def test_differences_without_spread_are_decided_by_a_sign_test():
   outside = check_verdict._test({'test': 'equivalence', 'margin': 0.5},
                                 treated, base)
   assert outside['p'] == 1.0
+
+
+@pytest.mark.parametrize('both,only_t,only_b,neither', [
+    (0, 5, 0, 5),    # every discordant pair one way: p = 2 / 2^5
+    (2, 3, 1, 4),
+    (0, 0, 0, 10),   # no discordant pair: Newcombe's interval, p = 1
+    (4, 0, 0, 6),
+])
+def test_a_0_1_outcome_is_tested_as_the_rules_say(both, only_t, only_b,
+                                                  neither):
+  # Against the package's own implementation of docs/verdicts.md's 0/1
+  # row (the committed reports with 0/1 outcomes are still to come).
+  from reproduce import verdicts  # pylint: disable=g-import-not-at-top
+  np = check_verdict.np
+  treated = np.array([1] * both + [1] * only_t + [0] * only_b + [0] * neither,
+                     dtype=float)
+  base = np.array([1] * both + [0] * only_t + [1] * only_b + [0] * neither,
+                  dtype=float)
+  mine = check_verdict._test({'outcome': 'binary'}, treated, base)
+  theirs = verdicts.mcnemar_test(treated, base)
+  for key, value in (('mean', theirs.mean), ('low', theirs.low),
+                     ('high', theirs.high), ('p', theirs.p_value)):
+    assert mine[key] == pytest.approx(value, abs=1e-12), key
+  assert mine['low'] < mine['high']  # never zero width
+
+
+def test_a_server_failure_is_a_halving_between_consecutive_rounds():
+  metrics = check_verdict.pd.DataFrame({
+      'round': [1, 2, 3, 5, 6], 'cohort/accuracy': [0.6, 0.5, 0.3, 0.1, 0.08],
+      'validation/accuracy': [0.6, 0.0, 0.0, 0.5, 0.26]})
+  # 0.3 -> 0.1 skips round 4: not one round's fall.
+  assert check_verdict.quantity('the server model failed (0/1)', {},
+                                metrics) == 0.0
+  assert check_verdict.quantity(
+      'the server model failed on the validation clients (0/1)', {},
+      metrics) == 1.0
